@@ -1,0 +1,39 @@
+"""Typed configuration of the RL objective (the `algo=` group). Every knob is a field, so
+any mix of GRPO / DAPO / Dr.GRPO / GRPO-TCR ingredients is expressible from the CLI."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class OverlongConfig:
+    # DAPO §3.4 soft overlong punishment (Yu et al., 2025, arXiv:2503.14476, eq. 13)
+    enable: bool = False
+    max_len: int = 1024      # L_max, generated tokens per episode
+    cache_len: int = 256     # L_cache, the soft-penalty buffer
+    factor: float = 1.0      # penalty at and beyond L_max
+
+
+@dataclass
+class DynamicSamplingConfig:
+    # DAPO §3.3: keep only groups whose rewards are not all equal
+    enable: bool = False
+    max_batches: int = 3     # extra generation rounds to refill the batch
+
+
+@dataclass
+class AlgoConfig:
+    name: str = "grpo"
+    adv_estimator: str = "grpo"          # grpo | dr_grpo (no std) -- see ablate.algos.advantages
+    norm_std: bool = True                # GRPO divides by the group std; Dr.GRPO does not
+    std_eps: float = 1e-6                # TRL uses 1e-4, verl 1e-6: logged with the run
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    clip_c: Optional[float] = None       # dual-clip constant (Ye et al., 2020), > 1
+    loss_agg: str = "seq-mean-token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
+    entropy_coef: float = 0.0
+    kl_coef: float = 0.0                 # k3 estimator to a frozen reference; 0 = no reference
+    ppo_epochs: int = 1                  # optimisation passes over each batch
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)

@@ -1,0 +1,23 @@
+"""Typed configuration of the harness and the reasoning mode. The harness is part of the
+policy (seed 004): every knob here is logged with the run and is an ablation axis."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class HarnessConfig:
+    max_new_tokens_per_turn: int = 96
+    max_tokens_per_episode: int = 1024   # generated tokens over all turns
+    on_malformed: str = "continue"       # continue (error observation) | end (episode ends)
+    max_malformed: int = 3               # retries: malformed calls tolerated before ending
+    calls_per_turn: str = "first"        # first | all
+    action_masking: bool = False         # constrained decoding (ids from context, known tools)
+    answer_masking: bool = False         # answer values drawn from emails read (needs action_masking)
+
+
+@dataclass
+class ModeConfig:
+    name: str = "instruct"               # instruct | thinking
+    enable_thinking: bool = False        # Qwen3 chat template switch
+    max_think_tokens: int = 64           # thinking budget per turn (thinking mode)

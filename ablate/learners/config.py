@@ -1,0 +1,27 @@
+"""Typed configuration of the learner (`learner=`): DeepSpeed ZeRO-3 or plain torch."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LoraConfig:
+    enable: bool = False
+    rank: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class LearnerConfig:
+    name: str = "deepspeed"              # deepspeed | torch
+    zero_stage: int = 3
+    dtype: str = "float32"               # float32 | bfloat16
+    micro_batch_tokens: int = 4096       # tokens per forward/backward; grads accumulate
+    weight_decay: float = 0.0
+    betas: list = field(default_factory=lambda: [0.9, 0.999])
+    grad_clip: float = 1.0
+    warmup_steps: int = 0
+    checkpoint_every: int = 1            # optimizer steps between checkpoints (0 = only at end)
+    lora: LoraConfig = field(default_factory=LoraConfig)
