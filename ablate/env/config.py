@@ -10,7 +10,7 @@ class EnvConfig:
     name: str = "synthetic"              # synthetic | enronhop
     max_turns: int = 10                  # tool-calling turns before the episode is cut
     max_results: int = 10                # search hits returned (ART-E: 10)
-    cache_dir: str = "${oc.env:ABLATE_CACHE,~/.cache/ablate}"
+    cache_dir: str = "${oc.env:ABLATE_CACHE,'~/.cache/ablate'}"  # expanded with os.path.expanduser
     # synthetic mailbox (deterministic from gen_seed)
     gen_seed: int = 0
     num_inboxes: int = 24

@@ -1,0 +1,180 @@
+"""Token-level policy-gradient loss, its aggregations, and the entropy / KL terms.
+
+All tensors are [B, T] (one row per training sequence, `mask` = 1 on tokens the policy
+generated); advantages may be [B] (one per sequence) or [B, T]. Everything is computed in
+float32 whatever the input dtype.
+
+Micro-batching: pass the WHOLE batch's counts (see `batch_counts`) as `num_tokens` /
+`num_seqs`; each micro-batch then returns its share, and the shares sum exactly to the
+full-batch value for every aggregation, so gradient accumulation needs no rescaling.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+# verl clamps the log-ratio before exp for numerical safety; |log r| = 20 is far outside
+# any clip range, so the clamp only changes tokens whose gradient clipping zeroes anyway
+# (or, without dual-clip, tokens with A < 0 and an astronomically large ratio).
+LOG_RATIO_CLAMP = 20.0
+
+
+def batch_counts(mask: torch.Tensor) -> tuple[int, int]:
+    """(masked tokens, sequences with at least one masked token) of a [B, T] mask.
+    Sum these over all micro-batches to get `num_tokens` / `num_seqs` of the batch. A fully
+    masked row is padding, not a sequence: it is never counted."""
+    m = mask.bool()
+    return int(m.sum()), int(m.any(dim=-1).sum())
+
+
+def _denominator(own: torch.Tensor, given: Optional[float], name: str) -> torch.Tensor:
+    if given is None:
+        return own.clamp(min=1).to(torch.float32)
+    given = float(given)
+    if given <= 0:
+        raise ValueError(f"{name}={given} must be > 0")
+    return torch.tensor(given, dtype=torch.float32)
+
+
+def token_mean(values, mask, *, max_len=None, num_tokens=None, num_seqs=None) -> torch.Tensor:
+    """Sum of masked values / number of masked tokens (DAPO, Yu et al., 2025, eq. 12)."""
+    m = mask.bool()
+    return values.masked_fill(~m, 0.0).sum() / _denominator(m.sum(), num_tokens, "num_tokens")
+
+
+def seq_mean_token_mean(values, mask, *, max_len=None, num_tokens=None,
+                        num_seqs=None) -> torch.Tensor:
+    """Mean over sequences of each sequence's token mean (GRPO, Shao et al., 2024, eq. 3:
+    1/G Σ_i 1/|o_i| Σ_t). Fully masked rows are left out of the mean."""
+    m = mask.bool()
+    tokens = m.sum(dim=-1)
+    seq_means = values.masked_fill(~m, 0.0).sum(dim=-1) / tokens.clamp(min=1)
+    nonempty = tokens > 0
+    return seq_means[nonempty].sum() / _denominator(nonempty.sum(), num_seqs, "num_seqs")
+
+
+def seq_mean_token_sum_norm(values, mask, *, max_len=None, num_tokens=None,
+                            num_seqs=None) -> torch.Tensor:
+    """Sum of masked values / (number of sequences × max_len): a constant normaliser
+    (Dr.GRPO, Liu et al., 2025 §3.2; TRL loss_type="dr_grpo")."""
+    if max_len is None or max_len <= 0:
+        raise ValueError("loss_agg=seq-mean-token-sum-norm needs max_len > 0 (the constant "
+                         "Dr.GRPO normaliser, the generation budget)")
+    m = mask.bool()
+    seqs = _denominator(m.any(dim=-1).sum(), num_seqs, "num_seqs")
+    return values.masked_fill(~m, 0.0).sum() / (seqs * float(max_len))
+
+
+Aggregation = Callable[..., torch.Tensor]
+
+# name (algo.loss_agg) -> fn(values, mask, *, max_len, num_tokens, num_seqs) -> scalar
+LOSS_AGGREGATIONS: dict[str, Aggregation] = {
+    "token-mean": token_mean,
+    "seq-mean-token-mean": seq_mean_token_mean,
+    "seq-mean-token-sum-norm": seq_mean_token_sum_norm,
+}
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean", *,
+              max_len: Optional[int] = None, num_tokens: Optional[float] = None,
+              num_seqs: Optional[float] = None) -> torch.Tensor:
+    """Reduce per-token values [B, T] to a scalar with one of LOSS_AGGREGATIONS."""
+    if agg not in LOSS_AGGREGATIONS:
+        raise ValueError(f"loss_agg={agg!r} is not one of {list(LOSS_AGGREGATIONS)}")
+    if values.shape != mask.shape:
+        raise ValueError(f"values {tuple(values.shape)} and mask {tuple(mask.shape)} differ")
+    return LOSS_AGGREGATIONS[agg](values.float(), mask, max_len=max_len,
+                                  num_tokens=num_tokens, num_seqs=num_seqs)
+
+
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(π || π_ref) for tokens sampled from π:
+    exp(ref - lp) - (ref - lp) - 1 >= 0 (Schulman, 2020, "Approximating KL Divergence")."""
+    d = ref_logprobs.float() - logprobs.float()
+    return torch.exp(d) - d - 1.0
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the softmax over the last dim: logsumexp(z) - Σ softmax(z)·z."""
+    logits = logits.float()
+    return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+
+
+def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, coef: float,
+                  agg: str = "token-mean", **counts) -> torch.Tensor:
+    """coef × aggregated token entropy: the amount SUBTRACTED from the loss."""
+    return coef * aggregate(entropy, mask, agg, **counts)
+
+
+def _masked_stats(x: torch.Tensor, m: torch.Tensor) -> tuple[float, float, float]:
+    vals = x[m]
+    if vals.numel() == 0:
+        return 1.0, 1.0, 1.0      # neutral values; the `tokens` metric says there were none
+    return float(vals.mean()), float(vals.max()), float(vals.min())
+
+
+def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                mask: torch.Tensor, *, eps_low: float, eps_high: float,
+                clip_c: Optional[float] = None, agg: str = "token-mean",
+                max_len: Optional[int] = None, num_tokens: Optional[float] = None,
+                num_seqs: Optional[float] = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped surrogate loss (to minimise) and its diagnostics.
+
+    Per token, r = exp(lp - old_lp):
+      L = max(-A·r, -A·clip(r, 1-eps_low, 1+eps_high))     PPO (Schulman et al., 2017, eq. 7)
+                                                          with DAPO clip-higher (eq. 10)
+      if A < 0 and clip_c: L = min(L, -A·clip_c)           dual-clip (Ye et al., 2020, eq. 5)
+    then aggregated with `agg` (see LOSS_AGGREGATIONS).
+
+    Metrics (python floats over this micro-batch's masked tokens): clip_frac_low (A<0,
+    r<1-eps_low), clip_frac_high (A>0, r>1+eps_high), clip_frac_dual (A<0, r>clip_c): the
+    tokens whose gradient clipping zeroes; ratio_mean/max/min; approx_kl = mean k3 estimate
+    of KL(π_old || π_θ); tokens = masked-token count (weight for averaging the above).
+    """
+    if not 0 <= eps_low < 1 or eps_high < 0:
+        raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {eps_low}, {eps_high}")
+    if clip_c is not None and clip_c <= 1:
+        raise ValueError(f"clip_c={clip_c} must be > 1 (or None to disable dual-clip)")
+    if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
+        raise ValueError(f"logprobs {tuple(logprobs.shape)}, old_logprobs "
+                         f"{tuple(old_logprobs.shape)} and mask {tuple(mask.shape)} must match")
+    adv = advantages.float()
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(-1)
+    adv = adv.expand_as(logprobs)
+
+    # zero the log-ratio off the mask first: padding may hold -inf / NaN logprobs, and a NaN
+    # there would reach the gradient through exp's backward even when masked out later
+    log_ratio = torch.where(mask.bool(), logprobs.float() - old_logprobs.float(), 0.0)
+    log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    per_token = torch.maximum(unclipped, clipped)
+    if clip_c is not None:
+        per_token = torch.where(adv < 0, torch.minimum(per_token, -adv * clip_c), per_token)
+
+    loss = aggregate(per_token, mask, agg, max_len=max_len, num_tokens=num_tokens,
+                     num_seqs=num_seqs)
+
+    with torch.no_grad():
+        m = mask.bool()
+        n = int(m.sum())
+        r = ratio.detach()
+
+        def frac(cond: torch.Tensor) -> float:
+            return float((cond & m).sum()) / n if n else 0.0
+
+        r_mean, r_max, r_min = _masked_stats(r, m)
+        kl = kl_k3(old_logprobs.detach(), logprobs.detach())   # samples come from π_old
+        metrics = {
+            "pg_loss": float(loss.detach()),
+            "clip_frac_low": frac((adv < 0) & (r < 1.0 - eps_low)),
+            "clip_frac_high": frac((adv > 0) & (r > 1.0 + eps_high)),
+            "clip_frac_dual": frac((adv < 0) & (r > clip_c)) if clip_c is not None else 0.0,
+            "ratio_mean": r_mean, "ratio_max": r_max, "ratio_min": r_min,
+            "approx_kl": float(kl[m].mean()) if n else 0.0,
+            "tokens": float(n),
+        }
+    return loss, metrics

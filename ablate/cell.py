@@ -1,0 +1,345 @@
+"""run_cell(cfg, out_dir): one cell of an ablation grid, from config to evaluated policy.
+
+    environment -> policy (+ learner, sampler) -> [rollout -> judge -> reward -> advantage
+    -> (dynamic sampling) -> update -> push weights] x max_steps, evaluating every
+    eval.every steps on a fixed held-out subset -> COMPLETE
+
+Every random choice is a function of (seed, step, round), so a cell killed at any point
+and restarted from its last checkpoint reproduces the uninterrupted run row for row.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ablate.config import validate
+from ablate.outputs import CellDir
+
+log = logging.getLogger("ablate.cell")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def derived_seed(*parts: int) -> int:
+    """A stable 31-bit seed from integers (e.g. seed, step, round)."""
+    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(1)[0]
+               & 0x7FFFFFFF)
+
+
+def sample_step_tasks(tasks: list, n: int, seed: int, step: int, round_: int) -> list:
+    rng = np.random.default_rng(derived_seed(seed, step, round_, 17))
+    idx = rng.choice(len(tasks), size=min(n, len(tasks)), replace=False)
+    return [tasks[i] for i in idx]
+
+
+def eval_subset(tasks: list, n: int) -> list:
+    """The first n test tasks: a fixed subset shared by every cell (keeps comparisons paired)."""
+    return list(tasks[:n])
+
+
+# ---------------------------------------------------------------------------------------
+# scoring: judge -> reward -> rows
+# ---------------------------------------------------------------------------------------
+def score(episodes, judge, reward_cfg) -> list[tuple[float, dict]]:
+    from ablate.rewards import compute_reward
+
+    pending = [e for e in episodes if e.final_answer is not None and e.answered]
+    verdicts = judge.judge_many([(e.task.question, e.task.answer, e.final_answer)
+                                 for e in pending]) if pending else []
+    for e in episodes:
+        e.correct = False
+    for e, v in zip(pending, verdicts):
+        e.correct = bool(v)
+    return [compute_reward(e, reward_cfg) for e in episodes]
+
+
+def eval_rows(step: int, episodes, rewards) -> list[dict]:
+    rows = []
+    for e, (total, comps) in zip(episodes, rewards):
+        row = {"step": step, "task_id": e.task.id, "sample": e.sample, "hops": e.task.hops,
+               "correct": bool(e.correct), "reward": float(total)}
+        row.update(e.behaviour())
+        row.update({f"reward/{k}": float(v) for k, v in comps.items()})
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# policies: the scripted baseline and a learning model
+# ---------------------------------------------------------------------------------------
+class ScriptedPolicy:
+    """The no-learning baseline row: the scripted agent acting through the real tools."""
+    learns = False
+
+    def __init__(self, env, cfg):
+        from ablate.env.scripted import ScriptedAgent
+        self.env, self.cfg = env, cfg
+        self.agent = ScriptedAgent()
+
+    def act(self, tasks, group_size, *, temperature, seed):
+        episodes = []
+        for gi, task in enumerate(tasks):
+            for s in range(group_size):
+                rng = random.Random(derived_seed(seed, gi, s))
+                episode, _ = self.agent.run(task, self.env.toolbox(task), rng)
+                episode.group, episode.sample = gi, s
+                episode.max_turns = self.cfg.env.max_turns
+                episodes.append(episode)
+        return episodes
+
+
+class ModelPolicy:
+    """A language model acting through the harness; trained by the learner."""
+    learns = True
+
+    def __init__(self, env, cfg, ckpt_dir: Path):
+        from ablate.learners import make_learner
+        from ablate.models.loading import load_policy
+        from ablate.samplers import make_sampler
+
+        self.env, self.cfg = env, cfg
+        model, self.tokenizer = load_policy(cfg.model)
+        ref_model = None
+        if cfg.algo.kl_coef > 0:  # only then is a frozen reference loaded at all
+            ref_model, _ = load_policy(cfg.model)
+            ref_model.eval().requires_grad_(False)
+        self.learner = make_learner(cfg.learner, model, lr=cfg.trainer.lr, seed=cfg.seed,
+                                    temperature=cfg.sampler.temperature, ckpt_dir=ckpt_dir,
+                                    ref_model=ref_model)
+        self.sampler = make_sampler(cfg.sampler, model, self.tokenizer)
+        self.push_weights()
+
+    def push_weights(self):
+        self.sampler.load_weights(self.learner.export_state_dict())
+
+    def act(self, tasks, group_size, *, temperature, seed):
+        from ablate.harness.rollout import rollout
+        c = self.cfg
+        return rollout(tasks, group_size=group_size, sampler=self.sampler,
+                       tokenizer=self.tokenizer, make_toolbox=self.env.toolbox,
+                       harness_cfg=c.harness, mode_cfg=c.mode, max_turns=c.env.max_turns,
+                       temperature=temperature, top_p=c.sampler.top_p, seed=seed)
+
+
+# ---------------------------------------------------------------------------------------
+# the loop
+# ---------------------------------------------------------------------------------------
+class Progress:
+    """Step / reward / accuracy / ETA on a terminal; one log line per step otherwise."""
+
+    def __init__(self, total: int, quiet: bool, name: str):
+        self.total, self.quiet, self.name = total, quiet, name
+        self.live = None
+        if not quiet and sys.stderr.isatty():
+            from rich.progress import (BarColumn, Progress as RichProgress, TextColumn,
+                                       TimeElapsedColumn, TimeRemainingColumn)
+            self.live = RichProgress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                     TextColumn("{task.completed}/{task.total}"),
+                                     TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                                     TextColumn("ETA"), TimeRemainingColumn(), transient=False)
+            self.task = self.live.add_task(name, total=total, info="")
+            self.live.start()
+
+    def update(self, step: int, info: str):
+        if self.live:
+            self.live.update(self.task, completed=step, info=info)
+        elif not self.quiet:
+            log.info("%s step %d/%d %s", self.name, step, self.total, info)
+
+    def close(self):
+        if self.live:
+            self.live.stop()
+
+
+def run_cell(cfg: DictConfig, out_dir: str | Path) -> dict:
+    validate(cfg)
+    cell = CellDir(out_dir)
+    if cell.complete:
+        log.info("cell %s is complete; skipping", cell.path)
+        import json
+        return json.loads((cell.path / "summary.json").read_text())
+    cell.write_config(cfg)
+    seed_everything(cfg.seed)
+
+    from ablate.env.bundle import build_env
+    from ablate.env.judge import make_judge
+    from ablate.tracking import Tracker
+
+    t0 = time.time()
+    env = build_env(cfg)
+    judge = make_judge(cfg.judge)
+    eval_tasks = eval_subset(env.test_tasks, cfg.eval.num_tasks)
+    scripted = cfg.model.name == "scripted"
+    policy = ScriptedPolicy(env, cfg) if scripted else ModelPolicy(env, cfg, cell.ckpt)
+    log.info("cell ready in %.1fs: %d train / %d eval tasks, policy=%s", time.time() - t0,
+             len(env.train_tasks), len(eval_tasks), cfg.model.name)
+
+    tracker = Tracker(cfg, cell.path)
+    start = 0
+    if policy.learns:
+        restored = policy.learner.load()
+        if restored is not None:
+            start, _client = restored
+            policy.push_weights()
+            log.info("resumed from checkpoint at step %d", start)
+    cell.truncate_after(start if start > 0 else -1)
+
+    def evaluate(step: int) -> dict:
+        te = time.time()
+        episodes = policy.act(eval_tasks, cfg.eval.samples,
+                              temperature=cfg.sampler.eval_temperature,
+                              seed=derived_seed(cfg.seed, step, 99991))
+        rewards = score(episodes, judge, cfg.reward)
+        rows = eval_rows(step, episodes, rewards)
+        cell.append("eval.jsonl", rows)
+        write_trajectories(cell, step, episodes, rewards, cfg.run.num_trajectories)
+        acc = float(np.mean([r["correct"] for r in rows]))
+        summary = {"step": step, "eval/accuracy": acc,
+                   "eval/reward": float(np.mean([r["reward"] for r in rows])),
+                   "eval/seconds": time.time() - te}
+        for h in sorted({r["hops"] for r in rows}):
+            summary[f"eval/accuracy_hops{h}"] = float(np.mean([r["correct"] for r in rows
+                                                               if r["hops"] == h]))
+        tracker.log(summary, step)
+        log.info("eval step %d: accuracy %.3f (%s)", step, acc, ", ".join(
+            f"{k.split('_')[-1]} {v:.3f}" for k, v in summary.items() if "hops" in k))
+        return summary
+
+    max_steps = cfg.trainer.max_steps if policy.learns else 0
+    last_eval = None
+    if start == 0 and (cfg.eval.at_start or max_steps == 0):
+        last_eval = evaluate(0)
+
+    progress = Progress(max_steps, cfg.run.quiet, tracker.name)
+    try:
+        for step in range(start + 1, max_steps + 1):
+            row = train_step(cfg, policy, env, judge, step)
+            cell.append("metrics.jsonl", row)
+            tracker.log(row, step)
+            progress.update(step, f"reward {row['reward/mean']:.3f} acc {row['accuracy']:.2f}")
+            every = cfg.eval.every
+            if (every and step % every == 0) or step == max_steps:
+                last_eval = evaluate(step)
+            ck = cfg.learner.checkpoint_every
+            if (ck and step % ck == 0) or step == max_steps:
+                policy.learner.save(step, {"step": step})
+    finally:
+        progress.close()
+
+    summary = {"final_step": max_steps,
+               "final_accuracy": last_eval["eval/accuracy"] if last_eval else None,
+               "final_eval": last_eval, "seconds": time.time() - t0}
+    cell.mark_complete(summary)
+    tracker.finish(summary)
+    return summary
+
+
+def train_step(cfg, policy, env, judge, step: int) -> dict:
+    """One optimizer step: rollouts (with dynamic-sampling refills), rewards, update."""
+    from ablate.algos import build_objective, dynamic_sampling_filter, overlong_penalty
+
+    a, t = cfg.algo, cfg.trainer
+    objective = build_objective(a)
+    ts = time.time()
+    kept, kept_rewards, all_rewards, generated = [], [], [], 0
+    comps_sum: dict[str, float] = {}
+    correct, answered, n_eps = 0, 0, 0
+    rounds = 1 + (a.dynamic_sampling.max_batches if a.dynamic_sampling.enable else 0)
+    for round_ in range(rounds):
+        need = t.tasks_per_step - len(kept)
+        if need <= 0:
+            break
+        tasks = sample_step_tasks(env.train_tasks, need if round_ else t.tasks_per_step,
+                                  cfg.seed, step, round_)
+        episodes = policy.act(tasks, t.group_size, temperature=cfg.sampler.temperature,
+                              seed=derived_seed(cfg.seed, step, round_))
+        scored = score(episodes, judge, cfg.reward)
+        rewards = torch.tensor([r for r, _ in scored], dtype=torch.float32)
+        if a.overlong.enable:  # DAPO eq. 13, added to the task reward
+            lengths = torch.tensor([e.response_tokens for e in episodes])
+            rewards = rewards + overlong_penalty(lengths, a.overlong.max_len,
+                                                 a.overlong.cache_len, a.overlong.factor)
+        for _, comps in scored:
+            for k, v in comps.items():
+                comps_sum[k] = comps_sum.get(k, 0.0) + float(v)
+        n_eps += len(episodes)
+        correct += sum(bool(e.correct) for e in episodes)
+        answered += sum(e.answered for e in episodes)
+        generated += sum(e.response_tokens for e in episodes)
+        all_rewards.append(rewards)
+        groups = torch.tensor([e.group for e in episodes])
+        if a.dynamic_sampling.enable:
+            keep_mask = dynamic_sampling_filter(rewards, groups)
+        else:
+            keep_mask = torch.ones(len(episodes), dtype=torch.bool)
+        for e, r, k in zip(episodes, rewards.tolist(), keep_mask.tolist()):
+            if k:
+                kept.append((e, e.group + 1000 * round_, r))
+        if not a.dynamic_sampling.enable:
+            break
+    rollout_s = time.time() - ts
+
+    rewards_all = torch.cat(all_rewards)
+    row = {"step": step, "reward/mean": float(rewards_all.mean()),
+           "reward/std": float(rewards_all.std()) if len(rewards_all) > 1 else 0.0,
+           "accuracy": correct / max(n_eps, 1), "answered": answered / max(n_eps, 1),
+           "episodes": n_eps, "generated_tokens": generated, "rollout_s": rollout_s}
+    row.update({f"reward/{k}": v / max(n_eps, 1) for k, v in comps_sum.items()})
+    n_groups_seen = sum(len(r) for r in all_rewards) // t.group_size
+    kept_groups = len({g for _, g, _ in kept})
+    row["kept_fraction"] = kept_groups / max(n_groups_seen, 1)
+
+    # keep at most tasks_per_step groups (dynamic sampling may overshoot within a round)
+    group_order = list(dict.fromkeys(g for _, g, _ in kept))[: t.tasks_per_step]
+    kept = [k for k in kept if k[1] in set(group_order)]
+    tu = time.time()
+    if kept:
+        eps = [e for e, _, _ in kept]
+        adv = objective.advantages(torch.tensor([r for _, _, r in kept]),
+                                   torch.tensor([g for _, g, _ in kept]))
+        segments, seg_adv = [], []
+        for e, adv_e in zip(eps, adv.tolist()):
+            for seg in e.segments:
+                segments.append(seg)
+                seg_adv.append(adv_e)
+        row.update({"adv/mean": float(adv.mean()), "adv/abs_mean": float(adv.abs().mean()),
+                    "adv/max": float(adv.max()), "adv/min": float(adv.min())})
+        stats = policy.learner.update(segments, torch.tensor(seg_adv), objective.loss_fn)
+        row.update({f"update/{k}" if not k.startswith(("update/", "loss")) else k: v
+                    for k, v in stats.items()})
+        policy.push_weights()
+    else:
+        row["update/skipped"] = 1.0  # every group had identical rewards: no signal
+    row["update_s"] = time.time() - tu
+    row["step_s"] = time.time() - ts
+    return row
+
+
+def write_trajectories(cell: CellDir, step: int, episodes, rewards, limit: int) -> None:
+    from ablate.harness.chat import render_episode_text
+
+    chosen = list(zip(episodes, rewards))[:limit]
+    rows = []
+    text = [f"==================== evaluation at step {step} ====================\n"]
+    for e, (total, comps) in chosen:
+        rec = e.to_json()
+        rec.update({"step": step, "reward": float(total), "components": comps})
+        rows.append(rec)
+        text.append(render_episode_text(e, comps) + "\n")
+    cell.append("trajectories.jsonl", rows)
+    cell.write_text("trajectories.txt", "\n".join(text), append=True)
+
+
+def config_to_dict(cfg: DictConfig) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True)
