@@ -90,11 +90,26 @@ def register() -> None:
     cs.store(name="ablate_schema", node=AblateConfig)
 
 
+def _unknown_keys(schema: DictConfig, cfg: DictConfig, prefix: str) -> list[str]:
+    out = []
+    for key in cfg.keys():
+        if key not in schema:
+            out.append(prefix + str(key))
+        elif isinstance(schema[key], DictConfig) and isinstance(cfg[key], DictConfig):
+            out += _unknown_keys(schema[key], cfg[key], f"{prefix}{key}.")
+    return out
+
+
 def validate(cfg: DictConfig | Any) -> None:
     """Checks that a schema cannot express. Raises ConfigError naming the key."""
     missing = sorted(OmegaConf.missing_keys(cfg)) if isinstance(cfg, DictConfig) else []
     if missing:
         raise ConfigError(f"missing mandatory value(s): {', '.join(missing)}")
+
+    if isinstance(cfg, DictConfig):  # `+group.key=v` can append keys the schema lacks
+        unknown = _unknown_keys(OmegaConf.structured(AblateConfig), cfg, "")
+        if unknown:
+            raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
 
     def get(key):
         return OmegaConf.select(cfg, key)

@@ -2,7 +2,7 @@
 
 All tensors are [B, T] (one row per training sequence, `mask` = 1 on tokens the policy
 generated); advantages may be [B] (one per sequence) or [B, T]. Everything is computed in
-float32 whatever the input dtype.
+at least float32 (bf16 inputs are upcast; float64 inputs stay float64).
 
 Micro-batching: pass the WHOLE batch's counts (see `batch_counts`) as `num_tokens` /
 `num_seqs`; each micro-batch then returns its share, and the shares sum exactly to the
@@ -28,13 +28,19 @@ def batch_counts(mask: torch.Tensor) -> tuple[int, int]:
     return int(m.sum()), int(m.any(dim=-1).sum())
 
 
-def _denominator(own: torch.Tensor, given: Optional[float], name: str) -> torch.Tensor:
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def _denominator(own: torch.Tensor, given: Optional[float], name: str) -> float:
+    """The micro-batch's own count (at least 1, so an empty one gives 0, not NaN), or the
+    whole batch's count when the caller passes it."""
     if given is None:
-        return own.clamp(min=1).to(torch.float32)
+        return float(max(int(own), 1))
     given = float(given)
     if given <= 0:
         raise ValueError(f"{name}={given} must be > 0")
-    return torch.tensor(given, dtype=torch.float32)
+    return given
 
 
 def token_mean(values, mask, *, max_len=None, num_tokens=None, num_seqs=None) -> torch.Tensor:
@@ -63,7 +69,7 @@ def seq_mean_token_sum_norm(values, mask, *, max_len=None, num_tokens=None,
                          "Dr.GRPO normaliser, the generation budget)")
     m = mask.bool()
     seqs = _denominator(m.any(dim=-1).sum(), num_seqs, "num_seqs")
-    return values.masked_fill(~m, 0.0).sum() / (seqs * float(max_len))
+    return values.masked_fill(~m, 0.0).sum() / (seqs * max_len)
 
 
 Aggregation = Callable[..., torch.Tensor]
@@ -84,20 +90,20 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean",
         raise ValueError(f"loss_agg={agg!r} is not one of {list(LOSS_AGGREGATIONS)}")
     if values.shape != mask.shape:
         raise ValueError(f"values {tuple(values.shape)} and mask {tuple(mask.shape)} differ")
-    return LOSS_AGGREGATIONS[agg](values.float(), mask, max_len=max_len,
+    return LOSS_AGGREGATIONS[agg](_upcast(values), mask, max_len=max_len,
                                   num_tokens=num_tokens, num_seqs=num_seqs)
 
 
 def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(π || π_ref) for tokens sampled from π:
     exp(ref - lp) - (ref - lp) - 1 >= 0 (Schulman, 2020, "Approximating KL Divergence")."""
-    d = ref_logprobs.float() - logprobs.float()
+    d = _upcast(ref_logprobs) - _upcast(logprobs)
     return torch.exp(d) - d - 1.0
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of the softmax over the last dim: logsumexp(z) - Σ softmax(z)·z."""
-    logits = logits.float()
+    logits = _upcast(logits)
     return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(-1)
 
 
@@ -139,14 +145,14 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
         raise ValueError(f"logprobs {tuple(logprobs.shape)}, old_logprobs "
                          f"{tuple(old_logprobs.shape)} and mask {tuple(mask.shape)} must match")
-    adv = advantages.float()
+    adv = _upcast(advantages)
     if adv.dim() == 1:
         adv = adv.unsqueeze(-1)
     adv = adv.expand_as(logprobs)
 
     # zero the log-ratio off the mask first: padding may hold -inf / NaN logprobs, and a NaN
     # there would reach the gradient through exp's backward even when masked out later
-    log_ratio = torch.where(mask.bool(), logprobs.float() - old_logprobs.float(), 0.0)
+    log_ratio = torch.where(mask.bool(), _upcast(logprobs) - _upcast(old_logprobs), 0.0)
     log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio

@@ -104,8 +104,7 @@ class Objective:
             raise ValueError("algo.kl_coef > 0 needs the reference model's logprobs")
         if ref_logprobs is not None:
             m = mask.bool()   # neutralise padding (-inf / NaN logprobs) before exp
-            kl_tok = kl_k3(torch.where(m, logprobs.float(), 0.0),
-                           torch.where(m, ref_logprobs.float(), 0.0))
+            kl_tok = kl_k3(torch.where(m, logprobs, 0.0), torch.where(m, ref_logprobs, 0.0))
             kl = aggregate(kl_tok, mask, self.loss_agg, **counts)
             metrics["kl"] = float(kl.detach())
             if self.kl_coef > 0:

@@ -237,6 +237,10 @@ class EmailDB:
     def inboxes(self) -> list[str]:
         return [a for (a,) in self._conn.execute("SELECT address FROM inboxes ORDER BY id")]
 
+    def has_inbox(self, inbox: str) -> bool:
+        """True when `inbox` sent or received at least one email."""
+        return isinstance(inbox, str) and self._inbox_id(inbox) is not None
+
     def _inbox_id(self, inbox: str) -> int | None:
         key = normalize_address(_clean_text(inbox))
         if key not in self._inbox_ids:
@@ -252,9 +256,12 @@ class EmailDB:
             return None
         key = normalize_date(sent_before)
         if key not in self._cutoffs:
+            # first entry of the (date, rowid) index at/after key: one index seek
+            # (min(id) would aggregate over every later row)
             row = self._conn.execute(
-                "SELECT min(id) FROM emails WHERE date >= ?", (key,)).fetchone()
-            self._cutoffs[key] = row[0]   # None: every email is earlier -> no bound
+                "SELECT id FROM emails WHERE date >= ? ORDER BY date, id LIMIT 1",
+                (key,)).fetchone()
+            self._cutoffs[key] = row[0] if row else None   # None: all earlier, no bound
         return self._cutoffs[key]
 
     def search(self, inbox: str, keywords: Iterable[str], sent_before=None,

@@ -1,0 +1,216 @@
+"""The learner interface and everything the torch and DeepSpeed learners share: one
+optimizer step over a batch of segments (micro-batched gradient accumulation with global
+loss normalisers), token logprobs, atomic checkpoints, full-weight export.
+
+A subclass supplies the engine-specific parts: forward, backward, step, gathered weights,
+and the optimizer/engine state in a checkpoint."""
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ablate.learners.batching import (SUM_METRICS, MicroBatch, collate, combine_metrics,
+                                      pack, token_stats)
+
+
+@dataclass
+class LossInputs:
+    """What a loss function receives for one micro-batch; [b, T] tensors aligned to ids."""
+    logprobs: torch.Tensor                 # current policy, with grad
+    old_logprobs: torch.Tensor             # the sampler's
+    advantages: torch.Tensor               # [b]
+    mask: torch.Tensor                     # float, 1 on policy-generated tokens
+    entropy: torch.Tensor                  # full-vocabulary entropy per token, with grad
+    ref_logprobs: Optional[torch.Tensor]   # frozen reference model's, or None
+    num_tokens: int                        # masked tokens in the WHOLE batch (all ranks)
+    num_seqs: int                          # segments with >= 1 masked token, whole batch
+
+
+LossFn = Callable[[LossInputs], "tuple[torch.Tensor, dict]"]
+
+
+class WarmupConstant:
+    """LR factor: linear warmup over `warmup` optimizer steps, then constant. A class (not
+    a lambda) so the scheduler's state_dict round-trips through checkpoints."""
+
+    def __init__(self, warmup: int):
+        self.warmup = int(warmup)
+
+    def __call__(self, step: int) -> float:
+        return 1.0 if self.warmup <= 0 else min(1.0, (step + 1) / self.warmup)
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices only (not norms or biases), the usual convention; trainable only."""
+    decay, rest = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            # ZeRO-3 partitions are flat: the original shape is in ds_shape
+            (decay if len(getattr(p, "ds_shape", p.shape)) >= 2 else rest).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}]
+    if rest:
+        groups.append({"params": rest, "weight_decay": 0.0})
+    return groups
+
+
+class Learner:
+    """See the module docstring; `model` is the trained module (a PeftModel under LoRA)."""
+
+    model: torch.nn.Module
+
+    def __init__(self, cfg: Any, *, lr: float, seed: int, temperature: float,
+                 ckpt_dir: str | os.PathLike):
+        if not temperature or temperature <= 0:
+            raise ValueError(f"temperature={temperature} must be > 0: logprobs are of "
+                             "softmax(logits / temperature), the sampler's distribution")
+        self.cfg, self.lr, self.seed = cfg, float(lr), int(seed)
+        self.temperature = float(temperature)
+        self.ckpt_dir = Path(ckpt_dir)
+        self.keep = int(getattr(cfg, "keep_checkpoints", 2))
+        self.rank, self.world_size = 0, 1
+
+    # --- engine-specific --------------------------------------------------------------
+    def _forward(self, ids: torch.Tensor) -> torch.Tensor: ...
+    def _ref_forward(self, ids: torch.Tensor) -> Optional[torch.Tensor]: ...
+    def _backward(self, loss: torch.Tensor, last: bool) -> None: ...
+    def _step(self) -> tuple[float, float]: ...          # (grad_norm, lr used)
+    def _save_state(self, path: Path, extra: dict) -> None: ...
+    def _load_state(self, path: Path) -> dict: ...
+    def _gathered_state_dict(self) -> dict[str, torch.Tensor]: ...
+    def _all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        return t
+    def _barrier(self) -> None: ...
+
+    # --- public ------------------------------------------------------------------------
+    def update(self, batch: Sequence, advantages, loss_fn: LossFn) -> dict:
+        """One optimizer step over the whole batch (see module docstring)."""
+        t0 = time.perf_counter()
+        adv = torch.as_tensor(advantages, dtype=torch.float32).flatten()
+        if len(adv) != len(batch):
+            raise ValueError(f"{len(adv)} advantages for {len(batch)} segments")
+        groups = pack(batch, int(self.cfg.micro_batch_tokens))
+        mbs = [collate(batch, g) for g in groups]
+        # global normalisers (all ranks), and every rank runs the same number of
+        # micro-batches: ZeRO-3 gathers parameters collectively inside each forward
+        local = torch.tensor([sum(float(m.mask.sum()) for m in mbs),
+                              sum(float((m.mask.sum(1) > 0).sum()) for m in mbs)],
+                             dtype=torch.float64)
+        num_tokens, num_seqs = (int(x) for x in self._all_reduce(local).tolist())
+        n_mb = int(self._all_reduce(torch.tensor([len(mbs)], dtype=torch.float64),
+                                    "max").item())
+        sum_keys = SUM_METRICS | set(getattr(loss_fn, "sum_metrics", ()))
+        parts, total_loss, tokens = [], 0.0, sum(len(s.ids) for s in batch)
+        for k in range(n_mb):
+            last = k == n_mb - 1
+            if k >= len(mbs):   # this rank ran out: a zero-loss pass keeps collectives in step
+                logits = self._forward(torch.full((1, 2), 0, dtype=torch.long))
+                self._backward(logits.float().sum() * 0.0, last)
+                continue
+            mb = mbs[k]
+            logits = self._forward(mb.ids)
+            lp, ent = token_stats(logits, mb.ids, self.temperature, mb.allowed)
+            del logits
+            ref = self._ref_logprobs(mb)
+            inputs = LossInputs(lp, mb.old_logprobs, adv[mb.index], mb.mask, ent, ref,
+                                num_tokens=num_tokens, num_seqs=num_seqs)
+            loss, metrics = loss_fn(inputs)
+            self._backward(loss, last)
+            total_loss += float(loss.detach())
+            parts.append((metrics, float(mb.mask.sum())))
+        grad_norm, lr = self._step()
+        dt = time.perf_counter() - t0
+        out = combine_metrics(parts, sum_keys) if parts else {}
+        out.update(loss=total_loss, grad_norm=float(grad_norm), lr=float(lr), tokens=tokens,
+                   train_tokens=num_tokens, micro_batches=len(mbs), seconds=dt,
+                   tokens_per_s=tokens / dt if dt > 0 else 0.0)
+        return out
+
+    @torch.no_grad()
+    def logprobs(self, batch: Sequence) -> list[torch.Tensor]:
+        """Per segment, aligned to ids (position 0 = 0.0); no grad."""
+        out: list[Optional[torch.Tensor]] = [None] * len(batch)
+        for g in pack(batch, int(self.cfg.micro_batch_tokens)):
+            mb = collate(batch, g)
+            lp, _ = token_stats(self._forward(mb.ids), mb.ids, self.temperature, mb.allowed,
+                                entropy=False)
+            for r, i in enumerate(mb.index):
+                out[i] = lp[r, : mb.lengths[r]].clone()
+        return out  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def _ref_logprobs(self, mb: MicroBatch) -> Optional[torch.Tensor]:
+        logits = self._ref_forward(mb.ids)
+        if logits is None:
+            return None
+        return token_stats(logits, mb.ids, self.temperature, mb.allowed, entropy=False)[0]
+
+    def export_state_dict(self) -> dict[str, torch.Tensor]:
+        """Full weights on cpu under standard HF keys (LoRA merged), for the sampler."""
+        from ablate.learners.lora import merged_state_dict
+        sd = self._gathered_state_dict()
+        return merged_state_dict(self.model, sd) if _is_peft(self.model) else sd
+
+    # --- checkpoints ---------------------------------------------------------------------
+    def save(self, step: int, client_state: dict) -> None:
+        """Atomic: written under .tmp-step_N, marked complete, then renamed to step_N;
+        only the newest `keep_checkpoints` are kept. RNG states travel along so that a
+        resumed run continues bit-exactly."""
+        final, tmp = self._step_dir(step), self.ckpt_dir / f".tmp-step_{step:08d}"
+        if self.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        self._barrier()
+        self._save_state(tmp, {"step": int(step), "client_state": client_state,
+                               "rng": _rng_state()})
+        self._barrier()
+        if self.rank == 0:
+            (tmp / "COMPLETE").write_text(str(step))
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            for old in self._complete_dirs()[: -max(self.keep, 1)]:
+                shutil.rmtree(old, ignore_errors=True)
+        self._barrier()
+
+    def load(self) -> Optional[tuple[int, dict]]:
+        """Restore the newest complete checkpoint: (step, client_state), or None."""
+        dirs = self._complete_dirs()
+        if not dirs:
+            return None
+        extra = self._load_state(dirs[-1])
+        _set_rng_state(extra["rng"])
+        return int(extra["step"]), extra["client_state"]
+
+    def _step_dir(self, step: int) -> Path:
+        return self.ckpt_dir / f"step_{step:08d}"
+
+    def _complete_dirs(self) -> list[Path]:
+        if not self.ckpt_dir.is_dir():
+            return []
+        found = [(int(m.group(1)), p) for p in self.ckpt_dir.iterdir()
+                 if (m := re.fullmatch(r"step_(\d+)", p.name)) and (p / "COMPLETE").exists()]
+        return [p for _, p in sorted(found)]
+
+
+def _is_peft(model) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "merge_and_unload")
+
+
+def _rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+            "python": random.getstate()}
+
+
+def _set_rng_state(s: dict) -> None:
+    torch.set_rng_state(s["torch"])
+    np.random.set_state(s["numpy"])
+    random.setstate(s["python"])

@@ -1,0 +1,124 @@
+"""Pure tensor helpers of the learner: packing segments into micro-batches, token logprobs
+and entropy from logits, and combining per-micro-batch metrics.
+
+Alignment convention (the sampler's, see ablate.harness.episode.Segment): position t of a
+row holds the logprob of ids[t], computed from the logits at t-1; position 0 has no
+predecessor and is 0.0 (its mask is always 0)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+PAD_ID = 0   # right padding: causal attention never lets a real token see it, so no mask
+
+
+@dataclass
+class MicroBatch:
+    index: list[int]                 # positions of its segments in the caller's batch
+    ids: torch.Tensor                # [b, T] long
+    mask: torch.Tensor               # [b, T] float, 0 on padding
+    old_logprobs: torch.Tensor       # [b, T] float32
+    lengths: list[int]
+    allowed: list[Optional[dict]]    # per row: {t: [allowed ids at t]} or None
+
+
+def pack(segments: Sequence, max_tokens: int) -> list[list[int]]:
+    """Group segment indices so that rows × longest row <= max_tokens (right-padded cost).
+    Longest first, so each micro-batch's padding is small; a segment longer than the
+    budget gets a micro-batch of its own. Order does not change the summed loss."""
+    order = sorted(range(len(segments)), key=lambda i: -len(segments[i].ids))
+    groups: list[list[int]] = []
+    for i in order:
+        if groups:
+            g = groups[-1]
+            longest = len(segments[g[0]].ids)
+            if (len(g) + 1) * longest <= max_tokens:
+                g.append(i)
+                continue
+        groups.append([i])
+    return groups
+
+
+def collate(segments: Sequence, index: list[int]) -> MicroBatch:
+    segs = [segments[i] for i in index]
+    lengths = [len(s.ids) for s in segs]
+    T = max(lengths)
+    ids = torch.full((len(segs), T), PAD_ID, dtype=torch.long)
+    mask = torch.zeros((len(segs), T), dtype=torch.float32)
+    old = torch.zeros((len(segs), T), dtype=torch.float32)
+    for r, s in enumerate(segs):
+        n = len(s.ids)
+        ids[r, :n] = torch.as_tensor(s.ids, dtype=torch.long)
+        mask[r, :n] = torch.as_tensor(s.mask, dtype=torch.float32)
+        old[r, :n] = torch.as_tensor(s.logprobs, dtype=torch.float32)
+    mask[:, 0] = 0.0   # nothing predicts the first token
+    return MicroBatch(index, ids, mask, old, lengths,
+                      [getattr(s, "allowed", None) for s in segs])
+
+
+def _apply_allowed(logits: torch.Tensor, allowed: list[Optional[dict]]) -> torch.Tensor:
+    """-inf outside the allowed ids at constrained positions (the sampler's logits mask).
+    `logits` is the shifted [b, T-1, V]: row t-1 is the distribution of ids[t]."""
+    rows, cols, keep = [], [], []
+    V = logits.shape[-1]
+    for b, spec in enumerate(allowed):
+        for t, toks in (spec or {}).items():
+            t = int(t)
+            if 1 <= t <= logits.shape[1]:
+                m = torch.zeros(V, dtype=torch.bool)
+                m[torch.as_tensor(list(toks), dtype=torch.long)] = True
+                rows.append(b), cols.append(t - 1), keep.append(m)
+    if not rows:
+        return logits
+    r, c = torch.tensor(rows), torch.tensor(cols)
+    masked = logits[r, c].masked_fill(~torch.stack(keep).to(logits.device), float("-inf"))
+    return logits.index_put((r, c), masked)
+
+
+def token_stats(logits: torch.Tensor, ids: torch.Tensor, temperature: float,
+                allowed: Optional[list] = None, entropy: bool = True
+                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Logprob of ids[t] under softmax(logits[t-1] / temperature) and the full-vocabulary
+    entropy of that distribution, both [b, T] float32 with position 0 = 0."""
+    lg = logits[:, :-1].float() / temperature
+    if allowed is not None and any(a for a in allowed):
+        lg = _apply_allowed(lg, allowed)
+    logp = F.log_softmax(lg, dim=-1)
+    lp = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    zero = lp.new_zeros(lp.shape[0], 1)
+    lp = torch.cat([zero, lp], dim=1)
+    if not entropy:
+        return lp, None
+    # p·log p with masked (-inf) entries as 0; the masked_fill keeps their gradient finite
+    safe = logp.masked_fill(~torch.isfinite(logp), 0.0)
+    ent = -(logp.exp() * safe).sum(-1)
+    return lp, torch.cat([zero, ent], dim=1)
+
+
+# Metrics that are shares of a global-count aggregation (they sum across micro-batches to
+# the full-batch value, see ablate.algos.losses); everything else is a per-micro-batch
+# mean, combined token-weighted. A loss_fn can extend this with `loss_fn.sum_metrics`.
+SUM_METRICS = frozenset({"loss", "pg_loss", "entropy", "kl", "tokens"})
+
+
+def combine_metrics(parts: list[tuple[dict, float]], sum_keys=SUM_METRICS) -> dict:
+    """parts: (metrics of one micro-batch, its masked token count)."""
+    total = sum(w for _, w in parts)
+    out: dict[str, float] = {}
+    keys = dict.fromkeys(k for m, _ in parts for k in m)
+    for k in keys:
+        vals = [(float(m[k]), w) for m, w in parts if k in m]
+        if k in sum_keys:
+            out[k] = sum(v for v, _ in vals)
+        elif k.endswith("_max"):
+            out[k] = max(v for v, _ in vals)
+        elif k.endswith("_min"):
+            out[k] = min(v for v, _ in vals)
+        elif total > 0:
+            out[k] = sum(v * w for v, w in vals) / total
+        else:
+            out[k] = sum(v for v, _ in vals) / len(vals)
+    return out

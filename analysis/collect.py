@@ -1,0 +1,299 @@
+"""Find the runs under RUN_DIRs, read their configs and JSONL files, infer the factors
+that differ between runs (seed excluded) and group the seeds of each cell."""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+# Keys that never define a cell: bookkeeping, paths, the experiment preset's name.
+EXCLUDED_PREFIXES = ("hydra", "run", "experiment", "paths", "seed")
+EXCLUDED_SUFFIXES = ("path", "_path", "_dir", "dir", "output_dir", "cache_dir")
+
+
+class AnalysisError(RuntimeError):
+    """Input that cannot be analysed; the message names the file."""
+
+
+@dataclass
+class Run:
+    """One seed of one cell: a run directory."""
+    path: Path
+    config: dict                 # flattened config
+    seed: object
+    complete: bool
+    config_file: Path
+    _eval: list | None = None
+    _metrics: list | None = None
+
+    @property
+    def eval_file(self) -> Path:
+        return self.path / "eval.jsonl"
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    def eval_rows(self) -> list[dict]:
+        if self._eval is None:
+            self._eval = read_jsonl(self.eval_file, required=("step", "task_id"))
+        return self._eval
+
+    def metrics_rows(self) -> list[dict]:
+        if self._metrics is None:
+            self._metrics = (read_jsonl(self.metrics_file, required=("step",))
+                             if self.metrics_file.exists() else [])
+        return self._metrics
+
+
+@dataclass
+class Cell:
+    factors: dict
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return cell_label(self.factors)
+
+    @property
+    def seeds(self) -> tuple:
+        return tuple(r.seed for r in self.runs)
+
+
+@dataclass
+class Sweep:
+    cells: list[Cell]                   # analysed cells, sorted by factor values
+    factors: list[str]                  # factor keys, in display order
+    incomplete: list[dict]              # runs without COMPLETE (skipped unless included)
+    failed: list[dict]                  # runs without a usable eval.jsonl
+    missing: list[dict]                 # factor combinations of a full grid with no run
+    duplicates: list[dict]              # same cell and seed found twice (first kept)
+    levels: dict                        # factor -> sorted distinct values
+
+
+def read_jsonl(path: Path, required: tuple = ()) -> list[dict]:
+    rows = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise AnalysisError(f"{path}: line {n} is not valid JSON ({e.msg})") from None
+                if not isinstance(row, dict):
+                    raise AnalysisError(f"{path}: line {n} is not a JSON object")
+                for key in required:
+                    if key not in row:
+                        raise AnalysisError(f"{path}: line {n} has no '{key}' field")
+                rows.append(row)
+    except UnicodeDecodeError as e:
+        raise AnalysisError(f"{path}: not UTF-8 text ({e.reason})") from None
+    except OSError as e:
+        raise AnalysisError(f"{path}: cannot be read ({e.strerror})") from None
+    return rows
+
+
+def read_config(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            cfg = yaml.safe_load(fh)
+    except yaml.YAMLError as e:
+        raise AnalysisError(f"{path}: not valid YAML ({e})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise AnalysisError(f"{path}: cannot be read ({e})") from None
+    if not isinstance(cfg, dict):
+        raise AnalysisError(f"{path}: expected a mapping at the top level")
+    return cfg
+
+
+def flatten(cfg: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in cfg.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "."))
+        elif isinstance(v, (list, tuple)):
+            out[key] = json.dumps(v, sort_keys=True)
+        elif isinstance(v, dict):
+            out[key] = "{}"
+        else:
+            out[key] = v
+    return out
+
+
+def _excluded(key: str) -> bool:
+    first = key.split(".")[0]
+    last = key.split(".")[-1]
+    return first in EXCLUDED_PREFIXES or last in EXCLUDED_SUFFIXES or last.endswith("_path")
+
+
+def find_run_dirs(root: Path) -> list[tuple[Path, Path]]:
+    """(run dir, config file) for every run at any depth below root. A run has
+    config.yaml + eval.jsonl, or Hydra's .hydra/config.yaml (prefer the resolved
+    config.yaml when both exist). Run directories are not searched further."""
+    root = Path(root)
+    if not root.exists():
+        raise AnalysisError(f"{root}: no such directory")
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        hydra_cfg = d / ".hydra" / "config.yaml"
+        if "config.yaml" in filenames and ("eval.jsonl" in filenames or hydra_cfg.exists()):
+            found.append((d, d / "config.yaml"))
+            dirnames[:] = []
+        elif hydra_cfg.exists():
+            found.append((d, hydra_cfg))
+            dirnames[:] = []
+        else:
+            dirnames[:] = sorted(n for n in dirnames if n != ".hydra")
+    return found
+
+
+def _sort_key(v):
+    if v is None:
+        return (0, 0, "")
+    if isinstance(v, bool):
+        return (1, int(v), "")
+    if isinstance(v, (int, float)):
+        return (2, float(v), "")
+    return (3, 0, str(v))
+
+
+def infer_factors(configs: list[dict]) -> list[str]:
+    """Keys whose values differ between runs, seed and bookkeeping excluded. When a
+    group's `name` differs, the name is the factor, and the group's other differing keys
+    are kept only if they vary among runs with the same name."""
+    keys = sorted(set().union(*configs)) if configs else []
+    differing = [k for k in keys if not _excluded(k)
+                 and len({json.dumps(c.get(k), sort_keys=True, default=str)
+                          for c in configs}) > 1]
+    named_groups = {k.split(".")[0] for k in differing
+                    if k.count(".") == 1 and k.endswith(".name")}
+    factors = []
+    for k in differing:
+        group = k.split(".")[0]
+        if group in named_groups and k != f"{group}.name":
+            by_name: dict = {}
+            for c in configs:
+                by_name.setdefault(c.get(f"{group}.name"), set()).add(
+                    json.dumps(c.get(k), sort_keys=True, default=str))
+            if not any(len(v) > 1 for v in by_name.values()):
+                continue
+        factors.append(k)
+    # group names first, then the rest, each alphabetical
+    return sorted(factors, key=lambda k: (not k.endswith(".name"), k))
+
+
+def cell_label(factors: dict) -> str:
+    if not factors:
+        return "all"
+    return ", ".join(f"{k.removesuffix('.name')}={_fmt(v)}" for k, v in factors.items())
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
+    found = []
+    for root in run_dirs:
+        found.extend(find_run_dirs(Path(root)))
+    if not found:
+        raise AnalysisError("no runs found under " + ", ".join(map(str, run_dirs))
+                            + " (looked for .hydra/config.yaml or config.yaml + eval.jsonl)")
+    seen, runs = set(), []
+    for d, cfg_file in found:
+        if d.resolve() in seen:
+            continue
+        seen.add(d.resolve())
+        cfg = flatten(read_config(cfg_file))
+        runs.append(Run(path=d, config=cfg, seed=cfg.get("seed"),
+                        complete=(d / "COMPLETE").exists(), config_file=cfg_file))
+    factors = infer_factors([r.config for r in runs])
+
+    incomplete, failed, duplicates = [], [], []
+    cells: dict[tuple, Cell] = {}
+    for r in sorted(runs, key=lambda r: str(r.path)):
+        fac = {k: r.config.get(k) for k in factors}
+        info = {"path": str(r.path), "factors": fac, "seed": r.seed}
+        if not r.complete:
+            incomplete.append(info)
+            if not include_incomplete:
+                continue
+        if not r.eval_file.exists():
+            failed.append({**info, "reason": "no eval.jsonl"})
+            continue
+        if not r.eval_rows():
+            failed.append({**info, "reason": "eval.jsonl is empty"})
+            continue
+        key = tuple(json.dumps(fac[k], sort_keys=True, default=str) for k in factors)
+        cell = cells.setdefault(key, Cell(factors=fac))
+        if any(x.seed == r.seed for x in cell.runs):
+            duplicates.append(info)
+            continue
+        cell.runs.append(r)
+    ordered = sorted(cells.values(), key=lambda c: [_sort_key(c.factors[k]) for k in factors])
+    for c in ordered:
+        c.runs.sort(key=lambda r: _sort_key(r.seed))
+
+    levels = {k: sorted({json.dumps(r.config.get(k), default=str) for r in runs})
+              for k in factors}
+    levels = {k: sorted((json.loads(v) for v in vs), key=_sort_key) for k, vs in levels.items()}
+    present = {tuple(json.dumps(c.factors[k], default=str) for k in factors) for c in ordered}
+    observed = {tuple(json.dumps(r.config.get(k), default=str) for k in factors) for r in runs}
+    missing = []
+    if factors and math.prod(len(v) for v in levels.values()) <= 10_000:
+        for combo in itertools.product(*(levels[k] for k in factors)):
+            key = tuple(json.dumps(v, default=str) for v in combo)
+            if key not in present:
+                missing.append({"factors": dict(zip(factors, combo)),
+                                "reason": "incomplete/failed" if key in observed
+                                else "no run in the grid"})
+    return Sweep(cells=ordered, factors=factors, incomplete=incomplete, failed=failed,
+                 missing=missing, duplicates=duplicates, levels=levels)
+
+
+def parse_assignments(text: str) -> dict:
+    """'reward=shaped,algo=dapo' -> {'reward': 'shaped', 'algo': 'dapo'} (YAML-typed)."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "=" not in part:
+            raise AnalysisError(f"--baseline: '{part}' is not KEY=VALUE")
+        k, v = part.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v.strip())
+    return out
+
+
+def match_cell(cells: list[Cell], spec: dict) -> int:
+    """Index of the one cell whose factors match spec (a key may omit '.name')."""
+    def value_of(c, k):
+        if k in c.factors:
+            return True, c.factors[k]
+        if f"{k}.name" in c.factors:
+            return True, c.factors[f"{k}.name"]
+        return False, None
+
+    hits = []
+    for i, c in enumerate(cells):
+        ok = True
+        for k, v in spec.items():
+            has, val = value_of(c, k)
+            if not has or str(val) != str(v):
+                ok = False
+                break
+        if ok:
+            hits.append(i)
+    if len(hits) != 1:
+        labels = "; ".join(c.label for c in cells)
+        what = "no cell" if not hits else f"{len(hits)} cells"
+        raise AnalysisError(f"--baseline {spec}: matches {what}; cells are: {labels}")
+    return hits[0]

@@ -1,0 +1,132 @@
+"""Config composition (in-process Hydra compose) and the CLI's up-front validation."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ablate.cli import compose_config, expand_jobs, main, normalise_overrides
+from ablate.config import ConfigError, validate
+
+
+def test_default_config_is_the_embedded_cell():
+    cfg = compose_config([])
+    validate(cfg)
+    assert cfg.model.name == "tiny" and cfg.env.name == "synthetic"
+    assert cfg.sampler.name == "hf" and cfg.learner.name == "deepspeed"
+    assert cfg.reward.name == "shaped" and cfg.algo.name == "grpo"
+    assert cfg.mode.name == "instruct" and cfg.mode.enable_thinking is False
+    assert cfg.judge.name == "exact"
+
+
+def test_design_card_syntax_and_plain_group_syntax_agree():
+    card = compose_config(normalise_overrides(["+reward=naive", "+algo=dapo"]))
+    plain = compose_config(normalise_overrides(["reward=naive", "algo=dapo"]))
+    assert card == plain
+    assert card.reward.name == "naive"
+    assert (card.algo.eps_low, card.algo.eps_high) == (0.2, 0.28)
+    assert card.algo.loss_agg == "token-mean"
+    assert card.algo.overlong.enable and card.algo.dynamic_sampling.enable
+
+
+@pytest.mark.parametrize("name,expect", [
+    ("grpo", dict(eps_high=0.2, loss_agg="seq-mean-token-mean", norm_std=True)),
+    ("dapo", dict(eps_high=0.28, loss_agg="token-mean", norm_std=True)),
+    ("dr_grpo", dict(eps_high=0.2, loss_agg="seq-mean-token-sum-norm", norm_std=False)),
+    ("grpo_tcr", dict(eps_high=0.315, loss_agg="token-mean", norm_std=True)),
+])
+def test_algo_presets(name, expect):
+    cfg = compose_config([f"+algo={name}"])
+    validate(cfg)
+    for key, value in expect.items():
+        assert cfg.algo[key] == value, key
+
+
+def test_knobs_override_presets():
+    cfg = compose_config(["+algo=dapo", "algo.eps_high=0.315", "algo.overlong.enable=false"])
+    assert cfg.algo.eps_high == 0.315 and cfg.algo.overlong.enable is False
+
+
+def test_plus_on_default_group_is_accepted():
+    assert normalise_overrides(["+model=tiny", "+mode=thinking"]) == ["model=tiny",
+                                                                     "mode=thinking"]
+    cfg = compose_config(normalise_overrides(["+mode=thinking"]))
+    assert cfg.mode.enable_thinking is True
+
+
+def test_grid_expansion_counts_every_cell():
+    jobs = expand_jobs(normalise_overrides(["+reward=naive,shaped,outcome", "+algo=grpo,dapo",
+                                            "seed=0,1,2"]), multirun=True)
+    assert len(jobs) == 18
+    assert len({tuple(j) for j in jobs}) == 18
+
+
+# (overrides, text that the error must contain)
+INVALID = [
+    (["+reward=bogus"], "reward/bogus"),
+    (["+algo=ppo"], "algo/ppo"),
+    (["model=gpt9"], "model/gpt9"),
+    (["sampler=sglang"], "sampler/sglang"),
+    (["learner=fsdp"], "learner/fsdp"),
+    (["mode=fast"], "mode/fast"),
+    (["trainer.lr=abc"], "trainer.lr"),
+    (["trainer.group_size=two"], "trainer.group_size"),
+    (["trainer.nope=1"], "trainer.nope"),
+    (["+trainer.nope=1"], "nope"),
+    (["algo.eps_high=0.1"], "algo.eps_high"),
+    (["+algo=dapo", "algo.overlong.cache_len=5000"], "algo.overlong.cache_len"),
+    (["algo.overlong.max_len=-3"], "algo.overlong.max_len"),
+    (["algo.loss_agg=seq-sum"], "algo.loss_agg"),
+    (["algo.clip_c=0.5"], "algo.clip_c"),
+    (["trainer.max_staleness=4"], "trainer.max_staleness"),
+    (["env=enronhop"], "env.emails_path"),
+    (["env=enronhop", "env.emails_path=/nonexistent/e.jsonl", "env.train_tasks_path=/x",
+      "env.test_tasks_path=/y"], "env.emails_path"),
+    (["judge=llm"], "judge.base_url"),
+    (["trainer.group_size=0"], "trainer.group_size"),
+    (["env.max_results=50"], "env.max_results"),
+    (["harness.on_malformed=explode"], "harness.on_malformed"),
+    (["-m", "+reward=naive,nonsense"], "reward/nonsense"),
+    (["-m", "algo.eps_high=0.3,0.1"], "algo.eps_high"),
+]
+
+
+@pytest.mark.parametrize("overrides,needle", INVALID, ids=[" ".join(o) for o, _ in INVALID])
+def test_invalid_overrides_fail_before_work(overrides, needle, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(overrides)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err, err
+    assert "Traceback" not in err
+
+
+def test_validate_rejects_in_code_too():
+    cfg = compose_config([])
+    cfg.algo.eps_high = 0.05
+    with pytest.raises(ConfigError, match="algo.eps_high"):
+        validate(cfg)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["+reward=bogus"], "reward/bogus"),
+    (["algo.eps_high=0.1"], "algo.eps_high"),
+])
+def test_real_cli_reports_errors_without_traceback(args, needle, tmp_path):
+    env = dict(os.environ, WANDB_MODE="disabled")
+    proc = subprocess.run([sys.executable, "-m", "ablate", *args], capture_output=True,
+                          text=True, cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode != 0
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "outputs").exists()  # failed before any work
+
+
+def test_cfg_job_prints_config(tmp_path):
+    env = dict(os.environ, WANDB_MODE="disabled")
+    proc = subprocess.run([sys.executable, "-m", "ablate", "+algo=dapo", "--cfg", "job"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "eps_high: 0.28" in proc.stdout
