@@ -162,7 +162,9 @@ class Progress:
             self.live.stop()
 
 
-def run_cell(cfg: DictConfig, out_dir: str | Path) -> dict:
+def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
+    """Run (or resume, or skip if complete) one cell. `on_eval(step, summary)` is called
+    after each evaluation (Optuna's pruner listens there and may raise TrialPruned)."""
     validate(cfg)
     cell = CellDir(out_dir)
     if cell.complete:
@@ -214,6 +216,8 @@ def run_cell(cfg: DictConfig, out_dir: str | Path) -> dict:
         tracker.log(summary, step)
         log.info("eval step %d: accuracy %.3f (%s)", step, acc, ", ".join(
             f"{k.split('_')[-1]} {v:.3f}" for k, v in summary.items() if "hops" in k))
+        if on_eval is not None:
+            on_eval(step, summary)
         return summary
 
     max_steps = cfg.trainer.max_steps if policy.learns else 0
