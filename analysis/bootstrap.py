@@ -35,12 +35,6 @@ class CellData:
         return self.y.shape[1]
 
 
-def point_estimates(cells: list[CellData]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Cell mean (mean over seeds of each seed's mean over its questions) and seed means."""
-    seed_means = [np.nanmean(c.y, axis=0) for c in cells]
-    return np.array([m.mean() for m in seed_means]), seed_means
-
-
 def question_weights(rng: np.random.Generator, b: int, q: int) -> np.ndarray:
     """Multinomial(Q; 1/Q,...) counts for b replicates, as float32 (b, q)."""
     idx = rng.integers(0, q, size=(b, q))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from scipy import stats as sps
@@ -20,13 +21,18 @@ def satterthwaite(components: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def _seed_means(y: np.ndarray) -> np.ndarray:
-    return np.nanmean(y, axis=0)
+    return nanmean(y, axis=0)
+
+
+def nanmean(y: np.ndarray, axis: int) -> np.ndarray:
+    """np.nanmean without the all-NaN warning (all-NaN slices give NaN)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(y, axis=axis)
 
 
 def _question_means(y: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore"):
-        qm = np.nanmean(y, axis=1) if y.shape[1] else np.full(y.shape[0], np.nan)
-    return qm
+    return nanmean(y, axis=1)
 
 
 def cell_components(y: np.ndarray) -> list[tuple[float, float]]:
@@ -86,11 +92,18 @@ def t_quantile(p: float, df: float) -> float:
     return float(sps.norm.ppf(p)) if not np.isfinite(df) else float(sps.t.ppf(p, df))
 
 
-def expanded_tail(alpha: float, df: float) -> float:
-    """Percentile level for the 'expanded percentile' interval (Hesterberg 2015, The
-    American Statistician 69:371): use the bootstrap quantiles at Phi(-t_{df,1-alpha/2}),
-    which corrects the percentile interval's narrowness with few seeds."""
-    return float(sps.norm.cdf(-t_quantile(1 - alpha / 2, df)))
+def t_scale(alpha: float, df: float) -> float:
+    """Small-sample widening t_{df,1-alpha/2} / z_{1-alpha/2} of a percentile interval:
+    the expansion idea of Hesterberg (2015, The American Statistician 69:371), applied as
+    a scale about the estimate so that it uses well-estimated 2.5/97.5% quantiles."""
+    return t_quantile(1 - alpha / 2, df) / t_quantile(1 - alpha / 2, math.inf)
+
+
+def scaled_percentile(est: float, lo: float, hi: float, alpha: float, df: float) -> list[float]:
+    """[est + k (lo - est), est + k (hi - est)] with k = t_scale(alpha, df); negating est,
+    lo and hi (swapping A and B) negates and swaps the interval exactly."""
+    k = t_scale(alpha, df)
+    return [est + k * (lo - est), est + k * (hi - est)]
 
 
 def t_interval(est: float, var: float, df: float, alpha: float = 0.05) -> list[float]:

@@ -1,4 +1,4 @@
-"""DAPO dynamic sampling (Yu et al., 2025, arXiv:2503.14476 §3.3, eq. 11 constraint
+"""DAPO dynamic sampling (Yu et al., 2025, arXiv:2503.14476 §3.3, the constraint
 0 < |{correct}| < G): groups whose rewards are all equal give zero advantage, hence no
 gradient, so they are dropped and the batch is refilled by generating more groups.
 

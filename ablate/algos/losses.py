@@ -44,7 +44,7 @@ def _denominator(own: torch.Tensor, given: Optional[float], name: str) -> float:
 
 
 def token_mean(values, mask, *, max_len=None, num_tokens=None, num_seqs=None) -> torch.Tensor:
-    """Sum of masked values / number of masked tokens (DAPO, Yu et al., 2025, eq. 12)."""
+    """Sum of masked values / number of masked tokens (DAPO, Yu et al., 2025, §3.2)."""
     m = mask.bool()
     return values.masked_fill(~m, 0.0).sum() / _denominator(m.sum(), num_tokens, "num_tokens")
 
@@ -113,13 +113,6 @@ def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, coef: float,
     return coef * aggregate(entropy, mask, agg, **counts)
 
 
-def _masked_stats(x: torch.Tensor, m: torch.Tensor) -> tuple[float, float, float]:
-    vals = x[m]
-    if vals.numel() == 0:
-        return 1.0, 1.0, 1.0      # neutral values; the `tokens` metric says there were none
-    return float(vals.mean()), float(vals.max()), float(vals.min())
-
-
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                 mask: torch.Tensor, *, eps_low: float, eps_high: float,
                 clip_c: Optional[float] = None, agg: str = "token-mean",
@@ -129,14 +122,16 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
 
     Per token, r = exp(lp - old_lp):
       L = max(-A·r, -A·clip(r, 1-eps_low, 1+eps_high))     PPO (Schulman et al., 2017, eq. 7)
-                                                          with DAPO clip-higher (eq. 10)
-      if A < 0 and clip_c: L = min(L, -A·clip_c)           dual-clip (Ye et al., 2020, eq. 5)
+                                                          with DAPO clip-higher (§3.1)
+      if A < 0 and clip_c: L = min(L, -A·clip_c)           dual-clip PPO (Ye et al., 2020,
+                                                          arXiv:1912.09729)
     then aggregated with `agg` (see LOSS_AGGREGATIONS).
 
     Metrics (python floats over this micro-batch's masked tokens): clip_frac_low (A<0,
     r<1-eps_low), clip_frac_high (A>0, r>1+eps_high), clip_frac_dual (A<0, r>clip_c): the
-    tokens whose gradient clipping zeroes; ratio_mean/max/min; approx_kl = mean k3 estimate
-    of KL(π_old || π_θ); tokens = masked-token count (weight for averaging the above).
+    tokens whose gradient clipping zeroes; ratio_mean/max/min (absent when no token is
+    masked in); approx_kl = mean k3 estimate of KL(π_old || π_θ); tokens = masked-token
+    count (weight for averaging the above). pg_loss is this micro-batch's share.
     """
     if not 0 <= eps_low < 1 or eps_high < 0:
         raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {eps_low}, {eps_high}")
@@ -172,15 +167,16 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         def frac(cond: torch.Tensor) -> float:
             return float((cond & m).sum()) / n if n else 0.0
 
-        r_mean, r_max, r_min = _masked_stats(r, m)
         kl = kl_k3(old_logprobs.detach(), logprobs.detach())   # samples come from π_old
         metrics = {
             "pg_loss": float(loss.detach()),
             "clip_frac_low": frac((adv < 0) & (r < 1.0 - eps_low)),
             "clip_frac_high": frac((adv > 0) & (r > 1.0 + eps_high)),
             "clip_frac_dual": frac((adv < 0) & (r > clip_c)) if clip_c is not None else 0.0,
-            "ratio_mean": r_mean, "ratio_max": r_max, "ratio_min": r_min,
             "approx_kl": float(kl[m].mean()) if n else 0.0,
             "tokens": float(n),
         }
+        if n:   # omitted (not faked) when empty, so a max/min over micro-batches stays true
+            metrics.update(ratio_mean=float(r[m].mean()), ratio_max=float(r[m].max()),
+                           ratio_min=float(r[m].min()))
     return loss, metrics

@@ -1,0 +1,70 @@
+"""Learners: one optimizer step over a batch of segments with a caller-supplied loss.
+
+    model = build_model_for_learner(lambda: AutoModelForCausalLM.from_pretrained(p), cfg.learner)
+    learner = make_learner(cfg.learner, model, lr=..., seed=..., temperature=..., ckpt_dir=...)
+    metrics = learner.update(segments, advantages, loss_fn)   # loss_fn(LossInputs) -> (loss, metrics)
+    sampler.load_weights(learner.export_state_dict())
+
+`deepspeed` (ZeRO-3 by default, also on CPU) and `torch` (the plain reference) behave the
+same to within float rounding; see tests/test_learners.py for the parity checks."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Optional
+
+import torch
+
+from ablate.learners.base import Learner, LossFn, LossInputs
+
+__all__ = ["Learner", "LossFn", "LossInputs", "make_learner", "build_model_for_learner",
+           "zero3_init"]
+
+
+def make_learner(learner_cfg: Any, model: torch.nn.Module, *, lr: float, seed: int,
+                 temperature: float, ckpt_dir, ref_model: Optional[torch.nn.Module] = None
+                 ) -> Learner:
+    """`model` is taken over (DeepSpeed partitions it in place): give the sampler its own
+    copy. Weights are kept exactly as loaded."""
+    kw = dict(lr=lr, seed=seed, temperature=temperature, ckpt_dir=ckpt_dir,
+              ref_model=ref_model)
+    if learner_cfg.name == "torch":
+        from ablate.learners.torch_learner import TorchLearner
+        return TorchLearner(learner_cfg, model, **kw)
+    if learner_cfg.name == "deepspeed":
+        from ablate.learners.deepspeed_learner import DeepSpeedLearner
+        return DeepSpeedLearner(learner_cfg, model, **kw)
+    raise ValueError(f"learner.name={learner_cfg.name!r} is not one of ['deepspeed', 'torch']")
+
+
+@contextlib.contextmanager
+def zero3_init(learner_cfg: Any):
+    """While inside, transformers' from_pretrained / from_config build the model under
+    deepspeed.zero.Init (parameters partitioned as they are created, so a model larger
+    than one process's memory can be loaded). A no-op unless the learner is ZeRO-3. The
+    HfDeepSpeedConfig is dropped on exit, so models built later (the sampler's, the
+    export copy) are plain again."""
+    if learner_cfg.name != "deepspeed" or int(learner_cfg.zero_stage) != 3:
+        yield
+        return
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations import deepspeed as hfds
+
+    from ablate.learners.deepspeed_learner import ds_config, ensure_dist_env
+    ensure_dist_env()
+    import deepspeed
+    deepspeed.init_distributed()
+    keep = HfDeepSpeedConfig(ds_config(learner_cfg))   # transformers holds a weak ref
+    try:
+        yield keep
+    finally:
+        hfds.unset_hf_deepspeed_config()
+        del keep
+
+
+def build_model_for_learner(factory: Callable[[], torch.nn.Module], learner_cfg: Any
+                            ) -> torch.nn.Module:
+    """`factory()` (e.g. AutoModelForCausalLM.from_pretrained(path)) run under
+    `zero3_init(learner_cfg)`. A plain model also works with every learner (DeepSpeed
+    partitions it at initialize); this only saves the full copy's memory."""
+    with zero3_init(learner_cfg):
+        return factory()

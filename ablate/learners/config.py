@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -24,4 +25,7 @@ class LearnerConfig:
     grad_clip: float = 1.0
     warmup_steps: int = 0
     checkpoint_every: int = 1            # optimizer steps between checkpoints (0 = only at end)
+    keep_checkpoints: int = 2            # newest complete checkpoints kept on disk
+    # deep-merged into the generated DeepSpeed config (offload, buckets, thresholds, ...)
+    ds_overrides: dict[str, Any] = field(default_factory=dict)
     lora: LoraConfig = field(default_factory=LoraConfig)
