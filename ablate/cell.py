@@ -220,6 +220,8 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
             on_eval(step, summary)
         return summary
 
+    from ablate.algos import build_objective
+    objective = build_objective(cfg.algo, max_len=cfg.harness.max_tokens_per_episode)
     max_steps = cfg.trainer.max_steps if policy.learns else 0
     last_eval = None
     if start == 0 and (cfg.eval.at_start or max_steps == 0):
@@ -228,7 +230,7 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
     progress = Progress(max_steps, cfg.run.quiet, tracker.name)
     try:
         for step in range(start + 1, max_steps + 1):
-            row = train_step(cfg, policy, env, judge, step)
+            row = train_step(cfg, policy, env, judge, objective, step)
             cell.append("metrics.jsonl", row)
             tracker.log(row, step)
             progress.update(step, f"reward {row['reward/mean']:.3f} acc {row['accuracy']:.2f}")
@@ -249,31 +251,27 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
     return summary
 
 
-def train_step(cfg, policy, env, judge, step: int) -> dict:
+def train_step(cfg, policy, env, judge, objective, step: int) -> dict:
     """One optimizer step: rollouts (with dynamic-sampling refills), rewards, update."""
-    from ablate.algos import build_objective, dynamic_sampling_filter, overlong_penalty
+    from ablate.algos import DynamicSampler
 
     a, t = cfg.algo, cfg.trainer
-    objective = build_objective(a)
     ts = time.time()
-    kept, kept_rewards, all_rewards, generated = [], [], [], 0
-    comps_sum: dict[str, float] = {}
-    correct, answered, n_eps = 0, 0, 0
-    rounds = 1 + (a.dynamic_sampling.max_batches if a.dynamic_sampling.enable else 0)
-    for round_ in range(rounds):
-        need = t.tasks_per_step - len(kept)
-        if need <= 0:
-            break
-        tasks = sample_step_tasks(env.train_tasks, need if round_ else t.tasks_per_step,
-                                  cfg.seed, step, round_)
+    # without dynamic sampling every group is kept: one round, no filter
+    sampler = DynamicSampler(t.tasks_per_step,
+                             a.dynamic_sampling.max_batches if a.dynamic_sampling.enable else 0)
+    seen_rewards, comps_sum, correct, answered, n_eps, generated = [], {}, 0, 0, 0, 0
+    kept_all: list = []
+    round_ = 0
+    while True:
+        need = t.tasks_per_step if round_ == 0 else t.tasks_per_step - sampler.kept_groups
+        tasks = sample_step_tasks(env.train_tasks, need, cfg.seed, step, round_)
         episodes = policy.act(tasks, t.group_size, temperature=cfg.sampler.temperature,
                               seed=derived_seed(cfg.seed, step, round_))
         scored = score(episodes, judge, cfg.reward)
-        rewards = torch.tensor([r for r, _ in scored], dtype=torch.float32)
-        if a.overlong.enable:  # DAPO eq. 13, added to the task reward
-            lengths = torch.tensor([e.response_tokens for e in episodes])
-            rewards = rewards + overlong_penalty(lengths, a.overlong.max_len,
-                                                 a.overlong.cache_len, a.overlong.factor)
+        # DAPO eq. 13 overlong penalty joins the task reward (a no-op unless enabled)
+        rewards = objective.shape_rewards([r for r, _ in scored],
+                                          [e.response_tokens for e in episodes])
         for _, comps in scored:
             for k, v in comps.items():
                 comps_sum[k] = comps_sum.get(k, 0.0) + float(v)
@@ -281,50 +279,59 @@ def train_step(cfg, policy, env, judge, step: int) -> dict:
         correct += sum(bool(e.correct) for e in episodes)
         answered += sum(e.answered for e in episodes)
         generated += sum(e.response_tokens for e in episodes)
-        all_rewards.append(rewards)
-        groups = torch.tensor([e.group for e in episodes])
+        seen_rewards.append(rewards)
+        groups = [e.group for e in episodes]
         if a.dynamic_sampling.enable:
-            keep_mask = dynamic_sampling_filter(rewards, groups)
+            sampler.add(rewards, groups, episodes)
         else:
-            keep_mask = torch.ones(len(episodes), dtype=torch.bool)
-        for e, r, k in zip(episodes, rewards.tolist(), keep_mask.tolist()):
-            if k:
-                kept.append((e, e.group + 1000 * round_, r))
-        if not a.dynamic_sampling.enable:
+            kept_all = (episodes, rewards, groups)
+            break
+        round_ += 1
+        if sampler.done:
             break
     rollout_s = time.time() - ts
 
-    rewards_all = torch.cat(all_rewards)
+    rewards_all = torch.cat(seen_rewards)
     row = {"step": step, "reward/mean": float(rewards_all.mean()),
            "reward/std": float(rewards_all.std()) if len(rewards_all) > 1 else 0.0,
            "accuracy": correct / max(n_eps, 1), "answered": answered / max(n_eps, 1),
            "episodes": n_eps, "generated_tokens": generated, "rollout_s": rollout_s}
     row.update({f"reward/{k}": v / max(n_eps, 1) for k, v in comps_sum.items()})
-    n_groups_seen = sum(len(r) for r in all_rewards) // t.group_size
-    kept_groups = len({g for _, g, _ in kept})
-    row["kept_fraction"] = kept_groups / max(n_groups_seen, 1)
+    if a.dynamic_sampling.enable:
+        eps, rewards, groups = sampler.batch()
+        row.update(sampler.metrics())
+        row["kept_fraction"] = row["dynamic_sampling/kept_fraction"]
+    else:
+        eps, rewards, groups = kept_all
+        row["kept_fraction"] = 1.0
+    # fraction of groups with any reward variance: how much GRPO signal this step carries
+    from ablate.algos import dynamic_sampling_filter
+    mixed, _ = dynamic_sampling_filter(rewards_all, [i // t.group_size
+                                                     for i in range(len(rewards_all))])
+    row["mixed_groups"] = len(mixed) / max(len(rewards_all) // t.group_size, 1)
 
-    # keep at most tasks_per_step groups (dynamic sampling may overshoot within a round)
-    group_order = list(dict.fromkeys(g for _, g, _ in kept))[: t.tasks_per_step]
-    kept = [k for k in kept if k[1] in set(group_order)]
     tu = time.time()
-    if kept:
-        eps = [e for e, _, _ in kept]
-        adv = objective.advantages(torch.tensor([r for _, _, r in kept]),
-                                   torch.tensor([g for _, g, _ in kept]))
+    if eps:
+        adv = objective.advantages(rewards, groups)
         segments, seg_adv = [], []
         for e, adv_e in zip(eps, adv.tolist()):
             for seg in e.segments:
                 segments.append(seg)
                 seg_adv.append(adv_e)
-        row.update({"adv/mean": float(adv.mean()), "adv/abs_mean": float(adv.abs().mean()),
-                    "adv/max": float(adv.max()), "adv/min": float(adv.min())})
-        stats = policy.learner.update(segments, torch.tensor(seg_adv), objective.loss_fn)
-        row.update({f"update/{k}" if not k.startswith(("update/", "loss")) else k: v
-                    for k, v in stats.items()})
+        row.update({"adv/abs_mean": float(adv.abs().mean()), "adv/max": float(adv.max()),
+                    "adv/min": float(adv.min())})
+
+        def loss_fn(x):
+            return objective.loss(x.logprobs, x.old_logprobs, x.advantages, x.mask,
+                                  entropy=x.entropy, ref_logprobs=x.ref_logprobs,
+                                  num_tokens=x.num_tokens, num_seqs=x.num_seqs)
+
+        for epoch in range(a.ppo_epochs):
+            stats = policy.learner.update(segments, torch.tensor(seg_adv), loss_fn)
+        row.update({f"update/{k}": v for k, v in stats.items()})
         policy.push_weights()
     else:
-        row["update/skipped"] = 1.0  # every group had identical rewards: no signal
+        row["update/skipped"] = 1.0  # no group with differing rewards: no signal this step
     row["update_s"] = time.time() - tu
     row["step_s"] = time.time() - ts
     return row

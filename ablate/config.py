@@ -126,6 +126,8 @@ def validate(cfg: DictConfig | Any) -> None:
         raise ConfigError(f"algo.eps_high={a.eps_high} must be >= algo.eps_low={a.eps_low}")
     if a.clip_c is not None and a.clip_c <= 1:
         raise ConfigError(f"algo.clip_c={a.clip_c} must be > 1 (dual-clip) or null")
+    if a.adv_estimator == "dr_grpo" and a.norm_std:
+        raise ConfigError("algo.adv_estimator=dr_grpo divides by no std: set algo.norm_std=false")
     if a.std_eps <= 0:
         raise ConfigError(f"algo.std_eps={a.std_eps} must be > 0")
     if a.entropy_coef < 0 or a.kl_coef < 0:

@@ -125,11 +125,15 @@ class Episode:
         }
 
 
-ABSTENTIONS = ("i don't know", "i do not know", "unknown", "i dont know", "not found",
-               "cannot find", "can't find", "no answer")
+# whole answers that mean "no answer"; prefixes only for the unambiguous first-person forms
+ABSTENTIONS = {"", "i don't know", "i do not know", "i dont know", "unknown", "not found",
+               "no answer", "n/a", "none"}
+ABSTENTION_PREFIXES = ("i don't know", "i do not know", "i dont know", "i could not find",
+                       "i couldn't find", "i can't find", "i cannot find")
 
 
 def is_abstention(answer: str) -> bool:
-    """'I don't know'-style answers count as no answer (naive reward's 0, DESIGN §4)."""
-    a = answer.strip().lower().rstrip(".!")
-    return a == "" or any(a == x or a.startswith(x) for x in ABSTENTIONS)
+    """'I don't know'-style answers count as no answer (naive reward's 0, DESIGN §4).
+    A real answer that merely starts with such a word ("Unknown Industries") does not."""
+    a = " ".join(answer.strip().lower().replace("\u2019", "'").split()).rstrip(".!")
+    return a in ABSTENTIONS or a.startswith(ABSTENTION_PREFIXES)
