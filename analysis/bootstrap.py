@@ -91,7 +91,7 @@ def two_level_replicates(cells: list[CellData], B: int = 10_000, rng_seed: int =
     n_cells = len(cells)
     out = np.empty((B, n_cells * len(masks)))
     if progress is None:
-        progress = sys.stderr.isatty() and B * Y.shape[1] * Q > 5e8
+        progress = sys.stderr.isatty() and B * Y.shape[1] * Q > 2e8
     bar = None
     if progress:
         from tqdm import tqdm
@@ -104,7 +104,8 @@ def two_level_replicates(cells: list[CellData], B: int = 10_000, rng_seed: int =
         num = (W @ U).astype(np.float64)
         den = (W @ M).astype(np.float64) if not full_mask else float(Q)
         with np.errstate(invalid="ignore", divide="ignore"):
-            Zu = num / den
+            # a seed whose present questions all got weight 0 keeps its own mean
+            Zu = np.where(den > 0, num / den, 0.0)
         Z = Zu[:, inverse] + ybar                              # (b, J) per-seed replicates
         counts = {g: _seed_counts(rng, b, len(g)) for g in groups} if seed_level else {}
         for k in range(len(masks)):

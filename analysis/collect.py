@@ -280,6 +280,10 @@ def match_cell(cells: list[Cell], spec: dict) -> int:
             return True, c.factors[k]
         if f"{k}.name" in c.factors:
             return True, c.factors[f"{k}.name"]
+        cfg = c.runs[0].config if c.runs else {}      # a key constant over the sweep
+        for key in (k, f"{k}.name"):
+            if key in cfg:
+                return True, cfg[key]
         return False, None
 
     hits = []

@@ -50,25 +50,6 @@ def cell_components(y: np.ndarray) -> list[tuple[float, float]]:
     return comps
 
 
-def diff_components(ya: np.ndarray, yb: np.ndarray, paired_seeds: bool) -> list[tuple[float, float]]:
-    """Components of Var(mean_a - mean_b), questions paired; seeds paired when both cells
-    ran the same seed values (paired seed differences), otherwise independent (Welch)."""
-    comps = []
-    ma, mb = _seed_means(ya), _seed_means(yb)
-    if paired_seeds:
-        if ma.size > 1:
-            comps.append((np.var(ma - mb, ddof=1) / ma.size, ma.size - 1))
-    else:
-        for m in (ma, mb):
-            if m.size > 1:
-                comps.append((np.var(m, ddof=1) / m.size, m.size - 1))
-    dq = _question_means(ya) - _question_means(yb)
-    dq = dq[~np.isnan(dq)]
-    if dq.size > 1:
-        comps.append((np.var(dq, ddof=1) / dq.size, dq.size - 1))
-    return comps
-
-
 def anova_components(y: np.ndarray) -> dict | None:
     """Two-way random-effects decomposition (seed x question, one observation per cell;
     Searle, Casella & McCulloch 1992, ch. 4) on the questions every seed answered:

@@ -1,0 +1,74 @@
+"""python -m analysis RUN_DIR... --out DIR: summary.json, report.md, tables, figures."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from analysis import figures, report, tables
+from analysis.collect import AnalysisError, collect, parse_assignments
+from analysis.summary import analyse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
+    p.add_argument("run_dirs", nargs="+", type=Path, help="run or multirun directories")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output directory (default: <first RUN_DIR>/analysis)")
+    p.add_argument("--spec", type=Path, default=None,
+                   help="analysis.yaml of an experiment (baseline, metric, B, rng_seed, "
+                        "step, alpha); command-line options override it")
+    p.add_argument("--baseline", default=None,
+                   help="baseline cell as KEY=VAL,... (default: first cell in sorted order)")
+    p.add_argument("--step", type=int, default=None,
+                   help="evaluation step to analyse (default: each run's last)")
+    p.add_argument("--B", type=int, default=None, help="bootstrap resamples (default 10000)")
+    p.add_argument("--rng-seed", type=int, default=None, help="bootstrap RNG seed (default 0)")
+    p.add_argument("--metric", default=None, help="eval.jsonl field to analyse (default correct)")
+    p.add_argument("--alpha", type=float, default=None)
+    p.add_argument("--include-incomplete", action="store_true",
+                   help="also analyse runs without a COMPLETE marker")
+    p.add_argument("--no-figures", action="store_true")
+    return p
+
+
+def run(argv=None) -> Path:
+    args = build_parser().parse_args(argv)
+    spec = {}
+    if args.spec is not None:
+        from analysis.collect import read_config
+        spec = read_config(args.spec)
+    defaults = {"B": 10_000, "rng_seed": 0, "metric": "correct", "alpha": 0.05, "step": None}
+    for key, default in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, spec.get(key, default))
+    if args.baseline is None and isinstance(spec.get("baseline"), dict):
+        baseline = spec["baseline"]
+    else:
+        baseline = parse_assignments(args.baseline) if args.baseline else None
+    if args.B < 100:
+        raise AnalysisError(f"--B {args.B}: use at least 100 resamples")
+    out = args.out or args.run_dirs[0] / "analysis"
+    sweep = collect(args.run_dirs, include_incomplete=args.include_incomplete)
+    summary = analyse(sweep, metric=args.metric, step=args.step, B=args.B,
+                      rng_seed=args.rng_seed, baseline=baseline, alpha=args.alpha)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    # everything below renders from the JSON just written, so its numbers are the same
+    summary = json.loads((out / "summary.json").read_text())
+    (out / "report.md").write_text(report.render(summary))
+    tables.write_all(summary, out)
+    if not args.no_figures:
+        figures.write_all(summary, out)
+    return out
+
+
+def main(argv=None) -> int:
+    try:
+        out = run(argv)
+    except AnalysisError as e:
+        print(f"analysis: error: {e}", file=sys.stderr)
+        return 2
+    print(f"analysis: wrote {out}/summary.json, report.md, tables and figures")
+    return 0

@@ -1,0 +1,239 @@
+"""Paper figures (PNG + PDF), rendered from the summary dict only. One style: Okabe-Ito
+colour-blind-safe palette (Okabe & Ito 2008), 8 pt type, widths for a two-column layout
+(3.3 in single column, 6.8 in full width). Each function returns the numbers it plotted."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from analysis.tables import factor_name, is_pct  # noqa: E402
+
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9",
+             "#F0E442", "#000000"]
+LINESTYLES = ["-", "--", ":", "-."]
+SINGLE, DOUBLE = 3.3, 6.8
+
+STYLE = {
+    "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
+    "xtick.labelsize": 7, "ytick.labelsize": 7, "axes.spines.top": False,
+    "axes.spines.right": False, "axes.linewidth": 0.6, "lines.linewidth": 1.2,
+    "grid.linewidth": 0.4, "grid.alpha": 0.4, "legend.frameon": False,
+    "pdf.fonttype": 42, "ps.fonttype": 42, "savefig.dpi": 300,
+    "savefig.bbox": "tight", "figure.dpi": 100,
+}
+
+
+def colour(i: int) -> str:
+    return OKABE_ITO[i % len(OKABE_ITO)]
+
+
+def style(i: int) -> dict:
+    return {"color": colour(i), "linestyle": LINESTYLES[(i // len(OKABE_ITO)) % 4]}
+
+
+def _scale(summary):
+    return 100.0 if is_pct(summary) else 1.0
+
+
+def _ylabel(summary, what="accuracy"):
+    return f"{what} (%)" if is_pct(summary) else summary.get("metric", what)
+
+
+def _save(fig, out: Path, name: str) -> list[Path]:
+    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    for p in paths:
+        fig.savefig(p)
+    plt.close(fig)
+    return paths
+
+
+def learning_curves(summary: dict, out: Path) -> dict:
+    """Metric vs step: mean over seeds, t band across seeds, thin per-seed lines."""
+    k = _scale(summary)
+    plotted = {}
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(SINGLE, 2.3))
+        for i, c in enumerate(summary["cells"]):
+            cur = c.get("curve")
+            if not cur or not cur["steps"]:
+                continue
+            st = style(i)
+            for ys in cur["per_seed"]:
+                pts = [(s, y * k) for s, y in zip(cur["steps"], ys) if y is not None]
+                if pts:
+                    ax.plot(*zip(*pts), color=st["color"], lw=0.4, alpha=0.35)
+            ax.fill_between(cur["steps"], [v * k for v in cur["lo"]],
+                            [v * k for v in cur["hi"]], color=st["color"], alpha=0.15, lw=0)
+            ax.plot(cur["steps"], [v * k for v in cur["mean"]], label=c["label"], **st)
+            plotted[c["label"]] = {"steps": cur["steps"], "mean": cur["mean"]}
+        ax.set_xlabel("training step")
+        ax.set_ylabel(_ylabel(summary))
+        ax.grid(True, axis="y")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
+        _save(fig, out, "learning_curves")
+    return plotted
+
+
+def forest(summary: dict, out: Path) -> dict:
+    """Delta vs baseline with 95% CI, simultaneous CI (thin) and the +-MDE band."""
+    k = _scale(summary)
+    comps = [c for c in summary["comparisons"] if c["family"] == "confirmatory"]
+    plotted = {"labels": [], "delta": [], "ci": [], "mde": []}
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(SINGLE, 0.35 * max(len(comps), 1) + 0.9))
+        for y, c in enumerate(reversed(comps)):
+            ax.add_patch(plt.Rectangle((-c["mde"] * k, y - 0.35), 2 * c["mde"] * k, 0.7,
+                                       color="0.88", lw=0, zorder=0))
+            sim = c.get("ci_simultaneous")
+            if sim and all(v is not None and math.isfinite(v) for v in sim):
+                ax.plot([sim[0] * k, sim[1] * k], [y, y], color="0.4", lw=0.6, zorder=1)
+            col = colour(0) if c.get("kind") == "cell" else colour(1)
+            ax.plot([c["ci"][0] * k, c["ci"][1] * k], [y, y], color=col, lw=1.8, zorder=2)
+            ax.plot([c["delta"] * k], [y], marker="o", color=col, ms=4, zorder=3,
+                    mfc=col if c["verdict"] == "significant" else "white")
+            plotted["labels"].insert(0, f"{c['a_label']}")
+            plotted["delta"].insert(0, c["delta"])
+            plotted["ci"].insert(0, c["ci"])
+            plotted["mde"].insert(0, c["mde"])
+        ax.axvline(0, color="0.2", lw=0.6)
+        ax.set_yticks(range(len(comps)))
+        ax.set_yticklabels([c["a_label"] for c in reversed(comps)])
+        unit = " (points)" if is_pct(summary) else ""
+        ax.set_xlabel(f"Δ vs {summary['baseline_label']}{unit}")
+        ax.set_title("filled: significant (Holm); grey band: ±MDE", loc="left")
+        _save(fig, out, "forest")
+    return plotted
+
+
+def hops(summary: dict, out: Path) -> dict:
+    k = _scale(summary)
+    hop_keys = summary.get("hops", [])
+    cells = summary["cells"]
+    n = max(len(cells), 1)
+    plotted = {}
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(SINGLE, 2.2))
+        for i, c in enumerate(cells):
+            xs, ys, lo, hi = [], [], [], []
+            for j, h in enumerate(hop_keys):
+                v = c["by_hops"].get(h)
+                if v is None:
+                    continue
+                x = j + (i - (n - 1) / 2) * 0.8 / n
+                xs.append(x)
+                ys.append(v["mean"])
+                lo.append(v["ci"][0])
+                hi.append(v["ci"][1])
+            ax.errorbar(xs, [y * k for y in ys],
+                        yerr=[[(y - a) * k for y, a in zip(ys, lo)],
+                              [(b - y) * k for y, b in zip(ys, hi)]],
+                        fmt="o", ms=3, capsize=0, lw=1, color=colour(i), label=c["label"])
+            plotted[c["label"]] = {"mean": ys, "lo": lo, "hi": hi}
+        ax.set_xticks(range(len(hop_keys)))
+        ax.set_xticklabels(hop_keys)
+        ax.set_xlabel("hops")
+        ax.set_ylabel(_ylabel(summary))
+        ax.grid(True, axis="y")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
+        _save(fig, out, "hops")
+    return plotted
+
+
+def behaviour(summary: dict, out: Path) -> dict:
+    names = []
+    for c in summary["cells"]:
+        for nme in c.get("behaviour_curves", {}):
+            if nme not in names:
+                names.append(nme)
+    plotted = {}
+    if not names:
+        return plotted
+    cols = 3
+    rows = math.ceil(len(names) / cols)
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(rows, cols, figsize=(DOUBLE, 1.7 * rows), squeeze=False)
+        for a, nme in zip(axes.flat, names):
+            for i, c in enumerate(summary["cells"]):
+                cur = c.get("behaviour_curves", {}).get(nme)
+                if not cur:
+                    continue
+                a.fill_between(cur["steps"], cur["lo"], cur["hi"], color=colour(i),
+                               alpha=0.15, lw=0)
+                a.plot(cur["steps"], cur["mean"], label=c["label"], **style(i))
+                plotted.setdefault(nme, {})[c["label"]] = cur["mean"]
+            a.set_title(nme.replace("_", " "))
+            a.set_xlabel("step")
+            a.grid(True, axis="y")
+        for a in list(axes.flat)[len(names):]:
+            a.axis("off")
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)),
+                   bbox_to_anchor=(0.5, -0.08))
+        fig.tight_layout()
+        _save(fig, out, "behaviour")
+    return plotted
+
+
+def factor_intervals(summary: dict, out: Path) -> dict:
+    """Marginal mean of each factor level (mean of the cells at that level) with its
+    bootstrap CI: rliable-style interval estimates (Agarwal et al. 2021)."""
+    k = _scale(summary)
+    factors = summary["factors"] or []
+    plotted = {}
+    levels = summary.get("factor_levels", [])
+    if not factors or not levels:
+        return plotted
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, len(factors), figsize=(min(DOUBLE, 2.2 * len(factors)),
+                                 0.3 * max(len(v) for v in summary["levels"].values()) + 1.0),
+                                 squeeze=False)
+        for a, f in zip(axes.flat, factors):
+            rows = [r for r in levels if r["factor"] == f]
+            for y, r in enumerate(rows):
+                a.plot([r["ci"][0] * k, r["ci"][1] * k], [y, y], color=colour(y), lw=4,
+                       alpha=0.6, solid_capstyle="butt")
+                a.plot([r["mean"] * k], [y], "|", color="k", ms=8)
+            a.set_yticks(range(len(rows)))
+            a.set_yticklabels([str(r["level"]) for r in rows])
+            a.set_title(factor_name(f))
+            a.set_xlabel(_ylabel(summary))
+            a.grid(True, axis="x")
+            plotted[f] = {str(r["level"]): (r["mean"], r["ci"]) for r in rows}
+        fig.tight_layout()
+        _save(fig, out, "factor_intervals")
+    return plotted
+
+
+def training(summary: dict, out: Path, key: str = "reward/mean") -> dict:
+    """Training reward (metrics.jsonl) per optimizer step, mean over seeds."""
+    plotted = {}
+    curves = [(i, c) for i, c in enumerate(summary["cells"])
+              if key in c.get("train_curves", {})]
+    if not curves:
+        return plotted
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(SINGLE, 2.0))
+        for i, c in curves:
+            cur = c["train_curves"][key]
+            ax.plot(cur["steps"], cur["mean"], label=c["label"], **style(i))
+            plotted[c["label"]] = cur["mean"]
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(f"training {key}")
+        ax.grid(True, axis="y")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
+        _save(fig, out, "training")
+    return plotted
+
+
+def write_all(summary: dict, out: Path) -> dict:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return {"learning_curves": learning_curves(summary, out), "forest": forest(summary, out),
+            "hops": hops(summary, out), "behaviour": behaviour(summary, out),
+            "factor_intervals": factor_intervals(summary, out),
+            "training": training(summary, out)}

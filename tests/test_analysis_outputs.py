@@ -1,0 +1,319 @@
+"""Collecting runs, the summary contract, and report/tables/figures/CLI on fixture sweeps
+written in the runner's shape (.hydra/config.yaml, eval.jsonl, metrics.jsonl, COMPLETE)."""
+import csv
+import json
+import math
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis import cli, figures
+from analysis.collect import AnalysisError, collect, infer_factors
+from analysis.summary import analyse
+from analysis.synthetic import base_config, write_run, write_sweep
+from analysis.tables import fmt, fmt_ci, fmt_p
+
+REPO = Path(__file__).resolve().parents[1]
+FIGURES = ["learning_curves", "forest", "hops", "behaviour", "factor_intervals",
+           "training"]
+TABLES = ["results", "comparisons", "hops", "behaviour", "mde"]
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    write_sweep(root, seeds=(0, 1, 2), n_questions=30,
+                effects={("shaped", "dapo"): 1.5, ("shaped", "grpo"): 0.8})
+    return root
+
+
+@pytest.fixture(scope="module")
+def cli_out(sweep_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out")
+    proc = subprocess.run([sys.executable, "-m", "analysis", str(sweep_dir), "--out",
+                           str(out), "--B", "1000", "--rng-seed", "3"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def summary(cli_out):
+    return json.loads((cli_out / "summary.json").read_text())
+
+
+# ---------------------------------------------------------------- collection
+def test_factors_follow_group_names_and_skip_bookkeeping():
+    cfgs = []
+    for algo in ("grpo", "dapo"):
+        for seed in (0, 1):
+            c = base_config(seed, "shaped", algo)
+            c["run"]["device"] = f"cpu{seed}"              # bookkeeping, ignored
+            c["env"]["emails_path"] = f"/data/{seed}.jsonl"  # a path, ignored
+            cfgs.append(c)
+    from analysis.collect import flatten
+    flat = [flatten(c) for c in cfgs]
+    # eps_high, loss_agg, overlong.enable differ only together with algo.name
+    assert infer_factors(flat) == ["algo.name"]
+    flat[0]["algo.eps_high"] = 0.3          # now eps_high varies within grpo
+    assert infer_factors(flat) == ["algo.name", "algo.eps_high"]
+    for f in flat:
+        f["trainer.lr"] = 1e-4 if f["seed"] == 0 else 3e-4
+    assert "trainer.lr" in infer_factors(flat) and "seed" not in infer_factors(flat)
+
+
+def test_incomplete_failed_and_missing_cells_are_listed(tmp_path):
+    write_sweep(tmp_path, rewards=("naive", "shaped"), algos=("grpo", "dapo"),
+                seeds=(0, 1), n_questions=12, steps=(0, 4))
+    (tmp_path / "reward=naive,algo=dapo,seed=1" / "COMPLETE").unlink()
+    shutil.rmtree(tmp_path / "reward=shaped,algo=grpo,seed=0")
+    shutil.rmtree(tmp_path / "reward=shaped,algo=grpo,seed=1")
+    failed = tmp_path / "crashed"
+    failed.mkdir()
+    (failed / ".hydra").mkdir()
+    cfg = (tmp_path / "reward=naive,algo=grpo,seed=0" / ".hydra" / "config.yaml").read_text()
+    (failed / ".hydra" / "config.yaml").write_text(cfg.replace("seed: 0", "seed: 9"))
+    (failed / "COMPLETE").write_text("")
+    sw = collect([tmp_path])
+    assert [c.label for c in sw.cells] == ["algo=dapo, reward=naive",
+                                           "algo=dapo, reward=shaped",
+                                           "algo=grpo, reward=naive"]
+    assert [len(c.runs) for c in sw.cells] == [1, 2, 2]
+    assert [i["seed"] for i in sw.incomplete] == [1]
+    assert sw.failed[0]["reason"] == "no eval.jsonl" and sw.failed[0]["seed"] == 9
+    assert sw.missing == [{"factors": {"algo.name": "grpo", "reward.name": "shaped"},
+                           "reason": "no run in the grid"}]
+    s = analyse(sw, B=200)
+    assert s["cells"][0]["n_seeds"] == 1 and s["cells"][0]["question_noise_only"]
+    assert collect([tmp_path], include_incomplete=True).cells[0].seeds == (0, 1)
+
+
+def test_corrupt_eval_jsonl_is_named(tmp_path, capsys):
+    write_sweep(tmp_path, rewards=("naive",), algos=("grpo", "dapo"), seeds=(0,),
+                n_questions=5, steps=(0,))
+    bad = tmp_path / "reward=naive,algo=dapo,seed=0" / "eval.jsonl"
+    lines = bad.read_text().splitlines()
+    lines[3] = lines[3][:25]
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(AnalysisError, match=r"eval\.jsonl: line 4 is not valid JSON"):
+        analyse(collect([tmp_path]), B=100)
+    assert cli.main([str(tmp_path), "--out", str(tmp_path / "o"), "--B", "100",
+                     "--no-figures"]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "line 4" in err
+
+
+def test_estimates_average_per_question_first(tmp_path):
+    """Question A: 3 samples, all correct; question B: 1 sample, wrong. Per-question means
+    give 0.5 (pooled answers would give 0.75)."""
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "config.yaml").write_text("seed: 0\nreward: {name: shaped}\n")
+    rows = [{"step": 2, "task_id": "A", "sample": k, "hops": 1, "correct": True}
+            for k in range(3)] + [{"step": 2, "task_id": "B", "sample": 0, "hops": 2,
+                                   "correct": False},
+                                  {"step": 1, "task_id": "B", "sample": 0, "hops": 2,
+                                   "correct": True}]
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "COMPLETE").write_text("")
+    s = analyse(collect([tmp_path]), B=200)
+    assert s["cells"][0]["mean"] == 0.5 and s["cells"][0]["step"] == 2
+    assert s["cells"][0]["by_hops"]["1"]["mean"] == 1.0
+    assert analyse(collect([tmp_path]), B=200, step=1)["cells"][0]["mean"] == 1.0
+
+
+# ---------------------------------------------------------------- summary values
+def _manual_cell_means(sweep_dir, step=None):
+    """Independent re-computation from the files: per-question mean over samples, mean
+    over questions per seed, mean over seeds."""
+    out = defaultdict(list)
+    for ev in sorted(Path(sweep_dir).glob("*/eval.jsonl")):
+        rows = [json.loads(x) for x in ev.read_text().splitlines()]
+        s = step if step is not None else max(r["step"] for r in rows)
+        per_q = defaultdict(list)
+        for r in rows:
+            if r["step"] == s:
+                per_q[r["task_id"]].append(float(r["correct"]))
+        reward, algo, _ = ev.parent.name.split(",")
+        out[(algo.split("=")[1], reward.split("=")[1])].append(
+            np.mean([np.mean(v) for v in per_q.values()]))
+    return {k: float(np.mean(v)) for k, v in out.items()}
+
+
+def test_summary_contract_and_values(summary, sweep_dir):
+    assert set(summary) >= {"cells", "comparisons", "bootstrap"}
+    assert summary["bootstrap"] == {**summary["bootstrap"], "B": 1000, "rng_seed": 3}
+    manual = _manual_cell_means(sweep_dir)
+    assert len(summary["cells"]) == 4
+    for c in summary["cells"]:
+        assert set(c) >= {"factors", "n_seeds", "n_questions", "mean", "ci", "seed_means"}
+        assert set(c["factors"]) == {"algo.name", "reward.name"}
+        assert c["n_seeds"] == 3 and c["n_questions"] == 30
+        assert c["mean"] == pytest.approx(manual[(c["factors"]["algo.name"],
+                                                  c["factors"]["reward.name"])], abs=1e-12)
+        assert c["mean"] == pytest.approx(np.mean(c["seed_means"]), abs=1e-12)
+        assert c["ci"][0] < c["mean"] < c["ci"][1]
+        assert set(c["behaviour"]) >= {"keywords_per_search", "zero_hit_rate",
+                                       "read_after_hit_rate", "answer_rate",
+                                       "fabricated_source_rate", "mean_turns"}
+        assert set(c["reward"]) == {"reward", "reward/process", "reward/witness",
+                                    "reward/correctness"}
+    for cmp in summary["comparisons"]:
+        assert set(cmp) >= {"a", "b", "delta", "ci", "p", "p_adj", "family", "mde"}
+        assert cmp["p"] <= cmp["p_adj"] <= 1
+        assert cmp["verdict"] in {"significant", "inconclusive", "not significant"}
+        if cmp["verdict"] == "inconclusive":
+            assert abs(cmp["delta"]) < cmp["mde"] and cmp["p_adj"] >= 0.05
+    fam = defaultdict(int)
+    for cmp in summary["comparisons"]:
+        fam[(cmp["family"], cmp["kind"])] += 1
+    assert fam == {("confirmatory", "cell"): 3, ("confirmatory", "main_effect"): 2,
+                   ("all_pairs", "cell"): 6}
+    # the large shaped+dapo effect is detected against the baseline (dapo, naive)
+    best = [c for c in summary["comparisons"] if c["family"] == "confirmatory"
+            and c["a"] == {"algo.name": "dapo", "reward.name": "shaped"}][0]
+    assert best["delta"] > 0.15 and best["verdict"] == "significant"
+
+
+def test_identical_cells_through_the_pipeline(tmp_path):
+    write_sweep(tmp_path, rewards=("naive", "shaped"), algos=("grpo",), seeds=(0, 1, 2),
+                n_questions=20, steps=(0, 3), identical=True)
+    s = analyse(collect([tmp_path]), B=500)
+    (c,) = [c for c in s["comparisons"] if c["family"] == "confirmatory"]
+    assert c["delta"] == 0.0 and c["ci"] == [0.0, 0.0] and c["p"] == 1.0
+    assert c["verdict"] != "significant" and s["cells"][0]["ci"][1] > s["cells"][0]["ci"][0]
+
+
+def test_baseline_option_and_swap(sweep_dir):
+    sw = collect([sweep_dir])
+    s = analyse(sw, B=500, baseline={"reward": "shaped", "algo": "grpo"}, with_curves=False)
+    assert s["baseline_label"] == "algo=grpo, reward=shaped"
+    s0 = analyse(collect([sweep_dir]), B=500, with_curves=False)
+    d = {(c["a_label"], c["b_label"]): c for c in s["comparisons"]
+         if c["family"] == "confirmatory" and c["kind"] == "cell"}
+    for c in s0["comparisons"]:
+        if c["family"] == "all_pairs" and (c["b_label"], c["a_label"]) in d:
+            o = d[(c["b_label"], c["a_label"])]
+            assert o["delta"] == -c["delta"] and o["ci"] == [-c["ci"][1], -c["ci"][0]]
+    with pytest.raises(AnalysisError, match="matches 2 cells"):
+        analyse(collect([sweep_dir]), B=100, baseline={"reward": "shaped"})
+
+
+# ---------------------------------------------------------------- rendered outputs
+def test_cli_writes_all_files(cli_out):
+    names = {p.name for p in cli_out.iterdir()}
+    expected = {"summary.json", "report.md"} | {f"{t}.{e}" for t in TABLES
+                                                for e in ("tex", "csv")} \
+        | {f"{f}.{e}" for f in FIGURES for e in ("png", "pdf")}
+    assert expected <= names
+    for f in FIGURES:
+        assert (cli_out / f"{f}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (cli_out / f"{f}.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_report_numbers_equal_summary(cli_out, summary):
+    text = (cli_out / "report.md").read_text()
+    for c in summary["cells"]:
+        line = [x for x in text.splitlines() if x.startswith(f"| {c['label']} |")][0]
+        assert fmt(c["mean"]) in line and fmt_ci(c["ci"]) in line
+        assert fmt_ci(c["ci_analytic"]) in line
+    for c in summary["comparisons"]:
+        sentence = [x for x in text.splitlines()
+                    if x.lstrip("- *").startswith(f"{c['a_label']} vs {c['b_label']}:")]
+        assert sentence, c["a_label"]
+        s = sentence[0]
+        assert f"Δ = {fmt(c['delta'], True, True)}" in s
+        assert f"95% CI {fmt(c['ci'][0], True, True)} to {fmt(c['ci'][1], True, True)}" in s
+        assert f"adjusted p = {fmt_p(c['p_adj'])}" in s
+        assert c["verdict"] in s
+    for r in summary["mde_table"]["rows"]:
+        assert f"| {r['seeds']} | " + " | ".join(fmt(v) for v in r["mde"]) + " |" in text
+
+
+def test_tables_numbers_equal_summary(cli_out, summary):
+    with open(cli_out / "results.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    tex = (cli_out / "results.tex").read_text()
+    assert r"\toprule" in tex and r"\bottomrule" in tex
+    best = max(c["mean"] for c in summary["cells"])
+    for c, r in zip(summary["cells"], rows):
+        assert float(r["mean"]) == c["mean"]
+        assert [float(r["ci_lo"]), float(r["ci_hi"])] == c["ci"]
+        assert f"{fmt(c['mean'])}" in tex and fmt_ci(c["ci"]) in tex
+        if c["mean"] == best:
+            assert rf"\textbf{{{fmt(c['mean'])}}}" in tex
+    with open(cli_out / "comparisons.csv") as fh:
+        crow = list(csv.DictReader(fh))
+    assert len(crow) == len(summary["comparisons"])
+    for c, r in zip(summary["comparisons"], crow):
+        assert float(r["delta"]) == c["delta"] and float(r["p_adj"]) == c["p_adj"]
+        assert [float(r["ci_lo"]), float(r["ci_hi"])] == c["ci"] and r["family"] == c["family"]
+    sig = [c for c in summary["comparisons"] if c["family"] == "confirmatory"
+           and c["kind"] == "cell" and c["p_adj"] < 0.05]
+    for c in sig:
+        assert f"{fmt(c['delta'], True, True)}$^{{" in tex
+    with open(cli_out / "mde.csv") as fh:
+        m = list(csv.reader(fh))[1:]
+    assert [[float(x) for x in r[1:]] for r in m] == [r["mde"] for r in
+                                                     summary["mde_table"]["rows"]]
+
+
+def test_figures_plot_summary_numbers(summary, tmp_path):
+    plotted = figures.write_all(summary, tmp_path)
+    conf = [c for c in summary["comparisons"] if c["family"] == "confirmatory"]
+    assert plotted["forest"]["delta"] == [c["delta"] for c in conf]
+    assert plotted["forest"]["ci"] == [c["ci"] for c in conf]
+    assert plotted["forest"]["mde"] == [c["mde"] for c in conf]
+    for c in summary["cells"]:
+        assert plotted["hops"][c["label"]]["mean"] == [c["by_hops"][h]["mean"]
+                                                        for h in summary["hops"]]
+        assert plotted["learning_curves"][c["label"]]["mean"] == c["curve"]["mean"]
+        assert c["curve"]["mean"][-1] == pytest.approx(c["mean"], abs=1e-12)
+    assert set(plotted["behaviour"]) >= {"answer_rate", "mean_turns"}
+    for c in summary["cells"]:
+        assert plotted["training"][c["label"]] == c["train_curves"]["reward/mean"]["mean"]
+        assert len(c["train_curves"]["reward/mean"]["steps"]) == 10
+    levels = plotted["factor_intervals"]["reward.name"]
+    fl = {r["level"]: r for r in summary["factor_levels"] if r["factor"] == "reward.name"}
+    assert levels["shaped"] == (fl["shaped"]["mean"], fl["shaped"]["ci"])
+    assert math.isclose(fl["shaped"]["mean"], np.mean(
+        [c["mean"] for c in summary["cells"] if c["factors"]["reward.name"] == "shaped"]))
+
+
+def test_plain_config_yaml_runs_and_single_cell(tmp_path):
+    rng = np.random.default_rng(0)
+    for s in (0, 1):
+        write_run(tmp_path / f"s{s}", base_config(s), rng, np.zeros(10),
+                  np.ones(10, int), steps=(0, 2), hydra=False)
+    s = analyse(collect([tmp_path]), B=200)
+    assert len(s["cells"]) == 1 and s["cells"][0]["factors"] == {} and s["comparisons"] == []
+    assert s["cells"][0]["n_seeds"] == 2
+
+
+def test_corrupt_metrics_jsonl_is_named(tmp_path):
+    write_sweep(tmp_path, rewards=("naive",), algos=("grpo",), seeds=(0,), n_questions=4,
+                steps=(0,))
+    bad = tmp_path / "reward=naive,algo=grpo,seed=0" / "metrics.jsonl"
+    bad.write_text('{"step": 1, "accuracy": 0.1}\nnot json\n')
+    with pytest.raises(AnalysisError, match=r"metrics\.jsonl: line 2 is not valid JSON"):
+        analyse(collect([tmp_path]), B=100)
+
+
+def test_spec_file_sets_baseline_and_b(sweep_dir, tmp_path):
+    spec = tmp_path / "analysis.yaml"
+    spec.write_text("baseline: {reward.name: shaped, algo.name: grpo, model.name: tiny}\n"
+                    "metric: correct\nB: 300\nrng_seed: 4\n")
+    out = tmp_path / "o"
+    assert cli.main([str(sweep_dir), "--out", str(out), "--spec", str(spec),
+                     "--no-figures"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["baseline_label"] == "algo=grpo, reward=shaped"
+    assert s["bootstrap"]["B"] == 300 and s["bootstrap"]["rng_seed"] == 4
+    assert cli.main([str(sweep_dir), "--out", str(out), "--spec", str(spec), "--B", "200",
+                     "--no-figures"]) == 0
+    assert json.loads((out / "summary.json").read_text())["bootstrap"]["B"] == 200
