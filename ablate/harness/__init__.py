@@ -1,0 +1,6 @@
+"""The agent harness (part of the policy, DESIGN §4): chat conventions (chat.py), the
+rollout engine (rollout.py), action masking (masking.py), episode records (episode.py).
+
+    from ablate.harness.rollout import rollout
+    from ablate.harness.chat import render_prompt, parse_tool_calls, render_episode_text
+"""

@@ -7,8 +7,10 @@ analysis reads the behaviour metrics. See DESIGN.md §2.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-from ablate.env.data import Task
+if TYPE_CHECKING:   # annotation only: a runtime import cycles through ablate.env.judge
+    from ablate.env.data import Task
 
 
 @dataclass
@@ -33,6 +35,9 @@ class Segment:
     ids: list[int]
     mask: list[int]
     logprobs: list[float]
+    # action masking: position in `ids` -> the token ids the sampler allowed there (the
+    # learner recomputes log-probs under the same mask). None/absent: unconstrained.
+    allowed: dict[int, list[int]] | None = None
 
     def __post_init__(self):
         if not (len(self.ids) == len(self.mask) == len(self.logprobs)):

@@ -11,3 +11,4 @@ class ModelConfig:
     path: Optional[str] = None           # local directory or HF cache id; tiny: shipped checkpoint
     dtype: str = "float32"               # float32 | bfloat16
     trust_remote_code: bool = False
+    hf_id: Optional[str] = None          # Hugging Face repo id looked up in the local cache

