@@ -9,6 +9,7 @@ and restarted from its last checkpoint reproduces the uninterrupted run row for 
 """
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import sys
@@ -110,6 +111,13 @@ class ModelPolicy:
 
         self.env, self.cfg = env, cfg
         model, self.tokenizer = load_policy(cfg.model)
+        # DeepSpeed partitions the learner's model in place: the sampler gets its own copy
+        # (vLLM loads from the weights directory instead)
+        local_dir = getattr(model, "name_or_path", None)
+        if cfg.sampler.name == "vllm" and local_dir and Path(local_dir).is_dir():
+            sampler_model = local_dir
+        else:
+            sampler_model = copy.deepcopy(model)
         ref_model = None
         if cfg.algo.kl_coef > 0:  # only then is a frozen reference loaded at all
             ref_model, _ = load_policy(cfg.model)
@@ -117,7 +125,8 @@ class ModelPolicy:
         self.learner = make_learner(cfg.learner, model, lr=cfg.trainer.lr, seed=cfg.seed,
                                     temperature=cfg.sampler.temperature, ckpt_dir=ckpt_dir,
                                     ref_model=ref_model)
-        self.sampler = make_sampler(cfg.sampler, model, self.tokenizer)
+        self.sampler = make_sampler(cfg.sampler, sampler_model, self.tokenizer,
+                                    device=cfg.run.device, dtype=cfg.model.dtype, seed=cfg.seed)
         self.push_weights()
 
     def push_weights(self):
@@ -173,6 +182,8 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
         return json.loads((cell.path / "summary.json").read_text())
     cell.write_config(cfg)
     seed_everything(cfg.seed)
+    if cfg.run.num_threads > 0:
+        torch.set_num_threads(cfg.run.num_threads)
 
     from ablate.env.bundle import build_env
     from ablate.env.judge import make_judge
@@ -222,6 +233,9 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
 
     from ablate.algos import build_objective
     objective = build_objective(cfg.algo, max_len=cfg.harness.max_tokens_per_episode)
+    # every setting of the objective, implicit defaults included, beside the config
+    import json
+    cell.write_text("objective.json", json.dumps(objective.describe(), indent=2))
     max_steps = cfg.trainer.max_steps if policy.learns else 0
     last_eval = None
     if start == 0 and (cfg.eval.at_start or max_steps == 0):
