@@ -70,16 +70,16 @@ class _BadCall(Exception):
 
 
 def _quote(value: Any, limit: int = 60) -> str:
-    """A short, quoted rendering of whatever the model sent, for error messages."""
+    """A short rendering of whatever the model sent, for error messages: strings quoted,
+    other values as JSON (so 3 and "3" read differently)."""
     if isinstance(value, str):
-        text = value
-    else:
-        try:
-            text = json.dumps(value, ensure_ascii=False)
-        except (TypeError, ValueError, RecursionError):
-            text = repr(value)[: limit * 2]
-    text = text if len(text) <= limit else text[:limit] + "…"
-    return json.dumps(text, ensure_ascii=False)
+        text = value if len(value) <= limit else value[:limit] + "…"
+        return json.dumps(text, ensure_ascii=False)
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def render_email(email: dict, max_chars: int | None = None) -> str:
@@ -95,7 +95,7 @@ def render_email(email: dict, max_chars: int | None = None) -> str:
     if max_chars is not None and len(body) > max_chars:
         body = body[:max_chars] + f"\n[… body truncated: {len(email['body']) - max_chars} " \
                                   "more characters]"
-    return "\n".join(lines) + body
+    return "\n".join(lines + [body])
 
 
 class ToolBox:
