@@ -130,3 +130,54 @@ def test_cfg_job_prints_config(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "eps_high: 0.28" in proc.stdout
+
+
+@pytest.mark.parametrize("launcher,target", [
+    ("joblib", "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"),
+    ("submitit_slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"),
+    ("submitit_local", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"),
+])
+def test_launchers_compose(launcher, target):
+    """Local parallel cells (joblib) and SLURM (submitit): composed here, no cluster."""
+    from hydra import compose, initialize_config_dir
+
+    from ablate.cli import conf_dir
+    extra = {"joblib": ["hydra.launcher.n_jobs=2"],
+             "submitit_slurm": ["hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=8",
+                                "hydra.launcher.timeout_min=2880"],
+             "submitit_local": []}[launcher]
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=[f"hydra/launcher={launcher}", *extra,
+                                           "+experiment=enronhop_rewards"],
+                      return_hydra_config=True)
+    assert cfg.hydra.launcher._target_ == target
+    if launcher == "joblib":
+        assert cfg.hydra.launcher.n_jobs == 2
+    if launcher == "submitit_slurm":
+        assert cfg.hydra.launcher.partition == "gpu" and cfg.hydra.launcher.gpus_per_node == 8
+    assert cfg.hydra.sweep.dir == "outputs/multirun/enronhop_rewards"
+
+
+def test_experiments_compose_and_validate():
+    """Every committed experiment's cells compose and validate (GPU ones included)."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    names = sorted(p.stem for p in (root / "conf" / "experiment").glob("*.yaml"))
+    assert {"enronhop_rewards", "enronhop_paper"} <= set(names)
+    for name in names:
+        assert (root / "experiments" / name / "README.md").is_file(), name
+        extra = ([] if name != "enronhop_paper" else
+                 ["env.emails_path=/d/e.jsonl", "env.train_tasks_path=/d/tr.jsonl",
+                  "env.test_tasks_path=/d/te.jsonl"])
+        jobs = expand_jobs([f"+experiment={name}", *extra], multirun=True)
+        assert len(jobs) >= 4
+        for job in jobs:
+            validate(compose_config(job))
+    paper = [compose_config(j) for j in expand_jobs(
+        ["+experiment=enronhop_paper", "env.emails_path=/d/e.jsonl",
+         "env.train_tasks_path=/d/tr.jsonl", "env.test_tasks_path=/d/te.jsonl"], True)]
+    rows = {(c.model.name, c.reward.name, c.learner.lora.enable) for c in paper}
+    assert rows == {("qwen3_4b", "naive", False), ("qwen3_4b", "shaped", False),
+                    ("qwen3_4b", "shaped", True), ("qwen3_30b_a3b", "outcome", False)}
+    assert all(c.trainer.tasks_per_step * c.trainer.group_size == 256 for c in paper)
+    assert all(c.sampler.name == "vllm" and c.env.name == "enronhop" for c in paper)
