@@ -1,8 +1,9 @@
 """Learners: one optimizer step over a batch of segments with a caller-supplied loss.
 
-    model = build_model_for_learner(lambda: AutoModelForCausalLM.from_pretrained(p), cfg.learner)
-    learner = make_learner(cfg.learner, model, lr=..., seed=..., temperature=..., ckpt_dir=...)
-    metrics = learner.update(segments, advantages, loss_fn)   # loss_fn(LossInputs) -> (loss, metrics)
+    lcfg = cfg.learner
+    model = build_model_for_learner(lambda: AutoModelForCausalLM.from_pretrained(p), lcfg)
+    learner = make_learner(lcfg, model, lr=..., seed=..., temperature=..., ckpt_dir=...)
+    metrics = learner.update(segments, advantages, loss_fn)  # loss_fn(LossInputs) -> (loss, {})
     sampler.load_weights(learner.export_state_dict())
 
 `deepspeed` (ZeRO-3 by default, also on CPU) and `torch` (the plain reference) behave the

@@ -77,6 +77,7 @@ class Learner:
         self.ckpt_dir = Path(ckpt_dir)
         self.keep = int(getattr(cfg, "keep_checkpoints", 2))
         self.rank, self.world_size = 0, 1
+        self.device = torch.device("cpu")   # where the module runs; subclasses set it
 
     # --- engine-specific --------------------------------------------------------------
     def _forward(self, ids: torch.Tensor) -> torch.Tensor: ...
@@ -92,13 +93,19 @@ class Learner:
 
     # --- public ------------------------------------------------------------------------
     def update(self, batch: Sequence, advantages, loss_fn: LossFn) -> dict:
-        """One optimizer step over the whole batch (see module docstring)."""
+        """One optimizer step over the whole batch. Segments are packed into right-padded
+        micro-batches of at most `micro_batch_tokens` tokens; each gets its forward, token
+        logprobs / entropy at the sampler's temperature, loss_fn with the whole batch's
+        counts (so the micro-batch losses sum to the batch loss) and its backward; then
+        clip, step, schedule. Metrics: loss (summed), grad_norm (before clipping), lr
+        (used in this step), tokens, train_tokens, micro_batches, seconds, tokens_per_s,
+        and loss_fn's metrics (shares summed, means token-weighted, *_max/*_min kept)."""
         t0 = time.perf_counter()
-        adv = torch.as_tensor(advantages, dtype=torch.float32).flatten()
+        adv = torch.as_tensor(advantages, dtype=torch.float32).flatten().to(self.device)
         if len(adv) != len(batch):
             raise ValueError(f"{len(adv)} advantages for {len(batch)} segments")
         groups = pack(batch, int(self.cfg.micro_batch_tokens))
-        mbs = [collate(batch, g) for g in groups]
+        mbs = [collate(batch, g).to(self.device) for g in groups]
         # global normalisers (all ranks), and every rank runs the same number of
         # micro-batches: ZeRO-3 gathers parameters collectively inside each forward
         local = torch.tensor([sum(float(m.mask.sum()) for m in mbs),
@@ -107,12 +114,19 @@ class Learner:
         num_tokens, num_seqs = (int(x) for x in self._all_reduce(local).tolist())
         n_mb = int(self._all_reduce(torch.tensor([len(mbs)], dtype=torch.float64),
                                     "max").item())
+        if n_mb == 0:
+            raise ValueError("update() needs at least one segment (on some rank)")
         sum_keys = SUM_METRICS | set(getattr(loss_fn, "sum_metrics", ()))
         parts, total_loss, tokens = [], 0.0, sum(len(s.ids) for s in batch)
         for k in range(n_mb):
             last = k == n_mb - 1
-            if k >= len(mbs):   # this rank ran out: a zero-loss pass keeps collectives in step
-                logits = self._forward(torch.full((1, 2), 0, dtype=torch.long))
+            if k >= len(mbs):
+                # this rank ran out: a zero-loss pass keeps the collectives (ZeRO-3 gathers,
+                # trace checks) in step with the other ranks, in the same call order
+                dummy = torch.zeros((1, 2), dtype=torch.long, device=self.device)
+                logits = self._forward(dummy)
+                with torch.no_grad():
+                    self._ref_forward(dummy)
                 self._backward(logits.float().sum() * 0.0, last)
                 continue
             mb = mbs[k]
@@ -127,6 +141,10 @@ class Learner:
             total_loss += float(loss.detach())
             parts.append((metrics, float(mb.mask.sum())))
         grad_norm, lr = self._step()
+        # loss and tokens over all ranks; loss_fn's own metrics stay this rank's
+        total_loss, tokens = self._all_reduce(
+            torch.tensor([total_loss, tokens], dtype=torch.float64)).tolist()
+        tokens = int(tokens)
         dt = time.perf_counter() - t0
         out = combine_metrics(parts, sum_keys) if parts else {}
         out.update(loss=total_loss, grad_norm=float(grad_norm), lr=float(lr), tokens=tokens,
@@ -138,12 +156,18 @@ class Learner:
     def logprobs(self, batch: Sequence) -> list[torch.Tensor]:
         """Per segment, aligned to ids (position 0 = 0.0); no grad."""
         out: list[Optional[torch.Tensor]] = [None] * len(batch)
-        for g in pack(batch, int(self.cfg.micro_batch_tokens)):
-            mb = collate(batch, g)
+        groups = pack(batch, int(self.cfg.micro_batch_tokens))
+        n_mb = int(self._all_reduce(torch.tensor([len(groups)], dtype=torch.float64),
+                                    "max").item())
+        for k in range(n_mb):
+            if k >= len(groups):   # keep ZeRO-3's collective forwards in step across ranks
+                self._forward(torch.zeros((1, 2), dtype=torch.long, device=self.device))
+                continue
+            mb = collate(batch, groups[k]).to(self.device)
             lp, _ = token_stats(self._forward(mb.ids), mb.ids, self.temperature, mb.allowed,
                                 entropy=False)
             for r, i in enumerate(mb.index):
-                out[i] = lp[r, : mb.lengths[r]].clone()
+                out[i] = lp[r, : mb.lengths[r]].cpu().clone()
         return out  # type: ignore[return-value]
 
     @torch.no_grad()
@@ -166,7 +190,8 @@ class Learner:
         resumed run continues bit-exactly."""
         final, tmp = self._step_dir(step), self.ckpt_dir / f".tmp-step_{step:08d}"
         if self.rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
+            for stale in self.ckpt_dir.glob(".tmp-step_*"):   # saves cut short by a kill
+                shutil.rmtree(stale, ignore_errors=True)
             tmp.mkdir(parents=True)
         self._barrier()
         self._save_state(tmp, {"step": int(step), "client_state": client_state,

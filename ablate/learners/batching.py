@@ -24,6 +24,10 @@ class MicroBatch:
     lengths: list[int]
     allowed: list[Optional[dict]]    # per row: {t: [allowed ids at t]} or None
 
+    def to(self, device) -> "MicroBatch":
+        return MicroBatch(self.index, self.ids.to(device), self.mask.to(device),
+                          self.old_logprobs.to(device), self.lengths, self.allowed)
+
 
 def pack(segments: Sequence, max_tokens: int) -> list[list[int]]:
     """Group segment indices so that rows × longest row <= max_tokens (right-padded cost).
@@ -73,7 +77,7 @@ def _apply_allowed(logits: torch.Tensor, allowed: list[Optional[dict]]) -> torch
                 rows.append(b), cols.append(t - 1), keep.append(m)
     if not rows:
         return logits
-    r, c = torch.tensor(rows), torch.tensor(cols)
+    r, c = torch.tensor(rows, device=logits.device), torch.tensor(cols, device=logits.device)
     masked = logits[r, c].masked_fill(~torch.stack(keep).to(logits.device), float("-inf"))
     return logits.index_put((r, c), masked)
 

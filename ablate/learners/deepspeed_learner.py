@@ -1,0 +1,162 @@
+"""DeepSpeed learner (ZeRO stage 0-3, default 3), on CPU too. Facts it relies on are in
+shared/PLATFORM.md "DeepSpeed ZeRO-3 on CPU".
+
+Gradient accumulation: the number of micro-batches differs from update to update, so the
+engine is configured with gradient_accumulation_steps = 1 (backward never rescales the
+loss; our loss_fn already divides by whole-batch counts) and the accumulation boundary is
+set by hand: False before every backward except the last, then one engine.step(). This is
+DeepSpeed's documented `set_gradient_accumulation_boundary` pattern; ZeRO-3 reduce-scatters
+each micro-batch's gradients into the partitioned fp32 accumulators, and clipping and the
+optimizer step run once at the boundary.
+
+Across N data-parallel ranks DeepSpeed averages gradients (divides by N); each rank's loss
+is its share of the global-count loss, so the loss is multiplied by N before backward to
+get the sum."""
+from __future__ import annotations
+
+import os
+import socket
+import warnings
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from ablate.learners.base import Learner, WarmupConstant, param_groups
+from ablate.learners.lora import apply_lora
+
+# torch 2.13 deprecates an API DeepSpeed calls on every step (reduce_scatter_tensor)
+warnings.filterwarnings("ignore", category=FutureWarning, message=r"`torch\.distributed\.")
+
+CKPT_TAG = "ds"
+
+
+def ensure_dist_env() -> None:
+    """World size 1 without a launcher: deepspeed.initialize otherwise tries mpi4py."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
+                 ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(port))):
+        os.environ.setdefault(k, v)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in (over or {}).items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def ds_config(cfg: Any) -> dict:
+    """The engine config of a LearnerConfig (plus its `ds_overrides`, deep-merged)."""
+    from omegaconf import OmegaConf
+    over = cfg.ds_overrides if hasattr(cfg, "ds_overrides") else {}
+    if not isinstance(over, dict):
+        over = OmegaConf.to_container(over, resolve=True)
+    base = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,       # see module docstring
+        "gradient_clipping": float(cfg.grad_clip),
+        "zero_optimization": {"stage": int(cfg.zero_stage)},
+        "zero_force_ds_cpu_optimizer": False,   # client torch AdamW; DeepSpeedCPUAdam JITs ~2 min
+        "bf16": {"enabled": cfg.dtype == "bfloat16"},
+        "steps_per_print": 10 ** 9,
+        "wall_clock_breakdown": False,
+    }
+    return _merge(base, over)
+
+
+class DeepSpeedLearner(Learner):
+    def __init__(self, cfg: Any, model: torch.nn.Module, *, lr: float, seed: int,
+                 temperature: float, ckpt_dir, ref_model: Optional[torch.nn.Module] = None):
+        super().__init__(cfg, lr=lr, seed=seed, temperature=temperature, ckpt_dir=ckpt_dir)
+        ensure_dist_env()
+        import deepspeed
+        torch.manual_seed(self.seed)   # LoRA adapter init
+        if cfg.dtype == "float32" and not any(hasattr(p, "ds_id") for p in model.parameters()):
+            model = model.float()   # a bf16 checkpoint trains on fp32 weights (bf16: engine casts)
+        if cfg.lora.enable:
+            model = apply_lora(model, cfg.lora)
+        model.eval()   # no dropout: an on-policy ratio is exactly 1
+        self.config = ds_config(cfg)
+        optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=self.lr,
+                                      betas=tuple(cfg.betas))
+        warmup = WarmupConstant(cfg.warmup_steps)
+        # a callable: DeepSpeed builds the scheduler on the optimizer it wraps
+        self.engine, _, _, self.scheduler = deepspeed.initialize(
+            model=model, optimizer=optimizer, config=self.config,
+            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, warmup))
+        self.model = self.engine.module
+        self.rank = self.engine.global_rank
+        self.world_size = self.engine.world_size
+        self.device = self.engine.device   # the accelerator DeepSpeed picked (cpu here)
+        self.ref = None
+        if ref_model is not None:
+            # frozen reference: an optimizer-less engine, partitioned like the policy
+            ref_cfg = {k: v for k, v in self.config.items() if k != "gradient_clipping"}
+            self.ref = deepspeed.initialize(model=ref_model.eval().requires_grad_(False),
+                                            config=ref_cfg)[0]
+            self.ref.eval()
+
+    def _forward(self, ids):
+        return self.engine(input_ids=ids, use_cache=False).logits
+
+    def _ref_forward(self, ids):
+        if self.ref is None:
+            return None
+        return self.ref(input_ids=ids, use_cache=False).logits
+
+    def _backward(self, loss, last):
+        self.engine.set_gradient_accumulation_boundary(last)
+        self.engine.backward(loss * self.world_size)
+
+    def _step(self):
+        lr = self.scheduler.get_last_lr()[0]
+        pre = None
+        if self.engine.zero_optimization_stage() == 0:   # stage 0 clips without keeping the norm
+            norms = [torch.linalg.vector_norm(p.grad.float())
+                     for p in self.model.parameters() if p.grad is not None]
+            pre = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm() if pre is None else pre
+        return float(norm) if norm is not None else float("nan"), lr
+
+    def _all_reduce(self, t, op="sum"):
+        if self.world_size == 1:
+            return t
+        import deepspeed.comm as dist
+        t = t.to(self.device, copy=True)   # nccl needs device tensors; gloo takes cpu ones
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return t.cpu()
+
+    def _barrier(self):
+        if self.world_size > 1:
+            import deepspeed.comm as dist
+            dist.barrier()
+
+    def _gathered_state_dict(self):
+        """Parameter by parameter (a collective on every rank), so the peak is one full
+        tensor beyond the cpu copy; standard keys, tied names included."""
+        import deepspeed
+        keys = set(self.model.state_dict().keys())
+        out = {}
+        for name, p in self.model.named_parameters(remove_duplicate=False):
+            with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
+                if name in keys:
+                    out[name] = p.detach().cpu().clone()
+        for name, b in self.model.named_buffers():
+            if name in keys:
+                out[name] = b.detach().cpu().clone()
+        return {k: out[k] for k in self.model.state_dict().keys() if k in out}
+
+    def _save_state(self, path: Path, extra: dict):
+        self.engine.save_checkpoint(str(path), tag=CKPT_TAG, client_state={"ablate": extra})
+
+    def _load_state(self, path: Path) -> dict:
+        loaded, client = self.engine.load_checkpoint(str(path), tag=CKPT_TAG)
+        if loaded is None:
+            raise RuntimeError(f"DeepSpeed could not load the checkpoint in {path}")
+        return client["ablate"]

@@ -1,0 +1,31 @@
+"""Build DeepSpeed's JIT ops once, ahead of the first learner (CI, container images).
+
+    python -m ablate.learners.prebuild
+
+On CPU the only op a ZeRO-3 learner needs is the shared-memory comm op; its first build
+takes 40-60 s (gcc + ninja). It lands in $TORCH_EXTENSIONS_DIR (default
+~/.cache/torch_extensions/<python+torch tag>/), where torch's extension loader looks for
+it; a second run finds it there and returns in about a second. CI: cache that directory
+keyed on the python, torch and deepspeed versions and run this step before pytest (or
+install a wheel built with DS_BUILD_SHM_COMM=1, see shared/PLATFORM.md)."""
+from __future__ import annotations
+
+import os
+import time
+
+
+def prebuild() -> dict:
+    from deepspeed.accelerator import get_accelerator
+    t = time.time()
+    built = {}
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is not None and builder.is_compatible():
+        builder.load()
+        built[builder.absolute_name()] = round(time.time() - t, 1)
+    return {"accelerator": get_accelerator().device_name(), "built_s": built,
+            "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR",
+                                                   "~/.cache/torch_extensions (default)")}
+
+
+if __name__ == "__main__":
+    print(prebuild())

@@ -1,0 +1,74 @@
+"""Plain torch learner: the reference path (parity tests) and the simplest one to debug.
+Single process; bf16 means autocast forward over fp32 master weights."""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from ablate.learners.base import Learner, WarmupConstant, param_groups
+from ablate.learners.lora import apply_lora
+
+
+class TorchLearner(Learner):
+    def __init__(self, cfg: Any, model: torch.nn.Module, *, lr: float, seed: int,
+                 temperature: float, ckpt_dir, ref_model: Optional[torch.nn.Module] = None):
+        super().__init__(cfg, lr=lr, seed=seed, temperature=temperature, ckpt_dir=ckpt_dir)
+        torch.manual_seed(self.seed)   # LoRA adapter init
+        model = model.float()
+        if cfg.lora.enable:
+            model = apply_lora(model, cfg.lora)
+        # eval mode throughout: no dropout, so an on-policy ratio is exactly 1
+        self.model = model.eval()
+        self.ref = ref_model.eval().requires_grad_(False) if ref_model is not None else None
+        self.optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=self.lr,
+                                           betas=tuple(cfg.betas))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, WarmupConstant(cfg.warmup_steps))
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self.device = next(model.parameters()).device   # the caller places the model
+
+    def _autocast(self):
+        if self.cfg.dtype == "bfloat16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _forward(self, ids):
+        with self._autocast():
+            return self.model(input_ids=ids, use_cache=False).logits
+
+    def _ref_forward(self, ids):
+        if self.ref is None:
+            return None
+        with self._autocast():
+            return self.ref(input_ids=ids, use_cache=False).logits
+
+    def _backward(self, loss, last):
+        loss.backward()
+
+    def _step(self):
+        clip = float(self.cfg.grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(self._params, clip if clip > 0 else float("inf"))
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm), lr
+
+    def _gathered_state_dict(self):
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    def _save_state(self, path: Path, extra: dict):
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(), "extra": extra},
+                   path / "learner.pt")
+
+    def _load_state(self, path: Path) -> dict:
+        # our own file; it holds numpy / python RNG states, hence weights_only=False
+        state = torch.load(path / "learner.pt", map_location="cpu", weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        return state["extra"]
