@@ -68,6 +68,14 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
 
     # ---------------------------------------------------------------- cells
     extras = est.cell_extras(cells, steps, questions)
+    # a mean of values in [0, 1] (accuracy) cannot leave [0, 1]: the t/z-widened interval
+    # is clipped to the metric's range so a table never reports 101%
+    finite = np.concatenate([d.y[~np.isnan(d.y)] for d in data]) if data else np.array([])
+    bounded = finite.size > 0 and finite.min() >= 0.0 and finite.max() <= 1.0
+
+    def clip(ci):
+        return [max(0.0, ci[0]), min(1.0, ci[1])] if bounded else ci
+
     out_cells = []
     for i, c in enumerate(cells):
         r = con.evaluate({i: 1.0})
@@ -81,16 +89,16 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
             sub = Contrasts([data[i].__class__(y=yh, seeds=data[i].seeds)],
                             reps[:, [(h_i + 1) * n + i]], alpha, power)
             rh = sub.evaluate({0: 1.0})
-            by_hops[str(h)] = {"mean": rh["estimate"], "ci": rh["ci"],
+            by_hops[str(h)] = {"mean": rh["estimate"], "ci": clip(rh["ci"]),
                                "n_questions": int((~np.isnan(yh)).any(axis=1).sum())}
         run_steps = sorted({steps[str(run.path)] for run in c.runs})
         cell = {
             "factors": c.factors, "label": c.label,
             "n_seeds": len(c.runs), "n_questions": n_q,
-            "mean": r["estimate"], "ci": r["ci"],
+            "mean": r["estimate"], "ci": clip(r["ci"]),
             "seed_means": [float(v) for v in con.seed_means[i]],
             "seeds": list(c.seeds), "step": run_steps[0] if len(run_steps) == 1 else run_steps,
-            "ci_analytic": r["ci_analytic"], "df": r["df"],
+            "ci_analytic": clip(r["ci_analytic"]), "df": r["df"],
             "se_boot": r["se_boot"], "se_analytic": r["se_analytic"],
             "intervals_disagree": disagree(r["ci"], r["ci_analytic"]),
             "question_noise_only": len(c.runs) < 2,
