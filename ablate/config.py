@@ -173,5 +173,7 @@ def validate(cfg: DictConfig | Any) -> None:
         raise ConfigError("sampler.temperature must be >= 0 and sampler.top_p in (0, 1]")
     if cfg.harness.answer_masking and not cfg.harness.action_masking:
         raise ConfigError("harness.answer_masking=true needs harness.action_masking=true")
+    if cfg.harness.keyword_masking and not cfg.harness.action_masking:
+        raise ConfigError("harness.keyword_masking=true needs harness.action_masking=true")
     if cfg.learner.name == "deepspeed" and cfg.learner.zero_stage not in (0, 1, 2, 3):
         raise ConfigError(f"learner.zero_stage={cfg.learner.zero_stage} must be 0..3")

@@ -14,6 +14,10 @@ class HarnessConfig:
     calls_per_turn: str = "first"        # first | all
     action_masking: bool = False         # constrained decoding (ids from context, known tools)
     answer_masking: bool = False         # answer values drawn from emails read (needs action_masking)
+    keyword_masking: bool = False        # search keywords drawn from the question, emails read
+                                         # and search results seen (needs action_masking)
+    max_masked_keywords: int = 3         # keyword masking: at most this many keywords per search
+    masked_keyword_words: int = 1        # keyword masking: 1 = single words; 2 = + adjacent pairs
 
 
 @dataclass

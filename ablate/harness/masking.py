@@ -6,9 +6,18 @@ Inside a <tool_call> block the model may only complete a value with a candidate 
     `"sources": [`      -> the same ids, as a list
     `"answer": "`       -> (answer masking) a 1-3-word span of an email read, or
                            "I don't know"
+    `"keywords": [`     -> (keyword masking) a list of 1..max_keywords candidate keywords
 each candidate closed with `"`; the sources list is a small grammar: `[`, then `]` or
-`"<id>"`, then `, "<id>"` or `]`. In thinking mode the same machinery forces `</think>`
-once the turn's thinking reaches its budget. Where none applies the logits pass through.
+`"<id>"`, then `, "<id>"` or `]`. The keywords list is the same grammar with a count:
+`[`, then `"<kw>"` (never an empty list), then `, "<kw>"` or `]}}`, and only `]}}` once
+max_keywords keywords are written (keywords is search_inbox's only argument, so the
+list's end is the end of the arguments: `]` then anything but `}}` would be malformed).
+Candidates are written as JSON string insides (`json.dumps(..., ensure_ascii=False)`, as
+format_tool_call writes them), so a keyword holding a double quote or a backslash is
+offered only in its escaped form (backslash-quote, double backslash) and parses back to
+itself. A token running past the sources list's `]` or the keywords' `]}}` is not
+constrained further. In thinking mode the same machinery forces `</think>` once the
+turn's thinking reaches its budget. Where none applies the logits pass through.
 
 How: the text generated so far in this turn is tracked as BYTES (byte-level BPE tokens
 need not end on character boundaries). When the text reaches a trigger (also in the
@@ -37,6 +46,7 @@ from typing import Iterable, Sequence
 
 IDK = "I don't know"
 _PUNCT = ".,;:!?()[]{}<>\"'`*"
+MAX_KEYWORD_CHARS = 200     # = ablate.env.tools.MAX_KEYWORD_CHARS (longer: the tool refuses)
 
 
 class TokenBytes:
@@ -74,11 +84,17 @@ class TokenBytes:
             return ids if isinstance(ids, int) and ids is not None and ids >= 0 else None
         self.think_open, self.think_close = tid("<think>"), tid("</think>")
 
-    def consistent(self, remainders: Iterable[bytes], follow: Sequence[bytes] | None = None
+    def consistent(self, remainders: Iterable[bytes], follow: Sequence[bytes] | None = None,
+                   left: int | None = None, closing: Iterable[bytes] = (b"]",)
                    ) -> list[int]:
         """Non-special ids whose bytes are a prefix of some remainder, or run past one's
         end; with `follow`, what runs past must itself fit the grammar `follow` (a list
-        of next pieces, repeatable, `]` ending it), e.g. the rest of a sources list."""
+        of next pieces, repeatable, `]` ending it), e.g. the rest of a sources list;
+        `left`: how many more non-`]` pieces may follow (None: any number); a remainder
+        in `closing` ends the list, so anything may run past it."""
+        closing = set(closing)
+        if follow is not None and not isinstance(follow, _Pieces):
+            follow = _Pieces(follow)
         out: set[int] = set()
         for r in set(remainders):
             for k in range(1, len(r) + 1):
@@ -88,20 +104,40 @@ class TokenBytes:
             j = bisect.bisect_left(self._sorted, r)
             while j < len(self._sorted) and self._sorted[j].startswith(r):
                 b = self._sorted[j]
-                if follow is None or r == b"]" or _fits(b[len(r):], follow):
+                if follow is None or r in closing or _fits(b[len(r):], follow, left):
                     out.update(self.by_bytes[b])
                 j += 1
         return sorted(out)
 
 
-def _fits(rest: bytes, follow: Sequence[bytes]) -> bool:
-    """Is `rest` a prefix of a sentence of the grammar (follow)* `]` ...?"""
+class _Pieces:
+    """A list grammar's next pieces, indexed for prefix lookups (lists of thousands of
+    keywords): the closing ones (starting with `]`) and the others, sorted."""
+
+    def __init__(self, pieces: Sequence[bytes]):
+        self.closing = [p for p in set(pieces) if p.startswith(b"]")]
+        self.open = sorted(p for p in set(pieces) if not p.startswith(b"]"))
+        self.open_set = set(self.open)
+
+
+def _fits(rest: bytes, follow, left: int | None = None) -> bool:
+    """Is `rest` a prefix of a sentence of the grammar (follow)* `]` ...? (the pieces
+    starting with `]` close it: anything may follow them). With `left`, at most `left`
+    repetitions of the other pieces. `follow`: a list of pieces or a _Pieces."""
     if not rest:
         return True
-    for f in follow:
-        if f.startswith(rest):
+    p = follow if isinstance(follow, _Pieces) else _Pieces(follow)
+    for c in p.closing:
+        if c.startswith(rest) or rest.startswith(c):
             return True
-        if rest.startswith(f) and (f == b"]" or _fits(rest[len(f):], follow)):
+    if left is not None and left <= 0:
+        return False
+    j = bisect.bisect_left(p.open, rest)
+    if j < len(p.open) and p.open[j].startswith(rest):
+        return True
+    nxt = None if left is None else left - 1
+    for k in range(1, len(rest)):
+        if rest[:k] in p.open_set and _fits(rest[k:], p, nxt):
             return True
     return False
 
@@ -137,35 +173,107 @@ def answer_spans(texts: Iterable[str], max_words: int = 3) -> list[str]:
     return list(seen)
 
 
+def _keyword_word(w: str) -> str:
+    """A word with the non-alphanumeric characters at both ends stripped."""
+    i, j = 0, len(w)
+    while i < j and not w[i].isalnum():
+        i += 1
+    while j > i and not w[j - 1].isalnum():
+        j -= 1
+    return w[i:j]
+
+
+def keyword_candidates(texts: Iterable[str], max_words: int = 1) -> list[str]:
+    """Search keywords offered by keyword masking: the whitespace-separated words of the
+    texts with non-alphanumeric characters stripped from both ends (inner ones kept:
+    "Luigi's", "bob@corp.com", "5,000"; case kept as written), words with no letter or
+    digit dropped; with max_words >= 2 also the runs of 2..max_words adjacent words (as
+    one phrase, single spaces). First-seen order, no duplicates, at most
+    MAX_KEYWORD_CHARS characters each. Quotes and backslashes inside a word are kept (the
+    mask writes them JSON-escaped)."""
+    seen: dict[str, None] = {}
+    for text in texts:
+        words = [_keyword_word(w) for w in text.split()]
+        for i in range(len(words)):
+            for n in range(1, max_words + 1):
+                span = words[i:i + n]
+                if len(span) < n or not all(span):
+                    break
+                kw = " ".join(span)
+                if len(kw) > MAX_KEYWORD_CHARS:
+                    break
+                seen.setdefault(kw, None)
+    return list(seen)
+
+
+def _searchable_texts(call) -> list[str]:
+    """What of a tool call's observation a keyword can match (search covers subject and
+    body only): search hits' subjects and snippets; a read email's subject and body."""
+    name = getattr(call, "name", "")
+    if getattr(call, "error", None) is not None:
+        return []
+    if name == "search_inbox" and call.hits:
+        try:
+            hits = json.loads(call.observation)
+        except (ValueError, TypeError):
+            return []
+        out = []
+        for h in hits if isinstance(hits, list) else []:
+            if isinstance(h, dict):
+                out += [str(h.get("subject") or ""), str(h.get("snippet") or "")]
+        return out
+    if getattr(call, "read_id", None):
+        head, sep, body = call.observation.partition("\n\n")
+        subj = [ln[len("Subject: "):] for ln in head.split("\n") if ln.startswith("Subject: ")]
+        return subj + ([body] if sep else [])
+    return []
+
+
 _TRIGGERS = {"name": b'"name": "', "id": b'"message_id": "', "answer": b'"answer": "',
-             "sources": b'"sources": ['}
+             "sources": b'"sources": [', "keywords": b'"keywords": ['}
 _CALL_OPEN, _CALL_CLOSE = b"<tool_call>", b"</tool_call>"
+_KW_CLOSE = b"]}}"     # keywords is search_inbox's only argument: the list closes the call
 
 
 class ActionMask:
     """Per-request logits processor `(generated_ids, logits) -> logits` for one turn.
 
-    tool_names / message_ids / answers: candidate values (None: that value is free).
-    The sources list is a small grammar: `[` then `]` or `"<id>"`, then `, "<id>"` or
-    `]`. With an empty id list, `read_email` should be left out of tool_names (the
-    rollout does), since no id could be written."""
+    tool_names / message_ids / answers / keywords: candidate values (None: that value
+    is free). The sources list is a small grammar: `[` then `]` or `"<id>"`, then
+    `, "<id>"` or `]`. With an empty id list, `read_email` should be left out of
+    tool_names (the rollout does), since no id could be written. The keywords list:
+    `[` then `"<kw>"`, then `, "<kw>"` or `]}}`, at most max_keywords keywords (>= 1)."""
 
     def __init__(self, vocab: TokenBytes, *, tool_names: Sequence[str] | None = None,
                  message_ids: Sequence[str] | None = None,
                  answers: Sequence[str] | None = None, max_think_tokens: int | None = None,
-                 think_open: bool = False):
+                 think_open: bool = False, keywords: Sequence[str] | None = None,
+                 max_keywords: int = 3):
         self.vocab = vocab
         ids = list(message_ids) if message_ids is not None else None
+        kws = list(keywords) if keywords is not None else None
+        if kws is not None and max_keywords < 1:
+            raise ValueError(f"max_keywords={max_keywords} must be >= 1")
         self.cands = {
             "name": [_j(t) for t in tool_names] if tool_names is not None else None,
             "id": [_j(m) for m in ids] if ids is not None else None,
             "answer": [_j(a) for a in answers] if answers is not None else None,
             "sources": [b"]"] + [b'"' + _j(m) for m in ids] if ids is not None else None,
-            "more": [b"]"] + [b', "' + _j(m) for m in ids] if ids is not None else None}
+            "more": [b"]"] + [b', "' + _j(m) for m in ids] if ids is not None else None,
+            # keywords: the first item (no empty list), then more or `]}}`, then `]}}`
+            "keywords": [b'"' + _j(k) for k in kws] if kws else None,
+            "kwmore": [_KW_CLOSE] + [b', "' + _j(k) for k in kws] if kws else None,
+            "kwend": [_KW_CLOSE] if kws else None}
+        self._follow = {k: _Pieces(self.cands[k]) if self.cands[k] else None
+                        for k in ("more", "kwmore")}
         self._spec = dict(tool_names=list(tool_names) if tool_names is not None else None,
                           message_ids=ids,
                           answers=list(answers) if answers is not None else None,
                           max_think_tokens=max_think_tokens, think_open=think_open)
+        if kws is not None:           # (absent otherwise: older specs stay as they were)
+            self._spec.update(keywords=kws, max_keywords=int(max_keywords))
+        self.max_kw = int(max_keywords)
+        self._kw_count = 0            # keywords closed in the list being written
         self.max_think = max_think_tokens
         self.allowed: dict[int, list[int]] = {}
         self.escaped = 0          # triggers whose token overshot onto a non-candidate
@@ -196,8 +304,14 @@ class ActionMask:
                 self._cache = [self.vocab.think_close]
             elif self._live is not None:
                 k = len(self._consumed)
-                follow = self.cands["more"] if self._kind in ("sources", "more") else None
-                self._cache = self.vocab.consistent((c[k:] for c in self._live), follow)
+                follow, left, closing = None, None, (b"]",)
+                if self._kind in ("sources", "more"):
+                    follow = self._follow["more"]
+                elif self._kind in ("keywords", "kwmore", "kwend"):  # closing one: count+1
+                    follow, left = self._follow["kwmore"], self.max_kw - self._kw_count - 1
+                    closing = [c[k:] for c in self._live if c.startswith(_KW_CLOSE)]
+                self._cache = self.vocab.consistent((c[k:] for c in self._live), follow,
+                                                    left, closing)
             else:
                 self._cache = []
         return self._cache or None
@@ -228,6 +342,8 @@ class ActionMask:
         cands = self.cands[kind]
         if not cands:                 # nothing to choose from: the value stays free
             return
+        if kind == "keywords":
+            self._kw_count = 0
         self._kind, self._live, self._consumed = kind, list(cands), b""
         if len(self._text) > start:   # the trigger's token ran on past it
             self._consume(self._text[start:])
@@ -241,6 +357,9 @@ class ActionMask:
             kind, self._live, self._kind = self._kind, None, None
             if kind in ("sources", "more") and done[0] != b"]":
                 self._activate("more", end)
+            elif kind in ("keywords", "kwmore") and done[0] != _KW_CLOSE:
+                self._kw_count += 1
+                self._activate("kwmore" if self._kw_count < self.max_kw else "kwend", end)
             else:
                 self._check_triggers(end)
             return
@@ -302,9 +421,12 @@ class HFLogitsProcessor:
         return out
 
 
-def episode_candidates(calls, *, answer_masking: bool) -> dict:
+def episode_candidates(calls, *, answer_masking: bool, keyword_masking: bool = False,
+                       question: str | None = None, keyword_words: int = 1) -> dict:
     """The mask spec's context parts from an episode's tool log so far: message ids seen
-    in search results (in order), and (answer masking) spans of the emails read."""
+    in search results (in order), (answer masking) spans of the emails read, and
+    (keyword masking) keyword_candidates of the question, then of each call's searchable
+    text in order (search hits' subjects and snippets, read emails' subject and body)."""
     ids: dict[str, None] = {}
     reads = []
     for c in calls:
@@ -316,5 +438,10 @@ def episode_candidates(calls, *, answer_masking: bool) -> dict:
     out = {"message_ids": list(ids)}
     if answer_masking:
         out["answers"] = answer_spans(reads) + [IDK]
+    if keyword_masking:
+        texts = [question] if question else []
+        for c in calls:
+            texts += _searchable_texts(c)
+        out["keywords"] = keyword_candidates(texts, keyword_words)
     return out
 

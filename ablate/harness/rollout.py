@@ -11,7 +11,9 @@ episode's tool calls, then its next prompt. The records are token-exact (DESIGN 
 
 Harness knobs (HarnessConfig, all logged): max_turns, max new tokens per turn and per
 episode, malformed calls (error observation and continue, or end; `max_malformed`
-malformed calls tolerated), `calls_per_turn` first|all, action/answer masking. The final
+malformed calls tolerated), `calls_per_turn` first|all, action/answer/keyword masking
+(keyword masking: search keywords from the question, the emails read and the search
+results seen so far in the episode, at most `max_masked_keywords` per search). The final
 answer ends the episode; calls and text after it in the same turn are ignored.
 
 End reasons: "answer", "max_turns", "max_tokens" (a turn hit its token limit without a
@@ -71,11 +73,17 @@ def _mask_for(s: _Live, tools_schema, harness_cfg, mode_cfg, vocab, marks) -> Ac
     opened = _open_think(s.context, *marks)
     if not harness_cfg.action_masking:
         return ActionMask(vocab, max_think_tokens=think, think_open=opened)
-    ctx = episode_candidates(s.calls, answer_masking=harness_cfg.answer_masking)
+    kw = bool(getattr(harness_cfg, "keyword_masking", False))
+    ctx = episode_candidates(s.calls, answer_masking=harness_cfg.answer_masking,
+                             keyword_masking=kw, question=s.ep.task.question,
+                             keyword_words=getattr(harness_cfg, "masked_keyword_words", 1))
     names = [t.get("function", t)["name"] for t in tools_schema
              if ctx["message_ids"] or not _needs_id(t)]   # no id to read yet: no read_email
+    extra = dict(keywords=ctx["keywords"],
+                 max_keywords=harness_cfg.max_masked_keywords) if kw else {}
     return ActionMask(vocab, tool_names=names, message_ids=ctx["message_ids"],
-                      answers=ctx.get("answers"), max_think_tokens=think, think_open=opened)
+                      answers=ctx.get("answers"), max_think_tokens=think, think_open=opened,
+                      **extra)
 
 
 def _think_tokens(ids: Sequence[int], open_id, close_id, opened: bool = False) -> int:
