@@ -233,6 +233,14 @@ _TRIGGERS = {"name": b'"name": "', "id": b'"message_id": "', "answer": b'"answer
              "sources": b'"sources": [', "keywords": b'"keywords": ['}
 _CALL_OPEN, _CALL_CLOSE = b"<tool_call>", b"</tool_call>"
 _KW_CLOSE = b"]}}"     # keywords is search_inbox's only argument: the list closes the call
+_SRC_CLOSE = b"]}}"    # sources is return_final_answer's last argument: so does its list
+# What a tool name forces next, in format_tool_call's canonical layout: the call's one
+# (first) argument key, so its value trigger fires and no other key can be invented
+_AFTER_NAME = {"search_inbox": b', "arguments": {"keywords": [',
+               "read_email": b', "arguments": {"message_id": "',
+               "return_final_answer": b', "arguments": {"answer": "'}
+_AFTER_ID = b"}}"                   # message_id is read_email's only argument
+_AFTER_ANSWER = b', "sources": ['   # then the sources list grammar
 
 
 class ActionMask:
@@ -254,12 +262,16 @@ class ActionMask:
         kws = list(keywords) if keywords is not None else None
         if kws is not None and max_keywords < 1:
             raise ValueError(f"max_keywords={max_keywords} must be >= 1")
+        # each value carries the canonical text that must follow it (the rest of the call's
+        # JSON up to the next constrained value), so the model cannot write a call with
+        # an invented key, e.g. `"answer": "x", "arguments": [` instead of `"sources": [`
         self.cands = {
-            "name": [_j(t) for t in tool_names] if tool_names is not None else None,
-            "id": [_j(m) for m in ids] if ids is not None else None,
-            "answer": [_j(a) for a in answers] if answers is not None else None,
-            "sources": [b"]"] + [b'"' + _j(m) for m in ids] if ids is not None else None,
-            "more": [b"]"] + [b', "' + _j(m) for m in ids] if ids is not None else None,
+            "name": [_j(t) + _AFTER_NAME.get(t, b"") for t in tool_names]
+            if tool_names is not None else None,
+            "id": [_j(m) + _AFTER_ID for m in ids] if ids is not None else None,
+            "answer": [_j(a) + _AFTER_ANSWER for a in answers] if answers is not None else None,
+            "sources": [_SRC_CLOSE] + [b'"' + _j(m) for m in ids] if ids is not None else None,
+            "more": [_SRC_CLOSE] + [b', "' + _j(m) for m in ids] if ids is not None else None,
             # keywords: the first item (no empty list), then more or `]}}`, then `]}}`
             "keywords": [b'"' + _j(k) for k in kws] if kws else None,
             "kwmore": [_KW_CLOSE] + [b', "' + _j(k) for k in kws] if kws else None,
@@ -304,7 +316,7 @@ class ActionMask:
                 self._cache = [self.vocab.think_close]
             elif self._live is not None:
                 k = len(self._consumed)
-                follow, left, closing = None, None, (b"]",)
+                follow, left, closing = None, None, (_SRC_CLOSE,)
                 if self._kind in ("sources", "more"):
                     follow = self._follow["more"]
                 elif self._kind in ("keywords", "kwmore", "kwend"):  # closing one: count+1
@@ -355,13 +367,13 @@ class ActionMask:
         if done:                      # the value is closed
             end = len(self._text) - len(c) + len(done[0])
             kind, self._live, self._kind = self._kind, None, None
-            if kind in ("sources", "more") and done[0] != b"]":
+            if kind in ("sources", "more") and done[0] != _SRC_CLOSE:
                 self._activate("more", end)
             elif kind in ("keywords", "kwmore") and done[0] != _KW_CLOSE:
                 self._kw_count += 1
                 self._activate("kwmore" if self._kw_count < self.max_kw else "kwend", end)
-            else:
-                self._check_triggers(end)
+            else:   # a forced continuation may end in the next value's trigger
+                self._check_triggers(len(self._text) - len(c))
             return
         self._live = [x for x in self._live if x.startswith(c)]
         if not self._live:
