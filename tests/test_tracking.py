@@ -1,0 +1,32 @@
+"""wandb tracking: offline runs are written locally (no login, no network), `disabled`
+is a no-op; metrics reach the run's history."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ablate.cli import compose_config
+from ablate.tracking import Tracker
+
+
+def test_disabled_tracker_is_a_noop(tmp_path):
+    t = Tracker(compose_config(["run.wandb_mode=disabled"]), tmp_path / "cell")
+    assert t.run is None
+    t.log({"reward/mean": 1.0}, 1)
+    t.finish({"final_accuracy": 0.5})
+    assert not (tmp_path / "cell" / "wandb").exists()
+
+
+def test_offline_tracker_records_history(tmp_path):
+    cell = tmp_path / "sweep" / "reward=naive,seed=1"
+    t = Tracker(compose_config(["run.wandb_mode=offline"]), cell)
+    assert t.name == "reward=naive,seed=1"
+    assert t.run.group == "sweep"
+    t.log({"reward/mean": 0.25, "note": "strings are skipped"}, 1)
+    t.log({"reward/mean": 0.75}, 2)
+    assert t.run.config["reward"]["name"] == "shaped"
+    t.finish({"final_accuracy": 0.5})
+    runs = list((cell / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+    raw = next(runs[0].glob("*.wandb")).read_bytes()  # protobuf records keep key strings
+    assert b"reward/mean" in raw and b"final_accuracy" in raw
+    assert b"strings are skipped" not in raw
