@@ -135,3 +135,30 @@ def test_committed_search_spaces_load_and_compose():
         from ablate.search import trial_overrides
         validate(compose_config(trial_overrides(sp, params, [])))
     assert optuna.__version__.split(".")[0] >= "4"
+
+
+@pytest.mark.heavy
+def test_search_over_real_two_step_cells(tmp_path, monkeypatch):
+    """4 trials of real 2-step cells (tiny model, small mailbox), then a resumed study."""
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    space_file = tmp_path / "s.yaml"
+    space_file.write_text(yaml.safe_dump({
+        **SPACE, "pruner": {"type": "none"},
+        "base_overrides": ["+algo=grpo", "trainer.max_steps=2", "eval.every=1",
+                           "env.num_inboxes=6", "env.emails_per_inbox=40",
+                           "env.train_tasks=40", "env.test_tasks=16",
+                           "trainer.tasks_per_step=2", "trainer.group_size=2",
+                           "eval.num_tasks=4", "env.max_turns=4", "learner=torch",
+                           "run.wandb_mode=disabled", "run.quiet=true"]}))
+    space = load_space(space_file)
+    study = run_search(space, n_trials=2, storage=storage(tmp_path), out_dir=tmp_path / "o")
+    study = run_search(space, n_trials=4, storage=storage(tmp_path), out_dir=tmp_path / "o")
+    done = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(done) == 4
+    for t in done:
+        cell = tmp_path / "o" / f"trial_{params_key(t.params)}"
+        assert (cell / "COMPLETE").exists()
+        assert t.intermediate_values.keys() == {1, 2}   # fed by the periodic evaluations
+        assert 0.0 <= t.value <= 1.0
+    assert (tmp_path / "o" / "best_overrides.txt").exists()
