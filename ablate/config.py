@@ -5,6 +5,7 @@ Group yaml files in conf/<group>/ set values inside these schemas; `validate(cfg
 the checks a schema cannot express (allowed option names, eps_high >= eps_low, ...)."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -88,9 +89,23 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key and what is allowed."""
 
 
+MAX_DIRNAME = 200   # file systems allow 255 bytes per path component
+
+
+def cell_dirname(overrides: str) -> str:
+    """A multirun cell's directory name: Hydra's override dirname, or (if too long for a
+    file system) its head plus a hash of the whole, stable across re-runs of the grid."""
+    if len(overrides.encode()) <= MAX_DIRNAME:
+        return overrides or "default"
+    digest = hashlib.sha1(overrides.encode()).hexdigest()[:12]
+    return overrides.encode()[: MAX_DIRNAME - 14].decode(errors="ignore") + "~" + digest
+
+
 def register() -> None:
     cs = ConfigStore.instance()
     cs.store(name="ablate_schema", node=AblateConfig)
+    if not OmegaConf.has_resolver("ablate_dirname"):
+        OmegaConf.register_new_resolver("ablate_dirname", cell_dirname)
 
 
 def _unknown_keys(schema: DictConfig, cfg: DictConfig, prefix: str) -> list[str]:

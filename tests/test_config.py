@@ -181,3 +181,14 @@ def test_experiments_compose_and_validate():
                     ("qwen3_4b", "shaped", True), ("qwen3_30b_a3b", "outcome", False)}
     assert all(c.trainer.tasks_per_step * c.trainer.group_size == 256 for c in paper)
     assert all(c.sampler.name == "vllm" and c.env.name == "enronhop" for c in paper)
+
+
+def test_cell_dirname_stays_within_file_system_limits():
+    from ablate.config import MAX_DIRNAME, cell_dirname
+    short = "+algo=dapo,seed=1"
+    assert cell_dirname(short) == short
+    long_a = ",".join(f"env.key{i}={i}" for i in range(40)) + ",seed=0"
+    long_b = long_a[:-1] + "1"
+    a, b = cell_dirname(long_a), cell_dirname(long_b)
+    assert len(a.encode()) <= MAX_DIRNAME and len(b.encode()) <= MAX_DIRNAME
+    assert a != b and a == cell_dirname(long_a)   # distinct and stable across re-runs
