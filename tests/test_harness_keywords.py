@@ -304,7 +304,8 @@ def test_rollout_with_keyword_masking_random_model(tok, db):
 def test_config_needs_action_masking():
     from ablate.cli import compose_config
     from ablate.config import ConfigError, validate
-    cfg = compose_config(["harness.keyword_masking=true"])
+    cfg = compose_config(["harness.action_masking=false", "harness.answer_masking=false",
+                          "harness.keyword_masking=true"])
     assert cfg.harness.max_masked_keywords == 3 and not cfg.harness.action_masking
     with pytest.raises(ConfigError, match="keyword_masking"):
         validate(cfg)

@@ -23,10 +23,11 @@ def test_offline_tracker_records_history(tmp_path):
     assert t.run.group == "sweep"
     t.log({"reward/mean": 0.25, "note": "strings are skipped"}, 1)
     t.log({"reward/mean": 0.75}, 2)
-    assert t.run.config["reward"]["name"] == "shaped"
+    run = t.run
+    assert run.config["reward"]["name"] == "shaped"
+    assert run.summary["reward/mean"] == 0.75 and "note" not in run.summary
     t.finish({"final_accuracy": 0.5})
+    assert t.run is None
     runs = list((cell / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
-    raw = next(runs[0].glob("*.wandb")).read_bytes()  # protobuf records keep key strings
-    assert b"reward/mean" in raw and b"final_accuracy" in raw
-    assert b"strings are skipped" not in raw
+    assert len(runs) == 1
+    assert next(runs[0].glob("*.wandb")).stat().st_size > 0
