@@ -65,6 +65,21 @@ def score(episodes, judge, reward_cfg) -> list[tuple[float, dict]]:
     return [compute_reward(e, reward_cfg) for e in episodes]
 
 
+def eval_summary(step: int, rows: list[dict]) -> dict:
+    """Accuracy and reward of one evaluation, overall and per hop count."""
+    summary = {"step": step, "eval/accuracy": float(np.mean([r["correct"] for r in rows])),
+               "eval/reward": float(np.mean([r["reward"] for r in rows]))}
+    for h in sorted({r["hops"] for r in rows}):
+        summary[f"eval/accuracy_hops{h}"] = float(np.mean([r["correct"] for r in rows
+                                                           if r["hops"] == h]))
+    return summary
+
+
+def eval_history(rows: list[dict]) -> list[tuple[int, dict]]:
+    steps = sorted({r["step"] for r in rows})
+    return [(s, eval_summary(s, [r for r in rows if r["step"] == s])) for s in steps]
+
+
 def eval_rows(step: int, episodes, rewards) -> list[dict]:
     rows = []
     for e, (total, comps) in zip(episodes, rewards):
@@ -178,6 +193,9 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
     cell = CellDir(out_dir)
     if cell.complete:
         log.info("cell %s is complete; skipping", cell.path)
+        if on_eval is not None:  # replay its evaluations (e.g. to an Optuna pruner)
+            for step, summary in eval_history(cell.rows("eval.jsonl")):
+                on_eval(step, summary)
         import json
         return json.loads((cell.path / "summary.json").read_text())
     cell.write_config(cfg)
@@ -217,13 +235,9 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
         rows = eval_rows(step, episodes, rewards)
         cell.append("eval.jsonl", rows)
         write_trajectories(cell, step, episodes, rewards, cfg.run.num_trajectories)
-        acc = float(np.mean([r["correct"] for r in rows]))
-        summary = {"step": step, "eval/accuracy": acc,
-                   "eval/reward": float(np.mean([r["reward"] for r in rows])),
-                   "eval/seconds": time.time() - te}
-        for h in sorted({r["hops"] for r in rows}):
-            summary[f"eval/accuracy_hops{h}"] = float(np.mean([r["correct"] for r in rows
-                                                               if r["hops"] == h]))
+        summary = eval_summary(step, rows)
+        summary["eval/seconds"] = time.time() - te
+        acc = summary["eval/accuracy"]
         tracker.log(summary, step)
         log.info("eval step %d: accuracy %.3f (%s)", step, acc, ", ".join(
             f"{k.split('_')[-1]} {v:.3f}" for k, v in summary.items() if "hops" in k))

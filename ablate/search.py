@@ -106,11 +106,16 @@ def run_search(space: dict, *, n_trials: int, storage: str, out_dir: Path,
 
     run_fn = run_fn or run_cell
     out_dir.mkdir(parents=True, exist_ok=True)
-    sampler = SAMPLERS[(space.get("sampler") or {}).get("type", "tpe")](space.get("sampler") or {})
     pruner = PRUNERS[(space.get("pruner") or {}).get("type", "median")](space.get("pruner") or {})
     study = optuna.create_study(study_name=space["study_name"], storage=storage,
                                 direction=space.get("direction", "maximize"),
-                                sampler=sampler, pruner=pruner, load_if_exists=True)
+                                pruner=pruner, load_if_exists=True)
+    # a seeded sampler restarted on a resumed study would propose the same points again:
+    # offset its seed by the trials the study already holds
+    sampler_spec = dict(space.get("sampler") or {})
+    if sampler_spec.get("seed") is not None:
+        sampler_spec["seed"] = int(sampler_spec["seed"]) + len(study.trials)
+    study.sampler = SAMPLERS[sampler_spec.get("type", "tpe")](sampler_spec)
     # trials left RUNNING by a crashed process: mark them failed and ask again with the same
     # parameters (their cell directory resumes from its checkpoint)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
