@@ -72,12 +72,14 @@ def test_first_turn_is_a_well_formed_tool_call(tiny, small_env):
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_warm_start_reaches_target_on_held_out_tasks(tiny, temperature):
     """Issue 3 target, real tools + rollout engine + HF sampler + ExactJudge, with the
-    recommended harness (action + answer masking)."""
+    default harness of model=tiny (conf/model/tiny.yaml: id, answer and keyword masking)."""
+    from ablate.harness.config import HarnessConfig
     from ablate.models.tiny import balanced, default_env, quick_eval
     model, tok = tiny
     db, _, test = default_env()
-    res = quick_eval(model, tok, balanced(test, 160), db, temperature=temperature,
-                     masking="answers", seed=1)
+    res = quick_eval(model, tok, balanced(test, 80), db, temperature=temperature,
+                     masking="answers", seed=1,
+                     harness_cfg=HarnessConfig(keyword_masking=True))
     assert res["by_hop"][1] >= 0.25, res["by_hop"]
     assert res["by_hop"][2] > 0.0, res["by_hop"]
 
