@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ablate.config import validate
 from ablate.outputs import CellDir
@@ -379,6 +379,3 @@ def write_trajectories(cell: CellDir, step: int, episodes, rewards, limit: int) 
     cell.append("trajectories.jsonl", rows)
     cell.write_text("trajectories.txt", "\n".join(text), append=True)
 
-
-def config_to_dict(cfg: DictConfig) -> dict:
-    return OmegaConf.to_container(cfg, resolve=True)
