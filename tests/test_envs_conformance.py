@@ -2,7 +2,9 @@
 task (through its adapter), the code-repair world, and a user's environment defined
 outside the ablate package (tests/envs_external, selected by `_target_`)."""
 import json
+import re
 import time
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -137,3 +139,12 @@ def test_registry_is_the_source_of_names():
         make_env(OmegaConf.create({"_target_": "no_module.Env"}))
     with pytest.raises(EnvError, match="is not a subclass of ablate.envs.Environment"):
         make_env(OmegaConf.create({"_target_": "collections.OrderedDict"}))
+
+
+def test_docs_example_is_the_tested_module():
+    """docs/environments.md shows tests/envs_external/counter.py verbatim."""
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "environments.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+    module = (root / "tests" / "envs_external" / "counter.py").read_text()
+    assert module in blocks
