@@ -148,3 +148,11 @@ def test_docs_example_is_the_tested_module():
     blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
     module = (root / "tests" / "envs_external" / "counter.py").read_text()
     assert module in blocks
+
+
+def test_docs_name_every_registered_environment():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "environments.md").read_text()
+    for name, cls in ENVIRONMENTS.items():
+        if not cls.__module__.startswith("ablate."):
+            continue   # a test's own environment
+        assert f"`{name}`" in doc, f"docs/environments.md does not mention env {name!r}"

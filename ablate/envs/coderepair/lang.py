@@ -61,7 +61,8 @@ def tokenize(text: str) -> list[str]:
             rest = text[pos:].lstrip()
             if not rest:
                 break
-            raise CalcError(f"unexpected character {rest[0]!r} at column {len(text) - len(rest) + 1}")
+            column = len(text) - len(rest) + 1
+            raise CalcError(f"unexpected character {rest[0]!r} at column {column}")
         num, name, op, _comment = m.groups()
         if num is not None:
             if len(num) > MAX_INT_DIGITS:
@@ -104,7 +105,7 @@ class _Parser:
     def take(self, want: Optional[str] = None) -> str:
         tok = self.peek()
         if tok is None:
-            raise CalcError(f"unexpected end of line" + (f", expected {want!r}" if want else ""))
+            raise CalcError("unexpected end of line" + (f", expected {want!r}" if want else ""))
         if want is not None and tok != want:
             raise CalcError(f"expected {want!r}, found {tok!r}")
         self.i += 1
