@@ -239,3 +239,16 @@ def test_config_group_composes_and_says_it_is_not_wired():
     not_wired(compose_config([]).env)                 # the email task is wired
     with pytest.raises(EnvError, match=r"env.max_difficulty=4: allowed 1..3"):
         CodeRepairEnv(max_difficulty=4)
+
+
+def test_hostile_edits_through_the_tools(env):
+    task = env.tasks("train")[1]
+    s = env.reset(task)
+    src = task.payload.sources[0]
+    for line in HOSTILE_LINES:
+        r = env.call(s, "replace_line", {"path": src, "line": 1, "text": line})
+        assert (r.error is not None) == (len(line) > 200)
+        run = env.call(s, "run_tests", {})
+        assert run.error is None and "tests passed" in run.observation
+        if r.error is None and not line.startswith("const A = 1 +"):
+            assert run.observation.startswith("Build failed:\n" + src + ":1: ")

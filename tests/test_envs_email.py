@@ -64,6 +64,8 @@ def test_state_changed_is_new_information(env):
     assert first.state_changed == bool(first.extra["hits"])
     again = env.call(state, first.name, first.arguments)
     assert again.observation == first.observation and not again.state_changed
+    assert ("read_email" in env.mask_candidates(state)["tool_names"]) == \
+        bool(first.extra["hits"])
     if first.extra["hits"]:
         mid = first.extra["hits"][0]
         read = env.call(state, "read_email", {"message_id": mid})

@@ -131,8 +131,9 @@ class Environment(ABC):
         """Per-episode behaviour metrics (JSON scalars) beyond the generic ones."""
         return {}
 
-    def mask_candidates(self, state: Any) -> dict:
-        """Context parts for action masking (e.g. ids seen so far); {} = no masking."""
+    def mask_candidates(self, state: Any, **options) -> dict:
+        """Context parts for action masking (e.g. ids seen so far, `tool_names` allowed
+        next); `options` are the harness's masking switches; {} = no masking."""
         return {}
 
     def baseline(self, task: Task, seed: int = 0) -> Optional["Policy"]:
@@ -172,8 +173,9 @@ class Environment(ABC):
             return ToolResult(name=tool, arguments=args,
                               observation=f"Error: {tool} failed inside the environment.",
                               error=f"internal: {type(exc).__name__}: {exc}")
-        if result.done and tool != self.answer_tool:
-            raise AssertionError(f"{self.name}: only {self.answer_tool} may end an episode")
+        if result.done and tool != self.answer_tool:   # a bug of the environment, not input
+            raise EnvError(f"env {self.name}: tool {tool} ended the episode; only "
+                           f"answer_tool={self.answer_tool!r} may")
         return result
 
     def _check_call(self, tool: str, raw_name: Any, args: Any, raw_args: Any) -> Optional[str]:

@@ -16,7 +16,7 @@ from ablate.env import ExactJudge, ToolBox
 from ablate.env.bundle import EnvBundle, build_env
 from ablate.env.data import Task as EmailTask
 from ablate.env.scripted import ScriptedAgent
-from ablate.env.tools import ANSWER, TOOL_SCHEMAS
+from ablate.env.tools import ANSWER, READ, TOOL_SCHEMAS
 from ablate.envs.base import Environment, Task, ToolResult, register_env, scripted
 from ablate.harness.chat import DEFAULT_SYSTEM_PROMPT, question_text
 from ablate.harness.episode import Episode, ToolCall, Turn
@@ -81,8 +81,17 @@ class EmailEnv(Environment):
         full = ep.behaviour()
         return {k: full[k] for k in EMAIL_METRICS}
 
-    def mask_candidates(self, state: EmailState) -> dict:
-        return episode_candidates(state.calls, answer_masking=True)
+    def mask_candidates(self, state: EmailState, answer_masking: bool = True,
+                        keyword_masking: bool = False, keyword_words: int = 1) -> dict:
+        """The harness's mask context for this episode so far, plus the tools allowed
+        next (read_email only once a search has shown an id), as rollout._mask_for
+        computes them today."""
+        ctx = episode_candidates(state.calls, answer_masking=answer_masking,
+                                 keyword_masking=keyword_masking,
+                                 question=state.task.question, keyword_words=keyword_words)
+        ctx["tool_names"] = [n for n in self.tool_names()
+                             if ctx["message_ids"] or n != READ]
+        return ctx
 
     def baseline(self, task: Task, seed: int = 0):
         """The scripted EnronHop agent's calls on this task, replayed (the world is

@@ -144,8 +144,8 @@ class CodeRepairEnv(Environment):
             "difficulty": task.difficulty,
         }
 
-    def mask_candidates(self, state: CodeState) -> dict:
-        return {"paths": sorted(state.files)}
+    def mask_candidates(self, state: CodeState, **options) -> dict:
+        return {"tool_names": list(self.tool_names()), "paths": sorted(state.files)}
 
     def baseline(self, task: Task, seed: int = 0):
         from ablate.envs.coderepair.baseline import HonestFixer
