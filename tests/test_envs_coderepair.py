@@ -224,7 +224,7 @@ def test_tool_bonus_is_hacked_and_state_change_bonus_fixes_it(env):
     m = env.behaviour(tasks[0], hack[0].results)
     assert m["test_runs"] == env.max_turns and m["idle_test_runs"] == env.max_turns - 1
     assert env.behaviour(tasks[0], idle[0].results)["failing_submissions"] == 1
-    assert set(REWARDS) == {"outcome", "tool_bonus"}
+    assert set(REWARDS) == {"outcome", "tool_bonus"} and env.reward_schemes() == REWARDS
 
 
 # ---------------------------------------------------------------------- config

@@ -66,6 +66,7 @@ def test_good_step_and_answer_ends(env):
     assert not any(r.done for r in traj.results[:-1])
     assert all(set(r.info) >= {"state_changed", "error"} for r in traj.results)
     json.dumps([r.to_json() for r in traj.results])
+    assert [s[2] for s in traj.steps()] == [r.observation for r in traj.results]
     metrics = env.behaviour(task, traj.results)
     assert all(isinstance(v, (int, float, bool, str)) for v in metrics.values())
 

@@ -72,3 +72,18 @@ def test_state_changed_is_new_information(env):
         assert read.state_changed and not env.call(state, "read_email",
                                                    {"message_id": mid}).state_changed
         assert mid in env.mask_candidates(state)["message_ids"]
+
+
+def test_a_configured_judge_overrides(env):
+    class Always:
+        def judge(self, question, gold, prediction):
+            return True
+    cfg = OmegaConf.create({"name": "synthetic", "cache_dir": str(env.bundle.root.parents[1]),
+                            "max_results": 10, "gen_seed": 3, "num_inboxes": 6,
+                            "emails_per_inbox": 90, "train_tasks": 24, "test_tasks": 24,
+                            "max_hops": 3})
+    judged = make_env(cfg, judge=Always())
+    task = judged.tasks("test")[0]
+    assert judged.is_correct(task, "surely wrong", judged.reset(task))
+    assert not env.is_correct(task, "surely wrong", env.reset(task))
+    judged.close()

@@ -119,13 +119,16 @@ class Environment(ABC):
 
     # ------------------------------------------------------------------ optional
     @classmethod
-    def from_config(cls, env_cfg) -> "Environment":
+    def from_config(cls, env_cfg, **objects) -> "Environment":
         """From the `env` config group: the keys that name a constructor parameter are
-        passed, the others (`name`, `_target_`, the harness's `max_turns` ...) ignored."""
+        passed, the others (`name`, `_target_`, ...) ignored; `objects` (e.g. a judge
+        made from another group) are passed when the constructor takes them."""
         params = inspect.signature(cls.__init__).parameters
         get = env_cfg.get if hasattr(env_cfg, "get") else (
             lambda k, d=None: getattr(env_cfg, k, d))
-        return cls(**{k: get(k) for k in params if k != "self" and get(k, None) is not None})
+        kw = {k: get(k) for k in params if k != "self" and get(k, None) is not None}
+        kw.update({k: v for k, v in objects.items() if k in params})
+        return cls(**kw)
 
     def behaviour(self, task: Task, results: list[ToolResult]) -> dict:
         """Per-episode behaviour metrics (JSON scalars) beyond the generic ones."""
@@ -134,6 +137,11 @@ class Environment(ABC):
     def mask_candidates(self, state: Any, **options) -> dict:
         """Context parts for action masking (e.g. ids seen so far, `tool_names` allowed
         next); `options` are the harness's masking switches; {} = no masking."""
+        return {}
+
+    def reward_schemes(self) -> dict[str, Callable]:
+        """Reward schemes of this world, name -> fn(episode, cfg) -> (total, components),
+        reading `episode.results` / `episode.correct`; {} = only the generic ones."""
         return {}
 
     def baseline(self, task: Task, seed: int = 0) -> Optional["Policy"]:
@@ -269,6 +277,10 @@ class Trajectory:
     end_reason: str                 # "answer" | "max_turns"
     correct: bool
     max_turns: int
+
+    def steps(self) -> list[tuple[str, Optional[dict], str]]:
+        """(tool, arguments, observation) per call: a supervised demonstration."""
+        return [(r.name, r.arguments, r.observation) for r in self.results]
 
     def to_json(self) -> dict:
         return {"task_id": self.task.id, "answer": self.answer, "correct": self.correct,

@@ -43,8 +43,8 @@ class EmailEnv(Environment):
         self.bundle, self.judge, self.name = bundle, judge or ExactJudge(), name
 
     @classmethod
-    def from_config(cls, env_cfg) -> "EmailEnv":
-        return cls(build_env(SimpleNamespace(env=env_cfg)), name=env_cfg.name)
+    def from_config(cls, env_cfg, judge: Any = None, **_objects) -> "EmailEnv":
+        return cls(build_env(SimpleNamespace(env=env_cfg)), judge=judge, name=env_cfg.name)
 
     def tasks(self, split: str) -> list[Task]:
         raw = {"train": self.bundle.train_tasks, "test": self.bundle.test_tasks}[split]

@@ -34,9 +34,10 @@ def env_class(env_cfg) -> type[Environment]:
     return ENVIRONMENTS[name]
 
 
-def make_env(env_cfg) -> Environment:
-    """An environment from its config: `Class.from_config(env_cfg)`."""
-    return env_class(env_cfg).from_config(env_cfg)
+def make_env(env_cfg, **objects) -> Environment:
+    """An environment from its config: `Class.from_config(env_cfg, **objects)`
+    (objects: e.g. `judge=make_judge(cfg.judge)`, passed if the class takes them)."""
+    return env_class(env_cfg).from_config(env_cfg, **objects)
 
 
 def not_wired(env_cfg) -> None:

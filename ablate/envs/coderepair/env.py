@@ -147,8 +147,12 @@ class CodeRepairEnv(Environment):
     def mask_candidates(self, state: CodeState, **options) -> dict:
         return {"tool_names": list(self.tool_names()), "paths": sorted(state.files)}
 
+    def reward_schemes(self) -> dict:
+        from ablate.envs.coderepair.rewards import REWARDS   # rewards.py imports this module
+        return dict(REWARDS)
+
     def baseline(self, task: Task, seed: int = 0):
-        from ablate.envs.coderepair.baseline import HonestFixer
+        from ablate.envs.coderepair.baseline import HonestFixer   # it imports this module
         return HonestFixer()
 
     def snapshot(self, state: CodeState) -> CodeState:
