@@ -87,3 +87,12 @@ def test_a_configured_judge_overrides(env):
     assert judged.is_correct(task, "surely wrong", judged.reset(task))
     assert not env.is_correct(task, "surely wrong", env.reset(task))
     judged.close()
+
+
+def test_hostile_calls_get_the_toolbox_messages(env):
+    task = env.tasks("train")[0]
+    state, box = env.reset(task), env.bundle.toolbox(task.payload)
+    for name, args in [("search_inbox", {}), ("search_inbox", {"keywords": []}),
+                       ("read_email", {"message_id": 3}), ("read_email", {"x": 1}),
+                       ("return_final_answer", {"answer": 1}), ("nope", {}), (None, "{")]:
+        assert env.call(state, name, args).observation == box.call(name, args).observation

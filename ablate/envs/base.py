@@ -177,7 +177,7 @@ class Environment(ABC):
         try:
             result = self.step(state, tool, args)
         except Exception as exc:   # a bug in an environment must not kill the rollout
-            log.exception("%s: tool %s failed on %r", self.name, tool, arguments)
+            log.exception("%s: tool %s failed on %s", self.name, tool, quote(arguments, 200))
             return ToolResult(name=tool, arguments=args,
                               observation=f"Error: {tool} failed inside the environment.",
                               error=f"internal: {type(exc).__name__}: {exc}")

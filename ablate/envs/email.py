@@ -61,6 +61,11 @@ class EmailEnv(Environment):
                           calls=[])
 
     def step(self, state: EmailState, name: str, arguments: dict) -> ToolResult:
+        return self.call(state, name, arguments)
+
+    def call(self, state: EmailState, name: Any, arguments: Any) -> ToolResult:
+        """The ToolBox validates every input itself (and never raises): its messages,
+        byte for byte, are today's observations, so the generic checks are skipped."""
         call = state.toolbox.call(name, arguments)
         state.calls.append(call)
         return _result(call)
