@@ -13,7 +13,7 @@ from ablate.cli import compose_config
 from ablate.envs import EnvError, make_env, not_wired, run_episode
 from ablate.envs.coderepair import generator as gen
 from ablate.envs.coderepair.baseline import HonestFixer, ReadAndSubmit, run_tests_forever
-from ablate.envs.coderepair.env import CodeRepairEnv, all_pass
+from ablate.envs.coderepair.env import CodeRepairEnv, all_pass, version
 from ablate.envs.coderepair.lang import CalcError, build, run_test, tokenize
 from ablate.envs.coderepair.rewards import REWARDS, TEST_BONUS, outcome, tool_bonus
 
@@ -252,3 +252,43 @@ def test_hostile_edits_through_the_tools(env):
         assert run.error is None and "tests passed" in run.observation
         if r.error is None and not line.startswith("const A = 1 +"):
             assert run.observation.startswith("Build failed:\n" + src + ":1: ")
+
+
+CALLS = st.one_of(
+    st.just(("list_files", {})), st.just(("run_tests", {})),
+    st.tuples(st.just("read_file"), st.fixed_dictionaries(
+        {"path": st.integers(0, 6)})),
+    st.tuples(st.just("replace_line"), st.fixed_dictionaries({
+        "path": st.integers(0, 6),
+        "line": st.integers(-1, 6),
+        "text": st.sampled_from(["const RATE = 3", "def f(x) = x", "  ", "const = (",
+                                 "def total(x) = total(x)", "const A = 1 / 0"])})),
+    st.tuples(st.text(max_size=12), st.one_of(st.none(), st.text(max_size=20))))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(CALLS, max_size=14), st.integers(0, 14))
+def test_random_call_sequences(env, calls, cut):
+    """Any call sequence: no exception, run_tests' state_changed is "code differs from
+    the last tested code", and a snapshot replays the rest identically."""
+    task = env.tasks("train")[2]
+    paths = sorted(task.payload.files) + ["nope.calc", "../x"]   # path index -> a path
+    calls = [(n, {**a, "path": paths[a["path"]]} if isinstance(a, dict) and "path" in a
+              else a) for n, a in calls]
+    state, results, snap, tested = env.reset(task), [], None, None
+    for i, (name, args) in enumerate(calls):
+        if i == cut:
+            snap = env.snapshot(state)
+        before = version(state.files)
+        r = env.call(state, name, args)
+        results.append(r)
+        assert isinstance(r.observation, str) and not (r.error or "").startswith("internal")
+        if r.name == "run_tests" and r.error is None:
+            assert r.state_changed == (before != tested)
+            tested = before
+        if r.done:
+            break
+    if snap is not None:
+        again = env.restore(snap)
+        replay = [env.call(again, n, a) for n, a in calls[cut:len(results)]]
+        assert [x.observation for x in replay] == [x.observation for x in results[cut:]]
