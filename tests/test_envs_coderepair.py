@@ -292,3 +292,13 @@ def test_random_call_sequences(env, calls, cut):
         again = env.restore(snap)
         replay = [env.call(again, n, a) for n, a in calls[cut:len(results)]]
         assert [x.observation for x in replay] == [x.observation for x in results[cut:]]
+
+
+def test_fixer_thoughts_match_its_calls(env):
+    task = env.tasks("test")[0]
+    fixer = HonestFixer()
+    traj = run_episode(env, task, fixer, env.max_turns)
+    assert len(fixer.thoughts) == len(traj.results)
+    for thought, r in zip(fixer.thoughts, traj.results):
+        if r.name == "replace_line":
+            assert r.arguments["text"] in thought and r.arguments["path"] in thought

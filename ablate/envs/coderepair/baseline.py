@@ -94,40 +94,46 @@ def best_edit(files: dict) -> Optional[tuple[str, int, str]]:
 
 
 class HonestFixer:
-    """Reads, fixes, tests (see module docstring). One instance per episode."""
+    """Reads, fixes, tests (see module docstring). One instance per episode; `thoughts`
+    holds a one-line plan per call (for thinking-mode demonstrations)."""
 
     def __init__(self):
         self.paths: Optional[list[str]] = None
         self.files: dict[str, str] = {}
         self.tested = False
+        self.thoughts: list[str] = []
 
     def __call__(self, results: list[ToolResult]) -> tuple[str, dict]:
-        if not results:
-            return LIST, {}
-        last = results[-1]
-        if last.error is None and last.name == LIST:
+        name, args, thought = self._next(results)
+        self.thoughts.append(thought)
+        return name, args
+
+    def _next(self, results: list[ToolResult]) -> tuple[str, dict, str]:
+        last = results[-1] if results else None
+        if last is not None and last.error is None and last.name == LIST:
             self.paths = parse_listing(last.observation)
-        elif last.error is None and last.name == READ:
+        elif last is not None and last.error is None and last.name == READ:
             path, text = parse_file(last.observation)
             self.files[path] = text
-        unread = [p for p in (self.paths or []) if p not in self.files]
         if self.paths is None:
-            return LIST, {}
+            return LIST, {}, "First, see which files the repository has."
+        unread = [p for p in self.paths if p not in self.files]
         if unread:
-            return READ, {"path": unread[0]}
+            return READ, {"path": unread[0]}, f"Read {unread[0]}."
         if last.name == REPLACE or not self.tested:
             self.tested = True
-            return RUN, {}
+            return RUN, {}, "Run the tests to see what fails now."
         if last.name == RUN and last.error is None and last.extra.get("failed") == 0:
-            return SUBMIT, {}
+            return SUBMIT, {}, "All tests pass: submit."
         edit = best_edit(self.files)
         if edit is None:
-            return SUBMIT, {}
+            return SUBMIT, {}, "I see no one-line fix that helps; submit as is."
         path, line, text = edit
         rows = self.files[path].split("\n")
-        rows[line - 1] = text
+        old, rows[line - 1] = rows[line - 1], text
         self.files[path] = "\n".join(rows)
-        return REPLACE, {"path": path, "line": line, "text": text}
+        return (REPLACE, {"path": path, "line": line, "text": text},
+                f"The failing tests point at {path} line {line}: `{old}` should be `{text}`.")
 
 
 def run_tests_forever(results: list[ToolResult]) -> tuple[str, dict]:
