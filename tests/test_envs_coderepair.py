@@ -105,6 +105,9 @@ def test_tokenizer_limits():
         tokenize("const A = 1234567890123")
     with pytest.raises(CalcError, match="unexpected character '\\$'"):
         tokenize("const A = $")
+    for outside in ("const A = \u0663", "const A\u00a0= 1", "const \u00c5 = 1"):
+        with pytest.raises(CalcError, match="unexpected character"):
+            tokenize(outside)   # non-ASCII digits, spaces and letters are not Calc
 
 
 # ---------------------------------------------------------------------- generator

@@ -32,7 +32,8 @@ STEP_BUDGET = 5_000        # evaluator: AST nodes per test
 KEYWORDS = {"const", "def", "test", "if", "then", "else", "and", "or", "not"}
 CMP_OPS = ("==", "!=", "<=", ">=", "<", ">")
 ARITH_OPS = ("+", "-", "*", "/", "%")
-_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(==|!=|<=|>=|[-+*/%<>()=,:])|(#.*))")
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(==|!=|<=|>=|[-+*/%<>()=,:])|(#.*))",
+                    re.ASCII)
 
 
 class CalcError(Exception):
