@@ -1,0 +1,17 @@
+"""Environments as plug-ins: the protocol (base.py), its registry, and the built-ins.
+
+    from ablate.envs import ENVIRONMENTS, make_env, run_episode
+    env = make_env(cfg.env)          # by `env.name`, or a user's class via `_target_`
+
+Built-ins: `synthetic` / `enronhop` (the email task, email.py) and `coderepair`.
+docs/environments.md shows how to write your own.
+"""
+from ablate.envs.base import (ENVIRONMENTS, EnvError, Environment, Policy, Task, ToolResult,
+                              Trajectory, env_names, register_env, run_episode, scripted)
+from ablate.envs.registry import make_env, not_wired
+from ablate.envs import coderepair  # noqa: F401  (registers coderepair)
+from ablate.envs import email  # noqa: F401  (registers synthetic, enronhop)
+
+__all__ = ["ENVIRONMENTS", "EnvError", "Environment", "Policy", "Task", "ToolResult",
+           "Trajectory", "env_names", "make_env", "not_wired", "register_env", "run_episode",
+           "scripted"]

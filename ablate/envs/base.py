@@ -1,0 +1,313 @@
+"""The environment protocol: what a task world must provide to be trained and evaluated on.
+
+An environment owns its tasks, its tool schemas (OpenAI function format), its system
+prompt, a per-episode state made by `reset`, a `step` from (state, tool name, arguments)
+to an observation plus structured info, the correctness of a final answer, its behaviour
+metrics, and snapshot/restore of a state (tree search). The harness, the rewards and the
+cell loop read only this protocol; docs/environments.md has a complete example.
+
+Design (read, not copied): verifiers' `MultiTurnEnv.setup_state` / `env_response` keep
+per-rollout state outside the environment object, and TRL's `environment_factory` makes
+one environment instance per rollout with its tools as methods; here one environment
+object serves many episodes and every episode's mutable world lives in its `state`.
+
+Rules every environment keeps:
+- `step` never raises on bad input (unknown tool, arguments that are not a JSON object,
+  wrong types): the problem comes back as an observation with `error` set, so the model
+  can read it and act on it. `Environment.call` wraps `step` to guarantee this.
+- `ToolResult.state_changed` is True only when the call changed the world (or what the
+  agent knows of it); rewards that pay for actions condition on it (see
+  docs/environments.md, "Rewarding effects, not actions").
+- Calling `answer_tool` without error ends the episode; `ToolResult.answer` holds the
+  answer the judge will see.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "test")
+
+
+class EnvError(ValueError):
+    """A user mistake in choosing or configuring an environment (one-line message)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of an environment: what the agent is asked, and the gold answer.
+
+    `metadata` holds JSON-serialisable facts used for breakdowns (e.g. `difficulty`);
+    `payload` is the environment's own record of the task (not serialised)."""
+    id: str
+    prompt: str                     # the user message of the episode's first turn
+    answer: str                     # gold answer ("" when correctness is not by answer)
+    metadata: dict = field(default_factory=dict, compare=False)
+    payload: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def difficulty(self) -> int:
+        return int(self.metadata.get("difficulty", 1))
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "prompt": self.prompt, "answer": self.answer,
+                **self.metadata}
+
+
+@dataclass
+class ToolResult:
+    """One tool call as the environment saw it and what it answered (environment-neutral
+    episode record: tool name, arguments, observation text, structured info)."""
+    name: str                       # tool name as written ("" when none could be read)
+    arguments: Optional[dict]       # parsed arguments; None when they were not an object
+    observation: str                # the text the model sees back
+    state_changed: bool = False     # did this call change the world / the agent's view?
+    error: Optional[str] = None     # set when the call was malformed / unknown / bad args
+    done: bool = False              # the answer tool was called without error
+    answer: Optional[str] = None    # the final answer when done
+    extra: dict = field(default_factory=dict)   # environment-specific facts (JSON-safe)
+
+    @property
+    def info(self) -> dict:
+        return {"state_changed": self.state_changed, "error": self.error,
+                "done": self.done, **self.extra}
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "arguments": self.arguments,
+                "observation": self.observation, "answer": self.answer, "info": self.info}
+
+
+class Environment(ABC):
+    """Base class of every environment. Subclasses implement the abstract methods and are
+    registered with @register_env("name"); `name` and `answer_tool` are class attributes."""
+
+    name: str = ""
+    answer_tool: str = ""
+
+    # ------------------------------------------------------------------ required
+    @abstractmethod
+    def tasks(self, split: str) -> list[Task]:
+        """The tasks of `split` ("train" or "test", the held-out split)."""
+
+    @abstractmethod
+    def tool_schemas(self) -> list[dict]:
+        """OpenAI function-format schemas; one of them is named `answer_tool`."""
+
+    @abstractmethod
+    def system_prompt(self) -> str:
+        """The system message of every episode."""
+
+    @abstractmethod
+    def reset(self, task: Task) -> Any:
+        """A fresh per-episode state for `task`."""
+
+    @abstractmethod
+    def step(self, state: Any, name: str, arguments: dict) -> ToolResult:
+        """Run one well-formed call (`name` is a known tool, `arguments` a dict) on
+        `state`, mutating it. Bad argument values return a ToolResult with `error`."""
+
+    @abstractmethod
+    def is_correct(self, task: Task, answer: Optional[str], state: Any) -> bool:
+        """Correctness of the episode's outcome (a configured judge may override)."""
+
+    # ------------------------------------------------------------------ optional
+    @classmethod
+    def from_config(cls, env_cfg, **objects) -> "Environment":
+        """From the `env` config group: the keys that name a constructor parameter are
+        passed, the others (`name`, `_target_`, ...) ignored; `objects` (e.g. a judge
+        made from another group) are passed when the constructor takes them."""
+        params = inspect.signature(cls.__init__).parameters
+        get = env_cfg.get if hasattr(env_cfg, "get") else (
+            lambda k, d=None: getattr(env_cfg, k, d))
+        kw = {k: get(k) for k in params if k != "self" and get(k, None) is not None}
+        kw.update({k: v for k, v in objects.items() if k in params})
+        return cls(**kw)
+
+    def behaviour(self, task: Task, results: list[ToolResult]) -> dict:
+        """Per-episode behaviour metrics (JSON scalars) beyond the generic ones."""
+        return {}
+
+    def mask_candidates(self, state: Any, **options) -> dict:
+        """Context parts for action masking (e.g. ids seen so far, `tool_names` allowed
+        next); `options` are the harness's masking switches; {} = no masking."""
+        return {}
+
+    def reward_schemes(self) -> dict[str, Callable]:
+        """Reward schemes of this world, name -> fn(episode, cfg) -> (total, components),
+        reading `episode.results` / `episode.correct`; {} = only the generic ones."""
+        return {}
+
+    def baseline(self, task: Task, seed: int = 0) -> Optional["Policy"]:
+        """A scripted policy for this task (demonstrations, sanity floors); None if none."""
+        return None
+
+    def snapshot(self, state: Any) -> Any:
+        """An immutable copy of `state` (tree search); the default deep-copies."""
+        return copy.deepcopy(state)
+
+    def restore(self, snapshot: Any) -> Any:
+        """A live state equal to the one `snapshot` was taken of; `snapshot` stays
+        usable (restore twice gives two independent states)."""
+        return copy.deepcopy(snapshot)
+
+    def close(self) -> None:
+        """Release files, connections."""
+
+    # ------------------------------------------------------------------ provided
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(s["function"]["name"] for s in self.tool_schemas())
+
+    def call(self, state: Any, name: Any, arguments: Any) -> ToolResult:
+        """`step` made safe for model output: parses JSON-string arguments, rejects
+        unknown tools and non-object or unexpected arguments with an observation, and
+        turns an exception inside the environment into an `internal` error. Never raises."""
+        tool = name if isinstance(name, str) else ""
+        args = parse_arguments(arguments)
+        problem = self._check_call(tool, name, args, arguments)
+        if problem is not None:
+            return ToolResult(name=tool, arguments=args if isinstance(args, dict) else None,
+                              observation=problem, error=problem)
+        try:
+            result = self.step(state, tool, args)
+        except Exception as exc:   # a bug in an environment must not kill the rollout
+            log.exception("%s: tool %s failed on %s", self.name, tool, quote(arguments, 200))
+            return ToolResult(name=tool, arguments=args,
+                              observation=f"Error: {tool} failed inside the environment.",
+                              error=f"internal: {type(exc).__name__}: {exc}")
+        if result.done and tool != self.answer_tool:   # a bug of the environment, not input
+            raise EnvError(f"env {self.name}: tool {tool} ended the episode; only "
+                           f"answer_tool={self.answer_tool!r} may")
+        return result
+
+    def _check_call(self, tool: str, raw_name: Any, args: Any, raw_args: Any) -> Optional[str]:
+        names = self.tool_names()
+        if tool not in names:
+            shown = quote(raw_name) if raw_name not in (None, "") else "(none)"
+            return f"Error: unknown tool {shown}. Available tools: {', '.join(names)}."
+        if not isinstance(args, dict):
+            return (f"Error: the arguments of {tool} must be a JSON object; "
+                    f"got {quote(raw_args)}.")
+        params = self._params(tool)
+        extra = [k for k in args if k not in params]
+        if extra:
+            return (f"Error: {tool} got unexpected argument(s) "
+                    f"{', '.join(quote(k, 30) for k in extra[:3])}; it takes "
+                    f"{', '.join(params) or 'no arguments'}.")
+        missing = [k for k in self._required(tool) if k not in args]
+        if missing:
+            return f"Error: {tool} needs argument(s) {', '.join(missing)}."
+        return None
+
+    def _params(self, tool: str) -> tuple[str, ...]:
+        return tuple(self._schema(tool).get("properties", {}))
+
+    def _required(self, tool: str) -> tuple[str, ...]:
+        return tuple(self._schema(tool).get("required", ()))
+
+    def _schema(self, tool: str) -> dict:
+        for s in self.tool_schemas():
+            if s["function"]["name"] == tool:
+                return s["function"].get("parameters", {})
+        return {}
+
+
+def parse_arguments(arguments: Any) -> Any:
+    """OpenAI tool calls carry arguments as a JSON string; accept that or a dict. None
+    (no arguments) is an empty object; anything else is returned as is (and rejected)."""
+    if arguments is None:
+        return {}
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except (json.JSONDecodeError, RecursionError):
+            return arguments
+    return arguments
+
+
+def quote(value: Any, limit: int = 60) -> str:
+    """A short rendering of a model-sent value for error messages (strings quoted)."""
+    if isinstance(value, str):
+        text = value if len(value) <= limit else value[:limit] + "…"
+        return json.dumps(text, ensure_ascii=False)
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+# ---------------------------------------------------------------------- registry
+ENVIRONMENTS: dict[str, type[Environment]] = {}
+
+
+def register_env(name: str) -> Callable[[type[Environment]], type[Environment]]:
+    """Class decorator: the single source of environment names (`env.name`)."""
+    def add(cls: type[Environment]) -> type[Environment]:
+        if name in ENVIRONMENTS and ENVIRONMENTS[name] is not cls:
+            raise ValueError(f"environment {name!r} registered twice")
+        if not cls.__dict__.get("name"):
+            cls.name = name          # a class registered under several names keeps its first
+        ENVIRONMENTS[name] = cls
+        return cls
+    return add
+
+
+def env_names() -> tuple[str, ...]:
+    return tuple(ENVIRONMENTS)
+
+
+# ---------------------------------------------------------------------- episodes
+Policy = Callable[[list[ToolResult]], tuple[str, Any]]
+"""A scripted policy: from the results so far to the next (tool name, arguments)."""
+
+
+@dataclass
+class Trajectory:
+    """An episode driven by a scripted policy (no tokens): the environment-neutral record."""
+    task: Task
+    results: list[ToolResult]
+    answer: Optional[str]
+    end_reason: str                 # "answer" | "max_turns"
+    correct: bool
+    max_turns: int
+
+    def steps(self) -> list[tuple[str, Optional[dict], str]]:
+        """(tool, arguments, observation) per call: a supervised demonstration."""
+        return [(r.name, r.arguments, r.observation) for r in self.results]
+
+    def to_json(self) -> dict:
+        return {"task_id": self.task.id, "answer": self.answer, "correct": self.correct,
+                "end_reason": self.end_reason, "steps": [r.to_json() for r in self.results]}
+
+
+def run_episode(env: Environment, task: Task, policy: Policy, max_turns: int) -> Trajectory:
+    """Drive `policy` on a fresh state of `task` for at most `max_turns` calls."""
+    state = env.reset(task)
+    results: list[ToolResult] = []
+    answer, reason = None, "max_turns"
+    for _ in range(max_turns):
+        name, args = policy(results)
+        result = env.call(state, name, args)
+        results.append(result)
+        if result.done:
+            answer, reason = result.answer, "answer"
+            break
+    return Trajectory(task=task, results=results, answer=answer, end_reason=reason,
+                      correct=bool(env.is_correct(task, answer, state)),
+                      max_turns=max_turns)
+
+
+def scripted(calls: Iterable[tuple[str, Any]]) -> Policy:
+    """A policy that plays a fixed list of calls, then repeats the last one."""
+    seq = list(calls)
+
+    def policy(results: list[ToolResult]) -> tuple[str, Any]:
+        return seq[min(len(results), len(seq) - 1)]
+    return policy

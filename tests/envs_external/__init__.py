@@ -1,0 +1,1 @@
+"""A user's own environment, outside the ablate package (docs/environments.md)."""
