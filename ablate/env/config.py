@@ -18,7 +18,7 @@ class EnvConfig:
     train_tasks: int = 400
     test_tasks: int = 200
     max_hops: int = 2
-    # enronhop: the user's local files (DESIGN §5 fields)
+    # enronhop: the user's local JSONL files (fields: docs/data.md)
     emails_path: Optional[str] = None
     train_tasks_path: Optional[str] = None
     test_tasks_path: Optional[str] = None
