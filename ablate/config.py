@@ -23,10 +23,10 @@ from ablate.samplers.config import SamplerConfig
 
 @dataclass
 class TrainerConfig:
-    max_steps: int = 10
+    max_steps: int = 10                  # optimizer steps (0 = evaluate the initial policy only)
     tasks_per_step: int = 8              # GRPO groups per optimizer step
     group_size: int = 8                  # rollouts per task (G)
-    lr: float = 1e-4
+    lr: float = 1e-4                     # learning rate (after learner.warmup_steps)
     max_staleness: int = 0               # off-policy steps; only 0 (synchronous) is built yet
 
 
@@ -43,8 +43,8 @@ class RunConfig:
     quiet: bool = False                  # no progress display (sweeps)
     num_trajectories: int = 16           # readable trajectories written per evaluation
     wandb_mode: str = "${oc.env:WANDB_MODE,offline}"   # online | offline | disabled
-    wandb_project: str = "ablate"
-    device: str = "cpu"
+    wandb_project: str = "ablate"        # Weights & Biases project of the run
+    device: str = "cpu"                  # cpu | cuda | cuda:N
     # torch CPU threads; 1 is fastest for tiny models on a busy 2-core machine (sampling
     # measured 15-25x faster than 2 threads there); 0 = torch's default
     num_threads: int = 1
@@ -52,7 +52,7 @@ class RunConfig:
 
 @dataclass
 class AblateConfig:
-    seed: int = 0
+    seed: int = 0                        # every random choice derives from it (and the step)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -65,7 +65,7 @@ class AblateConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     run: RunConfig = field(default_factory=RunConfig)
-    experiment: Optional[str] = None
+    experiment: Optional[str] = None     # the +experiment=NAME preset applied, if any
 
 
 # Options each group accepts by name (the `name` field of the group's yaml); the yaml
@@ -223,6 +223,7 @@ def _check_env(cfg) -> None:
     _need(env.max_turns >= 1, "env.max_turns", env.max_turns, "must be >= 1")
     _need(1 <= env.max_results <= 10, "env.max_results", env.max_results, "must be in 1..10")
     _need(bool(env.cache_dir), "env.cache_dir", env.cache_dir, "give a directory")
+    _need(env.max_read_chars >= 1, "env.max_read_chars", env.max_read_chars, "must be >= 1")
     if env.name == "synthetic":
         for key in ("num_inboxes", "emails_per_inbox", "train_tasks", "test_tasks"):
             _need(env[key] >= 1, f"env.{key}", env[key], "must be >= 1")

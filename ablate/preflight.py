@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -17,6 +18,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import ConfigError, validate
+
+log = logging.getLogger("ablate")
 
 # (key, value that needs it) -> importable module
 OPTIONAL_PACKAGES = (
@@ -169,3 +172,8 @@ def check_data(cfg: DictConfig, budget=None) -> None:
     except (DataFileError, EmailDBError) as exc:
         raise ConfigError(str(exc)) from None
     env.db.close()
+    for key, have, what in (("eval.num_tasks", len(env.test_tasks), "test"),
+                            ("trainer.tasks_per_step", len(env.train_tasks), "train")):
+        if OmegaConf.select(cfg, key) > have:
+            log.warning("%s=%s but the %s file has only %d tasks: all %d are used", key,
+                        OmegaConf.select(cfg, key), what, have, have)

@@ -28,10 +28,12 @@ class EnvBundle:
     max_results: int
     root: Path
     report: object = None           # ablate.env.check.DataReport: counts, lines skipped
+    max_read_chars: int | None = None   # read_email body limit (env.max_read_chars)
 
     def toolbox(self, task: Task):
         from ablate.env.tools import ToolBox
-        return ToolBox(self.db, task.inbox_address, task.query_date, max_results=self.max_results)
+        return ToolBox(self.db, task.inbox_address, task.query_date, max_results=self.max_results,
+                       max_read_chars=self.max_read_chars)
 
 
 @contextmanager
@@ -103,4 +105,4 @@ def build_env(cfg, budget=None) -> EnvBundle:
                     files["emails"], report.duplicates_skipped)
     return EnvBundle(db=db, train_tasks=train, test_tasks=test,
                      max_results=cfg.env.max_results, root=files["emails"].parent,
-                     report=report)
+                     report=report, max_read_chars=cfg.env.max_read_chars)
