@@ -89,10 +89,18 @@ def check_writable(cfg: DictConfig) -> None:
 
 
 def check_output_dir(key: str, path: str) -> None:
-    """Hydra's hydra.run.dir / hydra.sweep.dir (checked by the CLI, which knows which)."""
+    """Hydra's hydra.run.dir / hydra.sweep.dir (checked by the CLI, which knows which);
+    an existing cell there must have readable output files (it will be resumed)."""
     why = writable_dir(Path(path))
     if why:
         raise ConfigError(f"{key}={path!r} is not usable: {why}; give a writable directory")
+    from ablate.outputs import JSONL_FILES, OutputFileError, read_jsonl
+    for name in JSONL_FILES:
+        try:
+            read_jsonl(Path(os.path.expanduser(path)) / name)
+        except OutputFileError as exc:
+            raise ConfigError(f"{key}={path!r} holds a cell that cannot be resumed: {exc}") \
+                from None
 
 
 def check_weights(cfg: DictConfig) -> Path | None:

@@ -91,9 +91,13 @@ def db_path_for(cfg, emails: Path) -> Path:
 
 def build_env(cfg, budget=None) -> EnvBundle:
     """The validated environment (ablate.env.check.load_checked: a bad record raises
-    DataFileError naming file:line); `budget` (a QuestionBudget) also bounds questions."""
+    DataFileError naming file:line); questions are bounded by `budget` (a
+    QuestionBudget; by default the one of cfg's model, see ablate.preflight)."""
     from ablate.env.check import load_checked
 
+    if budget is None:
+        from ablate.preflight import check_weights, question_budget
+        budget = question_budget(cfg, check_weights(cfg))
     files = env_files(cfg)
     db_path = db_path_for(cfg, files["emails"])
     with file_lock(db_path.with_suffix(".lock")):
