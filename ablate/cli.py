@@ -12,9 +12,10 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ablate.config import ConfigError, register, validate
+from ablate.config import ConfigError, register
+from ablate.preflight import check_output_dir, preflight as check_cfg
 
 log = logging.getLogger("ablate")
 
@@ -149,10 +150,6 @@ def preflight(args: list[str]) -> int:
 
 def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:
     """Every check of one job; the data of an environment is checked once per command."""
-    from omegaconf import OmegaConf, open_dict
-
-    from ablate.preflight import check_output_dir, preflight as check_cfg
-
     cfg = compose_config(job, hydra_node=True)
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     check_output_dir(key, str(OmegaConf.select(cfg, key)))

@@ -15,9 +15,19 @@ import os
 import tempfile
 from pathlib import Path
 
+import torch
 from omegaconf import DictConfig, OmegaConf
+from tokenizers import Tokenizer
 
 from ablate.config import ConfigError, validate
+from ablate.env.bundle import build_env
+from ablate.env.check import QuestionBudget
+from ablate.env.data import DataFileError
+from ablate.env.db import EmailDBError
+from ablate.env.tools import TOOL_SCHEMAS
+from ablate.harness.chat import DEFAULT_SYSTEM_PROMPT
+from ablate.models.loading import ModelNotFoundError, resolve_weights
+from ablate.models.tiny import tiny_path
 
 log = logging.getLogger("ablate")
 
@@ -56,7 +66,6 @@ def check_device(cfg: DictConfig) -> None:
     device = cfg.run.device
     if not device.startswith("cuda"):
         return
-    import torch
     if not torch.cuda.is_available():
         raise ConfigError(f"run.device={device!r}: no CUDA device is visible; use run.device=cpu")
     if "bfloat16" in (cfg.model.dtype, cfg.learner.dtype) and not torch.cuda.is_bf16_supported():
@@ -109,13 +118,11 @@ def check_weights(cfg: DictConfig) -> Path | None:
     if m.name == "scripted":
         return None
     if m.name == "tiny":
-        from ablate.models.tiny import tiny_path
         path = tiny_path(m)
         if not (path / "config.json").is_file():
             raise ConfigError(f"model.path={m.path!r}: no tiny checkpoint (config.json) in "
                               f"{path}; rebuild it with `python -m ablate.models.tiny build`")
         return path
-    from ablate.models.loading import ModelNotFoundError, resolve_weights
     try:
         return Path(resolve_weights(m))
     except ModelNotFoundError as exc:
@@ -139,12 +146,6 @@ def question_budget(cfg: DictConfig, model_dir: Path | None):
         return None
     if not (model_dir / "tokenizer.json").is_file():
         return None
-    from tokenizers import Tokenizer
-
-    from ablate.env.check import QuestionBudget
-    from ablate.env.tools import TOOL_SCHEMAS
-    from ablate.harness.chat import DEFAULT_SYSTEM_PROMPT
-
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
 
     def count(text: str) -> int:
@@ -166,10 +167,6 @@ def question_budget(cfg: DictConfig, model_dir: Path | None):
 def check_data(cfg: DictConfig, budget=None) -> None:
     """Build (cached) and validate the environment's data; DataFileError names
     file:line; it becomes a ConfigError for the CLI."""
-    from ablate.env.bundle import build_env
-    from ablate.env.data import DataFileError
-    from ablate.env.db import EmailDBError
-
     if cfg.env.name == "enronhop":
         for key in ("emails_path", "train_tasks_path", "test_tasks_path"):
             path = Path(os.path.expanduser(cfg.env[key]))

@@ -95,7 +95,7 @@ def build_env(cfg, budget=None) -> EnvBundle:
     QuestionBudget; by default the one of cfg's model, see ablate.preflight)."""
     from ablate.env.check import load_checked
 
-    if budget is None:
+    if budget is None:   # ablate.preflight imports this module: import here
         from ablate.preflight import check_weights, question_budget
         budget = question_budget(cfg, check_weights(cfg))
     files = env_files(cfg)
