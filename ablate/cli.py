@@ -74,7 +74,12 @@ def _split_cli(args: list[str]) -> tuple[list[str], bool, bool]:
                 next(it, None)
         elif arg in VALUE_FLAGS:
             next(it, None)
-        elif not arg.startswith("-"):
+        elif arg in ("--run", "-r"):
+            pass
+        elif arg.startswith("-") and "=" not in arg:
+            raise ConfigError(f"unknown option {arg!r}; python -m ablate takes overrides "
+                              "key=value, -m/--multirun, --cfg job|hydra|all, --help")
+        else:
             overrides.append(arg)
     return overrides, multirun, skip
 
@@ -133,10 +138,10 @@ def preflight(args: list[str]) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    overrides, multirun, skip = _split_cli(args)
-    if skip:
-        return 0
     try:
+        overrides, multirun, skip = _split_cli(args)
+        if skip:
+            return 0
         jobs = expand_jobs(overrides, multirun)
         checked_data: set[str] = set()
         for job in jobs:
@@ -170,6 +175,8 @@ def one_line(exc: BaseException) -> str:
     """The exception's text plus its causes' (Hydra wraps the informative one), as one
     line."""
     parts: list[str] = []
+    if isinstance(getattr(exc, "override", None), str):   # Hydra's OverrideParseException
+        parts.append(f"cannot parse override {exc.override!r}")
     while exc is not None:
         text = _flatten(str(exc))
         if text and not any(text in p for p in parts):

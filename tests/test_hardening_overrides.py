@@ -86,6 +86,8 @@ BAD = [
     (["-m", "+reward=naive,nonsense"], "reward/nonsense"),
     (["-m", "algo.eps_high=0.3,0.1"], "algo.eps_high"),
     (["trainer.max_steps=1", "-m", "seed=0,1", "trainer.lr=-1"], "trainer.lr=-1"),
+    (["--multirn"], "unknown option '--multirn'"),
+    (["trainer.lr=[1,2"], "trainer.lr=[1,2"),
 ]
 if importlib.util.find_spec("vllm") is None:
     BAD.append((["sampler=vllm"], "'vllm', which is not installed"))
