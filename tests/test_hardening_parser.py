@@ -98,7 +98,7 @@ def test_any_json_inside_tags_is_handled(body):
 
 def _seconds(text: str) -> float:
     best = float("inf")
-    for _ in range(3):
+    for _ in range(5):
         t0 = time.perf_counter()
         parse_tool_calls(text)
         best = min(best, time.perf_counter() - t0)
@@ -115,6 +115,6 @@ def test_hundred_thousand_unclosed_tags_parse_in_under_a_second():
 @pytest.mark.parametrize("unit", [CALL_OPEN, CALL_OPEN + "{" + CALL_CLOSE, "<tool_call",
                                   CALL_OPEN + '{"name": "x", "arguments": {}}' + CALL_CLOSE])
 def test_parse_time_grows_linearly(unit):
-    small, big = unit * 5_000, unit * 50_000
+    small, big = unit * 10_000, unit * 100_000
     ratio = _seconds(big) / max(_seconds(small), 1e-6)
     assert ratio < 25, ratio          # linear: ~10; quadratic: ~100
