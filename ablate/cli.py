@@ -7,15 +7,15 @@ key and the allowed values named and no traceback.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ablate.config import ConfigError, register, validate
+from ablate.config import ConfigError, register
+from ablate.preflight import check_output_dir, preflight as check_cfg
 
 log = logging.getLogger("ablate")
 
@@ -52,22 +52,53 @@ def normalise_overrides(args: list[str]) -> list[str]:
     return out
 
 
+# Hydra flags that take a value (the next argument)
+VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
+               "-cn", "--config-dir", "-cd", "--info", "-i", "--experimental-rerun")
+INFO_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--version",
+              "--shell-completion", "-sc", "--experimental-rerun", "--cfg", "-c",
+              "--resolve")
+
+
 def _split_cli(args: list[str]) -> tuple[list[str], bool, bool]:
-    """(overrides, multirun, skip_preflight) from raw argv."""
+    """(overrides, multirun, skip_preflight) from raw argv. `--cfg job` and the other
+    information flags print without running anything: no preflight needed."""
     overrides, multirun, skip = [], False, False
     it = iter(args)
     for arg in it:
         if arg in ("-m", "--multirun"):
             multirun = True
-        elif arg in ("--help", "-h", "--hydra-help", "--info", "--version", "--shell-completion",
-                     "-sc", "--experimental-rerun"):
+        elif arg in INFO_FLAGS:
             skip = True
-        elif arg in ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
-                     "-cn", "--config-dir", "-cd"):
+            if arg in VALUE_FLAGS and arg not in ("--info", "-i"):
+                next(it, None)
+        elif arg in VALUE_FLAGS:
             next(it, None)
-        elif not arg.startswith("-"):
+        elif arg in ("--run", "-r"):
+            pass
+        elif arg.startswith("-") and "=" not in arg:
+            raise ConfigError(f"unknown option {arg!r}; python -m ablate takes overrides "
+                              "key=value, -m/--multirun, --cfg job|hydra|all, --help")
+        else:
             overrides.append(arg)
     return overrides, multirun, skip
+
+
+def flags_first(args: list[str]) -> list[str]:
+    """Hydra's argument parser takes its flags (-m, --cfg job, ...) only before the
+    overrides; move them there, so `-m` may stand anywhere as users expect."""
+    flags, overrides = [], []
+    it = iter(args)
+    for arg in it:
+        if arg.startswith("-") and "=" not in arg:
+            flags.append(arg)
+            if arg in VALUE_FLAGS and arg not in ("--info", "-i"):
+                value = next(it, None)
+                if value is not None:
+                    flags.append(value)
+        else:
+            overrides.append(arg)
+    return flags + overrides
 
 
 def expand_jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
@@ -93,58 +124,85 @@ def _is_sweep(override: str) -> bool:
     return "," in value or value.startswith(("range(", "choice(", "glob("))
 
 
-def compose_config(overrides: list[str]) -> DictConfig:
+def compose_config(overrides: list[str], *, hydra_node: bool = False) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
     register()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose("config", overrides=overrides)
+        return compose("config", overrides=overrides, return_hydra_config=hydra_node)
 
 
 def preflight(args: list[str]) -> int:
-    """Compose and validate every job; print a clean error and return 2 on bad input."""
+    """Compose and check every job before Hydra makes any directory; print one line
+    naming the key (or file:line) and return 2 on bad input."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    overrides, multirun, skip = _split_cli(args)
-    if skip:
-        return 0
     try:
+        overrides, multirun, skip = _split_cli(args)
+        if skip:
+            return 0
         jobs = expand_jobs(overrides, multirun)
+        checked_data: set[str] = set()
         for job in jobs:
-            cfg = compose_config(job)
-            validate(cfg)
-            check_runtime(cfg)
-    except (ConfigError, HydraException, OmegaConfBaseException, FileNotFoundError) as exc:
-        print(f"ablate: error: {_message(exc)}", file=sys.stderr)
-        if overrides:
-            print(f"ablate: overrides were: {' '.join(overrides)}", file=sys.stderr)
+            check_job(job, multirun, checked_data)
+    except (ConfigError, HydraException, OmegaConfBaseException, FileNotFoundError,
+            ValueError) as exc:
+        print(f"ablate: error: {one_line(exc)}", file=sys.stderr)
         return 2
     return 0
 
 
-def _message(exc: BaseException) -> str:
-    """The exception's text plus its causes' (Hydra wraps the informative one)."""
-    parts = []
+def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:
+    """Every check of one job; the data of an environment is checked once per command."""
+    cfg = compose_config(job, hydra_node=True)
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    check_output_dir(key, str(OmegaConf.select(cfg, key)))
+    with open_dict(cfg):
+        cfg.pop("hydra")
+    data_key = OmegaConf.to_yaml(cfg.env) + str(cfg.model) + str(
+        cfg.harness.max_tokens_per_episode)
+    check_cfg(cfg, data=data_key not in checked_data)
+    checked_data.add(data_key)
+
+
+# lines of Hydra / OmegaConf messages that repeat what the first line says
+_NOISE = ("full_key:", "object_type=", "reference_type=", "Set the environment variable",
+          "Config search path", "See https://hydra.cc")
+
+
+def one_line(exc: BaseException) -> str:
+    """The exception's text plus its causes' (Hydra wraps the informative one), as one
+    line."""
+    parts: list[str] = []
+    if isinstance(getattr(exc, "override", None), str):   # Hydra's OverrideParseException
+        parts.append(f"cannot parse override {exc.override!r}")
     while exc is not None:
-        text = str(exc).strip()
-        if text and text not in parts:
+        text = _flatten(str(exc))
+        if text and not any(text in p for p in parts):
             parts.append(text)
         exc = exc.__cause__
-    return "\n".join(parts) or "invalid configuration"
+    return " | ".join(parts) or "invalid configuration"
 
 
-def check_runtime(cfg: DictConfig) -> None:
-    """Checks that need the file system (data paths), still before any work."""
-    if cfg.env.name == "enronhop":
-        for key in ("emails_path", "train_tasks_path", "test_tasks_path"):
-            path = Path(os.path.expanduser(cfg.env[key]))
-            if not path.is_file():
-                raise ConfigError(f"env.{key}: file not found: {path}")
-    if cfg.model.path:
-        path = Path(os.path.expanduser(cfg.model.path))
-        if not path.exists():
-            raise ConfigError(f"model.path: directory not found: {path}")
+def _flatten(message: str) -> str:
+    """Noise lines dropped; indented lines (Hydra's option lists) joined to the line
+    above with commas; the rest joined with "; "."""
+    out: list[str] = []
+    skipping = False
+    for raw in message.splitlines():
+        line = raw.strip()
+        indented = raw[:1] in (" ", "\t")
+        if not line or (skipping and indented):
+            continue
+        skipping = line.startswith(_NOISE)
+        if skipping:
+            continue
+        if out and indented:
+            out[-1] += (" " if out[-1].endswith(":") else ", ") + line
+        else:
+            out.append(line)
+    return "; ".join(out)
 
 
 register()
@@ -160,7 +218,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = normalise_overrides(list(sys.argv[1:] if argv is None else argv))
+    args = flags_first(normalise_overrides(list(sys.argv[1:] if argv is None else argv)))
     code = preflight(args)
     if code:
         sys.exit(code)

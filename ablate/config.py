@@ -23,10 +23,10 @@ from ablate.samplers.config import SamplerConfig
 
 @dataclass
 class TrainerConfig:
-    max_steps: int = 10
+    max_steps: int = 10                  # optimizer steps (0 = evaluate the initial policy only)
     tasks_per_step: int = 8              # GRPO groups per optimizer step
     group_size: int = 8                  # rollouts per task (G)
-    lr: float = 1e-4
+    lr: float = 1e-4                     # learning rate (after learner.warmup_steps)
     max_staleness: int = 0               # off-policy steps; only 0 (synchronous) is built yet
 
 
@@ -43,8 +43,8 @@ class RunConfig:
     quiet: bool = False                  # no progress display (sweeps)
     num_trajectories: int = 16           # readable trajectories written per evaluation
     wandb_mode: str = "${oc.env:WANDB_MODE,offline}"   # online | offline | disabled
-    wandb_project: str = "ablate"
-    device: str = "cpu"
+    wandb_project: str = "ablate"        # Weights & Biases project of the run
+    device: str = "cpu"                  # cpu | cuda | cuda:N
     # torch CPU threads; 1 is fastest for tiny models on a busy 2-core machine (sampling
     # measured 15-25x faster than 2 threads there); 0 = torch's default
     num_threads: int = 1
@@ -52,7 +52,7 @@ class RunConfig:
 
 @dataclass
 class AblateConfig:
-    seed: int = 0
+    seed: int = 0                        # every random choice derives from it (and the step)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -65,7 +65,7 @@ class AblateConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     run: RunConfig = field(default_factory=RunConfig)
-    experiment: Optional[str] = None
+    experiment: Optional[str] = None     # the +experiment=NAME preset applied, if any
 
 
 # Options each group accepts by name (the `name` field of the group's yaml); the yaml
@@ -79,10 +79,14 @@ ALLOWED = {
     "sampler.name": ("hf", "vllm"),
     "learner.name": ("deepspeed", "torch"),
     "learner.dtype": ("float32", "bfloat16"),
+    "model.dtype": ("float32", "bfloat16", "float16"),
     "judge.name": ("exact", "llm"),
     "harness.on_malformed": ("continue", "end"),
     "harness.calls_per_turn": ("first", "all"),
 }
+
+
+WANDB_MODES = ("online", "offline", "disabled")
 
 
 class ConfigError(ValueError):
@@ -162,33 +166,119 @@ def validate(cfg: DictConfig | Any) -> None:
     if a.dynamic_sampling.max_batches < 0:
         raise ConfigError("algo.dynamic_sampling.max_batches must be >= 0")
 
+    _check_trainer(cfg)
+    _check_harness(cfg)
+    _check_env(cfg)
+    _check_learner(cfg.learner)
+    _check_sampler_judge(cfg)
+    _check_run(cfg)
+
+
+def _need(ok: bool, key: str, value, allowed: str) -> None:
+    """One check: `key=value` fails unless `ok`; the message says what is allowed."""
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is not allowed; {allowed}")
+
+
+def _check_trainer(cfg) -> None:
     t = cfg.trainer
-    for key in ("max_steps", "tasks_per_step", "group_size"):
-        if t[key] < (0 if key == "max_steps" else 1):
-            raise ConfigError(f"trainer.{key}={t[key]} must be positive")
-    if t.lr <= 0:
-        raise ConfigError(f"trainer.lr={t.lr} must be > 0")
+    _need(t.max_steps >= 0, "trainer.max_steps", t.max_steps, "must be >= 0")
+    _need(t.tasks_per_step >= 1, "trainer.tasks_per_step", t.tasks_per_step, "must be >= 1")
+    _need(t.group_size >= 1, "trainer.group_size", t.group_size, "must be >= 1")
+    # group-relative advantages (GRPO, Shao et al. 2024 eq. 3; Dr. GRPO, Liu et al. 2025
+    # eq. 2) subtract the group mean: with one rollout per group every advantage is 0
+    learning = cfg.model.name != "scripted" and t.max_steps > 0
+    _need(not learning or t.group_size >= 2, "trainer.group_size", t.group_size,
+          f"algo.adv_estimator={cfg.algo.adv_estimator} is group-relative: a group of one "
+          "has zero advantage; use >= 2")
+    _need(t.lr > 0, "trainer.lr", t.lr, "must be > 0")
     if t.max_staleness != 0:
         raise ConfigError(
             f"trainer.max_staleness={t.max_staleness}: off-policy (stale) rollouts are not "
             "built yet; only 0 (synchronous RL) is supported")
-    if cfg.eval.every < 0 or cfg.eval.num_tasks < 1 or cfg.eval.samples < 1:
-        raise ConfigError("eval.every must be >= 0, eval.num_tasks and eval.samples >= 1")
-    if cfg.env.max_turns < 1:
-        raise ConfigError(f"env.max_turns={cfg.env.max_turns} must be >= 1")
-    if not 1 <= cfg.env.max_results <= 10:
-        raise ConfigError(f"env.max_results={cfg.env.max_results} must be in 1..10")
-    if cfg.env.name == "enronhop":
-        for key in ("emails_path", "train_tasks_path", "test_tasks_path"):
-            if not cfg.env[key]:
-                raise ConfigError(f"env=enronhop needs env.{key}=<path to your JSONL file>")
-    if cfg.judge.name == "llm" and not (cfg.judge.base_url and cfg.judge.model):
-        raise ConfigError("judge=llm needs judge.base_url and judge.model")
-    if cfg.sampler.temperature < 0 or not 0 < cfg.sampler.top_p <= 1:
-        raise ConfigError("sampler.temperature must be >= 0 and sampler.top_p in (0, 1]")
-    if cfg.harness.answer_masking and not cfg.harness.action_masking:
+    e = cfg.eval
+    _need(e.every >= 0, "eval.every", e.every, "must be >= 0 (0 = final evaluation only)")
+    _need(e.num_tasks >= 1, "eval.num_tasks", e.num_tasks, "must be >= 1")
+    _need(e.samples >= 1, "eval.samples", e.samples, "must be >= 1")
+
+
+def _check_harness(cfg) -> None:
+    h, m = cfg.harness, cfg.mode
+    for key in ("max_new_tokens_per_turn", "max_tokens_per_episode", "max_masked_keywords"):
+        _need(h[key] >= 1, f"harness.{key}", h[key], "must be >= 1")
+    _need(h.max_malformed >= 0, "harness.max_malformed", h.max_malformed, "must be >= 0")
+    _need(h.masked_keyword_words in (1, 2), "harness.masked_keyword_words",
+          h.masked_keyword_words, "choose 1 (single words) or 2 (also adjacent pairs)")
+    if h.answer_masking and not h.action_masking:
         raise ConfigError("harness.answer_masking=true needs harness.action_masking=true")
-    if cfg.harness.keyword_masking and not cfg.harness.action_masking:
+    if h.keyword_masking and not h.action_masking:
         raise ConfigError("harness.keyword_masking=true needs harness.action_masking=true")
-    if cfg.learner.name == "deepspeed" and cfg.learner.zero_stage not in (0, 1, 2, 3):
-        raise ConfigError(f"learner.zero_stage={cfg.learner.zero_stage} must be 0..3")
+    if m.enable_thinking:
+        _need(m.max_think_tokens >= 1, "mode.max_think_tokens", m.max_think_tokens,
+              "must be >= 1 in thinking mode")
+
+
+def _check_env(cfg) -> None:
+    env = cfg.env
+    _need(env.max_turns >= 1, "env.max_turns", env.max_turns, "must be >= 1")
+    _need(1 <= env.max_results <= 10, "env.max_results", env.max_results, "must be in 1..10")
+    _need(bool(env.cache_dir), "env.cache_dir", env.cache_dir, "give a directory")
+    _need(env.max_read_chars >= 1, "env.max_read_chars", env.max_read_chars, "must be >= 1")
+    if env.name == "synthetic":
+        for key in ("num_inboxes", "emails_per_inbox", "train_tasks", "test_tasks"):
+            _need(env[key] >= 1, f"env.{key}", env[key], "must be >= 1")
+        _need(1 <= env.max_hops <= 4, "env.max_hops", env.max_hops, "must be in 1..4")
+    if env.name == "enronhop":
+        for key in ("emails_path", "train_tasks_path", "test_tasks_path"):
+            if not env[key]:
+                raise ConfigError(f"env=enronhop needs env.{key}=<path to your JSONL file>")
+
+
+def _check_learner(lc) -> None:
+    _need(lc.micro_batch_tokens >= 1, "learner.micro_batch_tokens", lc.micro_batch_tokens,
+          "must be >= 1")
+    _need(lc.checkpoint_every >= 0, "learner.checkpoint_every", lc.checkpoint_every,
+          "must be >= 0 (0 = only at the end)")
+    _need(lc.keep_checkpoints >= 1, "learner.keep_checkpoints", lc.keep_checkpoints,
+          "must be >= 1")
+    for key in ("weight_decay", "grad_clip", "warmup_steps"):
+        _need(lc[key] >= 0, f"learner.{key}", lc[key], "must be >= 0")
+    betas = list(lc.betas)
+    _need(len(betas) == 2 and all(0 <= b < 1 for b in betas), "learner.betas", betas,
+          "give two values in [0, 1)")
+    if lc.name == "deepspeed" and lc.zero_stage not in (0, 1, 2, 3):
+        raise ConfigError(f"learner.zero_stage={lc.zero_stage} is not allowed; choose 0..3")
+    lo = lc.lora
+    if lo.enable:
+        _need(lo.rank >= 1, "learner.lora.rank", lo.rank, "must be >= 1")
+        _need(lo.alpha > 0, "learner.lora.alpha", lo.alpha, "must be > 0")
+        _need(0 <= lo.dropout < 1, "learner.lora.dropout", lo.dropout, "must be in [0, 1)")
+
+
+def _check_sampler_judge(cfg) -> None:
+    s, j = cfg.sampler, cfg.judge
+    _need(s.temperature > 0, "sampler.temperature", s.temperature,
+          "training samples a group of rollouts per task: must be > 0 "
+          "(sampler.eval_temperature=0 is the greedy switch, for evaluation)")
+    _need(s.eval_temperature >= 0, "sampler.eval_temperature", s.eval_temperature,
+          "must be >= 0 (0 = greedy)")
+    _need(0 < s.top_p <= 1, "sampler.top_p", s.top_p, "must be in (0, 1]")
+    if s.name == "vllm":
+        _need(s.tensor_parallel_size >= 1, "sampler.tensor_parallel_size",
+              s.tensor_parallel_size, "must be >= 1")
+        _need(0 < s.gpu_memory_utilization <= 1, "sampler.gpu_memory_utilization",
+              s.gpu_memory_utilization, "must be in (0, 1]")
+    if j.name == "llm" and not (j.base_url and j.model):
+        raise ConfigError("judge=llm needs judge.base_url and judge.model")
+    _need(j.timeout_s > 0, "judge.timeout_s", j.timeout_s, "must be > 0 seconds")
+    _need(j.max_retries >= 0, "judge.max_retries", j.max_retries, "must be >= 0")
+
+
+def _check_run(cfg) -> None:
+    r = cfg.run
+    _need(r.wandb_mode in WANDB_MODES, "run.wandb_mode", r.wandb_mode,
+          f"choose one of {list(WANDB_MODES)}")
+    _need(r.num_threads >= 0, "run.num_threads", r.num_threads, "must be >= 0 (0 = torch's)")
+    _need(r.num_trajectories >= 0, "run.num_trajectories", r.num_trajectories, "must be >= 0")
+    _need(r.device == "cpu" or r.device == "cuda" or r.device.startswith("cuda:"),
+          "run.device", r.device, "choose cpu, cuda or cuda:N")

@@ -16,12 +16,24 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 COMPLETE = "COMPLETE"
 JSONL_FILES = ("metrics.jsonl", "eval.jsonl", "trajectories.jsonl")
+TRAJECTORIES_TXT = "trajectories.txt"
+# the header ablate.cell.write_trajectories writes before each evaluation's episodes
+_EVAL_HEADER = re.compile(r"^=+ evaluation at step (\d+) =+$", re.M)
+
+
+def cut_trajectory_text(text: str, step: int) -> str:
+    """trajectories.txt without the evaluations of steps > `step` (redone on resume)."""
+    for m in _EVAL_HEADER.finditer(text):
+        if int(m.group(1)) > step:
+            return text[:m.start()]
+    return text
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -34,17 +46,51 @@ def atomic_write_text(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+class OutputFileError(ValueError):
+    """A cell's output file is corrupt beyond a torn last line; names file:line."""
+
+
 def read_jsonl(path: Path) -> list[dict]:
-    """Rows of a JSONL file; a torn last line (killed mid-write) is dropped."""
+    """Rows of a JSONL file; a torn last line (killed mid-write) is dropped, any other
+    bad line is an OutputFileError naming file:line."""
     if not path.exists():
         return []
     rows = []
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
             if not line.endswith("\n"):
                 break  # the writer died mid-line
-            rows.append(json.loads(line))
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise OutputFileError(f"{path}:{lineno}: not a JSON row ({exc.msg}); the "
+                                      "file was edited or corrupted") from None
+            if not isinstance(row, dict):
+                raise OutputFileError(f"{path}:{lineno}: expected a JSON object")
+            rows.append(row)
     return rows
+
+
+def remove_stale_temps(folder: Path) -> list[Path]:
+    """Delete ".<name>.tmp<pid>" files (atomic_write_text cut short by a kill) whose
+    writer is no longer running."""
+    removed = []
+    for path in folder.glob(".*.tmp*"):
+        pid = path.name.rsplit(".tmp", 1)[-1]
+        if path.is_file() and pid.isdigit() and not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class CellDir:
@@ -52,6 +98,7 @@ class CellDir:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.ckpt = self.path / "ckpt"
+        remove_stale_temps(self.path)
 
     @property
     def complete(self) -> bool:
@@ -79,6 +126,10 @@ class CellDir:
                 keep = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
                 atomic_write_text(path, "".join(
                     json.dumps(r, ensure_ascii=False) + "\n" for r in keep))
+        text = self.path / TRAJECTORIES_TXT
+        if text.exists():
+            atomic_write_text(text, cut_trajectory_text(text.read_text(encoding="utf-8"),
+                                                        step))
 
     def write_text(self, name: str, text: str, append: bool = False) -> None:
         if append:

@@ -192,3 +192,16 @@ def test_cell_dirname_stays_within_file_system_limits():
     a, b = cell_dirname(long_a), cell_dirname(long_b)
     assert len(a.encode()) <= MAX_DIRNAME and len(b.encode()) <= MAX_DIRNAME
     assert a != b and a == cell_dirname(long_a)   # distinct and stable across re-runs
+
+
+def test_configuration_reference_is_up_to_date():
+    from ablate.config_reference import OUT, generate
+    assert OUT.read_text(encoding="utf-8") == generate(), \
+        "docs/configuration.md is stale: run python -m ablate.config_reference"
+    text = generate()
+    from ablate.config import AblateConfig
+    import dataclasses
+    for f in dataclasses.fields(AblateConfig.__dataclass_fields__["trainer"].default_factory()):
+        assert f"`trainer.{f.name}`" in text
+    assert "| `trainer.max_steps` | int | `10` | `6` |" in text   # schema vs default cell
+    assert "`sampler.name` | str | `hf` | same |" in text and "`vllm`" in text

@@ -226,3 +226,10 @@ def test_make_judge_factory(tmp_path, stub):
         make_judge(JudgeConfig(name="oracle"))
     with pytest.raises(ValueError, match="needs base_url and model"):
         make_judge(JudgeConfig(name="llm"))
+
+
+@pytest.mark.parametrize("kw,needle", [({"timeout_s": 0}, "judge.timeout_s=0"),
+                                       ({"max_retries": -1}, "judge.max_retries=-1")])
+def test_llm_judge_rejects_bad_settings_naming_the_key(kw, needle, tmp_path):
+    with pytest.raises(ValueError, match=needle):
+        LLMJudge("http://127.0.0.1:9", "m", cache_dir=tmp_path, **kw)

@@ -9,12 +9,15 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ablate.env.data import Task, read_tasks
+from ablate.env.data import Task
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -24,10 +27,13 @@ class EnvBundle:
     test_tasks: list[Task]
     max_results: int
     root: Path
+    report: object = None           # ablate.env.check.DataReport: counts, lines skipped
+    max_read_chars: int | None = None   # read_email body limit (env.max_read_chars)
 
     def toolbox(self, task: Task):
         from ablate.env.tools import ToolBox
-        return ToolBox(self.db, task.inbox_address, task.query_date, max_results=self.max_results)
+        return ToolBox(self.db, task.inbox_address, task.query_date, max_results=self.max_results,
+                       max_read_chars=self.max_read_chars)
 
 
 @contextmanager
@@ -67,21 +73,40 @@ def synthetic_files(env_cfg, cache_dir: Path) -> dict[str, Path]:
     return {k: root / v for k, v in names.items()}
 
 
-def build_env(cfg) -> EnvBundle:
-    from ablate.env.db import EmailDB
-
+def env_files(cfg) -> dict[str, Path]:
+    """emails / train_tasks / test_tasks paths of the configured environment (the
+    synthetic mailbox is generated into the cache on first use)."""
     env_cfg = cfg.env
-    cache_dir = Path(os.path.expanduser(env_cfg.cache_dir))
     if env_cfg.name == "synthetic":
-        files = synthetic_files(env_cfg, cache_dir)
-    else:  # enronhop: the user's files, validated by ablate.cli.check_runtime
-        files = {"emails": Path(os.path.expanduser(env_cfg.emails_path)),
-                 "train_tasks": Path(os.path.expanduser(env_cfg.train_tasks_path)),
-                 "test_tasks": Path(os.path.expanduser(env_cfg.test_tasks_path))}
-    digest = hashlib.sha256(str(files["emails"].resolve()).encode()).hexdigest()[:16]
-    db_path = cache_dir / "db" / f"{digest}.sqlite"
+        return synthetic_files(env_cfg, Path(os.path.expanduser(env_cfg.cache_dir)))
+    return {"emails": Path(os.path.expanduser(env_cfg.emails_path)),
+            "train_tasks": Path(os.path.expanduser(env_cfg.train_tasks_path)),
+            "test_tasks": Path(os.path.expanduser(env_cfg.test_tasks_path))}
+
+
+def db_path_for(cfg, emails: Path) -> Path:
+    digest = hashlib.sha256(str(emails.resolve()).encode()).hexdigest()[:16]
+    return Path(os.path.expanduser(cfg.env.cache_dir)) / "db" / f"{digest}.sqlite"
+
+
+def build_env(cfg, budget=None) -> EnvBundle:
+    """The validated environment (ablate.env.check.load_checked: a bad record raises
+    DataFileError naming file:line); questions are bounded by `budget` (a
+    QuestionBudget; by default the one of cfg's model, see ablate.preflight)."""
+    from ablate.env.check import load_checked
+
+    if budget is None:   # ablate.preflight imports this module: import here
+        from ablate.preflight import check_weights, question_budget
+        budget = question_budget(cfg, check_weights(cfg))
+    files = env_files(cfg)
+    db_path = db_path_for(cfg, files["emails"])
     with file_lock(db_path.with_suffix(".lock")):
-        db = EmailDB.build(files["emails"], db_path)
-    return EnvBundle(db=db, train_tasks=read_tasks(files["train_tasks"]),
-                     test_tasks=read_tasks(files["test_tasks"]),
-                     max_results=env_cfg.max_results, root=files["emails"].parent)
+        db, train, test, report = load_checked(files["emails"], files["train_tasks"],
+                                               files["test_tasks"], db_path, budget=budget)
+    log.info("environment %s: %s", cfg.env.name, report.summary())
+    if report.duplicates_skipped:
+        log.warning("%s: %d duplicate message_id line(s) skipped (first kept)",
+                    files["emails"], report.duplicates_skipped)
+    return EnvBundle(db=db, train_tasks=train, test_tasks=test,
+                     max_results=cfg.env.max_results, root=files["emails"].parent,
+                     report=report, max_read_chars=cfg.env.max_read_chars)

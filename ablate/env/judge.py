@@ -258,9 +258,10 @@ class LLMJudge:
                  max_tokens: int = 256, concurrency: int = 8, exact_first: bool = True):
         if not base_url or not model:
             raise ValueError("LLMJudge needs base_url and model (judge.base_url, judge.model)")
-        if max_retries < 0 or timeout_s <= 0:
-            raise ValueError(f"max_retries={max_retries} must be >= 0 and "
-                             f"timeout_s={timeout_s} > 0")
+        if not timeout_s > 0:
+            raise ValueError(f"judge.timeout_s={timeout_s} must be > 0 seconds")
+        if max_retries < 0:
+            raise ValueError(f"judge.max_retries={max_retries} must be >= 0")
         base = base_url.rstrip("/")
         if httpx.URL(base).path in ("", "/"):
             base += "/v1"

@@ -15,7 +15,7 @@ keywords that include a question word absent from the email give zero hits (stri
 which is the trade-off the agent has to learn. Train and test tasks come from disjoint
 inboxes, and evidence emails are never shared with another inbox owner.
 
-Designed for learnability by a tiny model (PLATFORM.md, tiny-agent probes):
+Designed for learnability by a tiny model (what probes of the embedded tiny model showed):
   * message ids, code names and answer values come from fixed finite pools
     (`all_special_strings()`) so the tiny tokenizer can make each one a single token;
     copying one token from context is far easier than copying a multi-token string;

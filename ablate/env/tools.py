@@ -1,5 +1,5 @@
 """The agent-facing tools of EnronHop: OpenAI-style JSON schemas and a ToolBox that
-executes calls against an EmailDB for one episode (DESIGN.md §4 "Environment").
+executes calls against an EmailDB for one episode (docs/architecture.md).
 
 The inbox and the query date are bound when the ToolBox is made (by the harness, from
 the task); the model can only choose keywords, message ids and its answer. `call` never
@@ -102,7 +102,7 @@ class ToolBox:
     """Executes one episode's tool calls against `db` for `inbox` as of `query_date`.
 
     Tracks which message ids this episode has already been shown (`new_hits`) and read
-    (`new_read`): bonuses must reward state change, never the action alone (DESIGN §4)."""
+    (`new_read`): bonuses must reward state change, never the action alone."""
 
     def __init__(self, db: EmailDB, inbox: str, query_date, max_results: int = 10,
                  max_keywords: int = MAX_KEYWORDS, max_read_chars: int | None = None):

@@ -144,7 +144,20 @@ def format_tool_call(name: str, arguments: dict) -> str:
     return f"{CALL_OPEN}\n{body}\n{CALL_CLOSE}"
 
 
-_CALL_RE = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.S)
+def _call_blocks(text: str):
+    """(body, closed) of each <tool_call> block, left to right: a block runs from an
+    opening tag to the first closing tag after it. One forward pass with str.find, so
+    the cost is linear in len(text) (a lazy regex rescans the tail after every unclosed
+    opening tag: quadratic on text full of them)."""
+    pos = 0
+    while (start := text.find(CALL_OPEN, pos)) >= 0:
+        body = start + len(CALL_OPEN)
+        end = text.find(CALL_CLOSE, body)
+        if end < 0:
+            yield text[body:], False
+            return
+        yield text[body:end], True
+        pos = end + len(CALL_CLOSE)
 
 
 def _parse_one(raw: str) -> ParsedCall:
@@ -174,13 +187,18 @@ def _parse_one(raw: str) -> ParsedCall:
 
 
 def parse_tool_calls(text: str) -> list[ParsedCall]:
-    """All <tool_call> blocks of `text`, in order. Never raises, never returns []."""
+    """All <tool_call> blocks of `text`, in order. Never raises, never returns [];
+    linear time in len(text)."""
     try:
-        calls = [_parse_one(m.group(1)) for m in _CALL_RE.finditer(text)]
-        tail = text[text.rfind(CALL_CLOSE) + len(CALL_CLOSE):] if calls else text
-        if CALL_OPEN in tail:        # an opened block that never closed
-            calls.append(ParsedCall("", None, "Error: <tool_call> was not closed with "
-                                              "</tool_call>.", tail.split(CALL_OPEN, 1)[1]))
+        if not isinstance(text, str):
+            text = "" if text is None else str(text)
+        calls = []
+        for body, closed in _call_blocks(text):
+            if closed:
+                calls.append(_parse_one(body))
+            else:                    # an opened block that never closed
+                calls.append(ParsedCall("", None, "Error: <tool_call> was not closed with "
+                                                  "</tool_call>.", body))
         if not calls:
             calls.append(ParsedCall("", None, "Error: no tool call found. Call a tool as "
                                               '<tool_call>\n{"name": ..., "arguments": '
@@ -188,7 +206,7 @@ def parse_tool_calls(text: str) -> list[ParsedCall]:
         return calls
     except Exception as exc:         # defensive: the harness must never die on text
         return [ParsedCall("", None, f"Error: unreadable tool call ({type(exc).__name__}).",
-                           text)]
+                           str(text)[:1000])]
 
 
 def split_thinking(text: str) -> tuple[str, str]:

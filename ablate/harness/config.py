@@ -1,5 +1,5 @@
 """Typed configuration of the harness and the reasoning mode. The harness is part of the
-policy (seed 004): every knob here is logged with the run and is an ablation axis."""
+policy (docs/architecture.md): every knob here is logged with the run and is an ablation axis."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass
 class HarnessConfig:
-    max_new_tokens_per_turn: int = 96
+    max_new_tokens_per_turn: int = 96    # generated tokens per assistant turn at most
     max_tokens_per_episode: int = 1024   # generated tokens over all turns
     on_malformed: str = "continue"       # continue (error observation) | end (episode ends)
     max_malformed: int = 3               # retries: malformed calls tolerated before ending

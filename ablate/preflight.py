@@ -1,0 +1,184 @@
+"""Checks that need the machine, run by `python -m ablate` on every job of the command
+line before Hydra makes a cell directory: model weights present, optional packages
+importable, device and dtype usable, output and cache paths writable, token budgets
+within the model's context, and the data (ablate.env.check) valid.
+
+Each failure is one ConfigError naming the key, the value and what is allowed.
+`ablate.config.validate` holds the checks that need only the config.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tokenizers import Tokenizer
+
+from ablate.config import ConfigError, validate
+from ablate.env.bundle import build_env
+from ablate.env.check import QuestionBudget
+from ablate.env.data import DataFileError
+from ablate.env.db import EmailDBError
+from ablate.env.tools import TOOL_SCHEMAS
+from ablate.harness.chat import DEFAULT_SYSTEM_PROMPT
+from ablate.models.loading import ModelNotFoundError, resolve_weights
+from ablate.models.tiny import tiny_path
+
+log = logging.getLogger("ablate")
+
+# (key, value that needs it) -> importable module
+OPTIONAL_PACKAGES = (
+    ("sampler.name", "vllm", "vllm"),
+    ("learner.name", "deepspeed", "deepspeed"),
+    ("learner.lora.enable", True, "peft"),
+    ("run.wandb_mode", "online", "wandb"),
+)
+# the chat template's own tokens around the system prompt, tools and question
+TEMPLATE_SLACK_TOKENS = 64
+
+
+def preflight(cfg: DictConfig, *, data: bool = True) -> None:
+    """validate(cfg) plus every check against this machine; `data=False` skips the
+    (cached, but file-reading) data validation."""
+    validate(cfg)
+    check_packages(cfg)
+    check_device(cfg)
+    check_writable(cfg)
+    model_dir = check_weights(cfg)
+    budget = question_budget(cfg, model_dir)
+    if data:
+        check_data(cfg, budget)
+
+
+def check_packages(cfg: DictConfig) -> None:
+    for key, value, module in OPTIONAL_PACKAGES:
+        if OmegaConf.select(cfg, key) == value and importlib.util.find_spec(module) is None:
+            raise ConfigError(f"{key}={value!r} needs the Python package {module!r}, which "
+                              f"is not installed here (pip install {module})")
+
+
+def check_device(cfg: DictConfig) -> None:
+    device = cfg.run.device
+    if not device.startswith("cuda"):
+        return
+    if not torch.cuda.is_available():
+        raise ConfigError(f"run.device={device!r}: no CUDA device is visible; use run.device=cpu")
+    if "bfloat16" in (cfg.model.dtype, cfg.learner.dtype) and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"model.dtype={cfg.model.dtype!r} / learner.dtype="
+                          f"{cfg.learner.dtype!r}: this GPU has no bfloat16; use float32")
+
+
+def writable_dir(path: Path) -> str | None:
+    """None if `path` is, or can be created as, a writable directory; else why not."""
+    path = Path(os.path.expanduser(str(path))).absolute()
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is a file, not a directory"
+    try:   # a real write: permission bits say nothing to root or on read-only mounts
+        os.rmdir(tempfile.mkdtemp(prefix=".ablate-probe-", dir=probe))
+    except OSError as exc:
+        return f"cannot create a directory in {probe} ({exc.strerror})"
+    return None
+
+
+def check_writable(cfg: DictConfig) -> None:
+    keys = ["env.cache_dir"] + (["judge.cache_dir"] if cfg.judge.name == "llm" else [])
+    for key in keys:
+        why = writable_dir(Path(OmegaConf.select(cfg, key)))
+        if why:
+            raise ConfigError(f"{key}={OmegaConf.select(cfg, key)!r} is not usable: {why}; "
+                              "give a writable directory")
+
+
+def check_output_dir(key: str, path: str) -> None:
+    """Hydra's hydra.run.dir / hydra.sweep.dir (checked by the CLI, which knows which);
+    an existing cell there must have readable output files (it will be resumed)."""
+    why = writable_dir(Path(path))
+    if why:
+        raise ConfigError(f"{key}={path!r} is not usable: {why}; give a writable directory")
+    from ablate.outputs import JSONL_FILES, OutputFileError, read_jsonl
+    for name in JSONL_FILES:
+        try:
+            read_jsonl(Path(os.path.expanduser(path)) / name)
+        except OutputFileError as exc:
+            raise ConfigError(f"{key}={path!r} holds a cell that cannot be resumed: {exc}") \
+                from None
+
+
+def check_weights(cfg: DictConfig) -> Path | None:
+    """The model's local directory (None for the scripted agent), or ConfigError."""
+    m = cfg.model
+    if m.name == "scripted":
+        return None
+    if m.name == "tiny":
+        path = tiny_path(m)
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"model.path={m.path!r}: no tiny checkpoint (config.json) in "
+                              f"{path}; rebuild it with `python -m ablate.models.tiny build`")
+        return path
+    try:
+        return Path(resolve_weights(m))
+    except ModelNotFoundError as exc:
+        raise ConfigError(f"model={m.name}: {exc}") from None
+
+
+def context_length(model_dir: Path) -> int | None:
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings")
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def question_budget(cfg: DictConfig, model_dir: Path | None):
+    """The question's token budget: the context length less the episode's generation
+    budget, the system prompt and the tools; ConfigError when nothing is left. None when
+    the model has no known context or tokenizer (the scripted agent)."""
+    if model_dir is None or (n_ctx := context_length(model_dir)) is None:
+        return None
+    if not (model_dir / "tokenizer.json").is_file():
+        return None
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+
+    def count(text: str) -> int:
+        return len(tok.encode(text, add_special_tokens=False).ids)
+
+    fixed = count(DEFAULT_SYSTEM_PROMPT + json.dumps(TOOL_SCHEMAS)) + TEMPLATE_SLACK_TOKENS
+    gen = cfg.harness.max_tokens_per_episode
+    left = n_ctx - gen - fixed
+    if left < 16:
+        raise ConfigError(
+            f"harness.max_tokens_per_episode={gen} is not allowed: model={cfg.model.name} has "
+            f"a context of {n_ctx} tokens and the system prompt with the tools takes ~{fixed}; "
+            f"use at most {n_ctx - fixed - 16}")
+    return QuestionBudget(left, count, f"model={cfg.model.name} has a context of {n_ctx} "
+                          f"tokens: harness.max_tokens_per_episode={gen} and ~{fixed} for the "
+                          "system prompt and tools")
+
+
+def check_data(cfg: DictConfig, budget=None) -> None:
+    """Build (cached) and validate the environment's data; DataFileError names
+    file:line; it becomes a ConfigError for the CLI."""
+    if cfg.env.name == "enronhop":
+        for key in ("emails_path", "train_tasks_path", "test_tasks_path"):
+            path = Path(os.path.expanduser(cfg.env[key]))
+            if not path.is_file():
+                raise ConfigError(f"env.{key}={cfg.env[key]!r}: file not found")
+    try:
+        env = build_env(cfg, budget=budget)
+    except (DataFileError, EmailDBError) as exc:
+        raise ConfigError(str(exc)) from None
+    env.db.close()
+    for key, have, what in (("eval.num_tasks", len(env.test_tasks), "test"),
+                            ("trainer.tasks_per_step", len(env.train_tasks), "train")):
+        if OmegaConf.select(cfg, key) > have:
+            log.warning("%s=%s but the %s file has only %d tasks: all %d are used", key,
+                        OmegaConf.select(cfg, key), what, have, have)

@@ -1,0 +1,89 @@
+"""Leftovers of killed processes are removed; corrupt output files are named, not
+crashed on."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ablate.env import EmailDB, write_jsonl
+from ablate.env.data import Email
+from ablate.env.db import _OWNER, remove_stale_builds
+from ablate.outputs import CellDir, OutputFileError, cut_trajectory_text, read_jsonl
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_build_files_of_dead_builders_are_removed_live_ones_kept(tmp_path):
+    dst = tmp_path / "e.sqlite"
+    host = _OWNER.rsplit("-", 1)[0]
+    dead = [tmp_path / f".e.sqlite.{host}-{dead_pid()}.abc.building",
+            tmp_path / f".e.sqlite.{host}-{dead_pid()}.abc.stage"]
+    live = tmp_path / f".e.sqlite.{host}-{os.getpid()}.xyz.building"
+    other = tmp_path / ".other.sqlite.x-1.q.building"
+    for p in (*dead, live, other):
+        p.write_bytes(b"x" * 100)
+    removed = remove_stale_builds(dst)
+    assert sorted(removed) == sorted(dead)
+    assert live.exists() and other.exists()
+    old = 3 * 24 * 3600                  # another host's file: removed once a day old
+    far = tmp_path / ".e.sqlite.otherhost-1.q.building"
+    far.write_bytes(b"x")
+    st = far.stat()
+    os.utime(far, (st.st_atime - old, st.st_mtime - old))
+    assert remove_stale_builds(dst) == [far]
+
+
+def test_build_after_a_killed_build_leaves_only_the_database(tmp_path):
+    src = tmp_path / "e.jsonl"
+    write_jsonl(src, [Email("<1>", "s", "a@x", ["b@x"], [], [], "2001-01-01 00:00:00", "hi")])
+    host = _OWNER.rsplit("-", 1)[0]
+    (tmp_path / f".e.sqlite.{host}-{dead_pid()}.k.building").write_bytes(b"half")
+    (tmp_path / f".e.sqlite.{host}-{dead_pid()}.k.stage").write_bytes(b"half")
+    EmailDB.build(src, tmp_path / "e.sqlite").close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.jsonl", "e.sqlite"]
+
+
+def test_cell_dir_removes_dead_writers_temp_files(tmp_path):
+    (tmp_path / f".metrics.jsonl.tmp{dead_pid()}").write_text("{}")
+    live = tmp_path / f".eval.jsonl.tmp{os.getpid()}"
+    live.write_text("{}")
+    CellDir(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [live.name]
+
+
+def test_corrupt_output_rows_name_file_and_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\nnot json\n{"step": 3}\n')
+    with pytest.raises(OutputFileError, match=r"metrics.jsonl:2: not a JSON row"):
+        read_jsonl(path)
+    path.write_text('{"step": 1}\n{"step": 2, "x"')          # torn last line: dropped
+    assert read_jsonl(path) == [{"step": 1}]
+
+
+def test_resume_of_a_corrupt_cell_fails_in_preflight(tmp_path, capsys):
+    from ablate.cli import main
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    (cell / "eval.jsonl").write_text('{"step": 0}\n[oops\n')
+    with pytest.raises(SystemExit) as exc:
+        main(["env.num_inboxes=3", "env.emails_per_inbox=20", "env.train_tasks=6",
+              "env.test_tasks=4", f"env.cache_dir={tmp_path / 'cache'}",
+              f"hydra.run.dir={cell}"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "eval.jsonl:2: not a JSON row" in err, err
+
+
+def test_trajectory_text_is_cut_back_to_the_restored_step():
+    block = "==================== evaluation at step {} ====================\nepisode\n"
+    text = "".join(block.format(s) for s in (0, 1, 2))
+    assert cut_trajectory_text(text, 1) == block.format(0) + block.format(1)
+    assert cut_trajectory_text(text, -1) == ""
+    assert cut_trajectory_text(text, 5) == text
