@@ -101,17 +101,17 @@ class DeepSpeedLearner(Learner):
                                             config=ref_cfg)[0]
             self.ref.eval()
 
-    def _forward(self, ids):
-        return self.engine(input_ids=ids, use_cache=False).logits
+    def _call(self, ref, **kw):
+        return (self.ref if ref else self.engine)(**kw)
 
-    def _ref_forward(self, ids):
-        if self.ref is None:
-            return None
-        return self.ref(input_ids=ids, use_cache=False).logits
+    def _has_ref(self):
+        return self.ref is not None
 
-    def _backward(self, loss, last):
+    def _backward(self, loss, last, scaled=False):
+        """`scaled`: the loss already carries the factor (the shared prefix's backward,
+        whose upstream gradients came from scaled micro-batch losses)."""
         self.engine.set_gradient_accumulation_boundary(last)
-        self.engine.backward(loss * self.world_size)
+        self.engine.backward(loss if scaled else loss * self.world_size)
 
     def _step(self):
         lr = self.scheduler.get_last_lr()[0]
