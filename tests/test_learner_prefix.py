@@ -161,3 +161,55 @@ def test_float64_equality_is_rounding_only(weights_dir, tmp_path, batch, monkeyp
     out = run_pair(weights_dir, tmp_path, "torch", segs, adv, AGGS, double=True)
     assert out[True][1][0]["model.layers.0.self_attn.k_proj.weight"].dtype == torch.float64
     assert_same(out, len(segs), 1e-13)
+
+
+@pytest.mark.parametrize("name", ["torch", "deepspeed"])
+def test_rank_without_a_prefix_runs_a_dummy_prefix_pass(weights_dir, tmp_path, name):  # noqa: F811
+    """With several ranks, a rank whose segments share nothing still runs one prefix
+    forward and backward when another rank has a prefix (ZeRO-3's collectives stay in
+    step). In one process: the all-reduce reports another rank's prefix; the dummy pass
+    must leave loss and gradients those of the plain computation."""
+    from tests.test_learners import make_batch
+    segs, adv = make_batch()
+    assert shared_prefix_len(segs, 1) == 0
+    out, calls = {}, []
+    for dummy in (False, True):
+        lrn = learner(weights_dir, tmp_path / f"d{dummy}", name, lr=0.0, ref=True,
+                      micro_batch_tokens=128)
+        if dummy:
+            reduce, prefix = lrn._all_reduce, lrn._prefix
+
+            def other_rank_has_prefix(t, op="sum", reduce=reduce):
+                t = reduce(t, op).clone()
+                if op == "max":
+                    t[1] = 1.0
+                return t
+
+            def counted(ids, **kw):
+                calls.append(list(ids))
+                return prefix(ids, **kw)
+            lrn._all_reduce, lrn._prefix = other_rank_has_prefix, counted
+        grads = capture_grads(lrn)
+        out[dummy] = ([lrn.update(segs, adv, make_loss("token-mean"))], grads, lrn)
+        assert len(lrn.logprobs(segs)) == len(segs)
+    assert calls == [[0, 0], [0, 0], [0, 0]]   # policy + reference in update, logprobs
+    (s0, g0, _), (s1, g1, _) = out[False], out[True]
+    assert s1[0]["prefix_tokens"] == 0 and s1[0]["forward_tokens"] == s0[0]["tokens"]
+    assert s1[0]["loss"] == pytest.approx(s0[0]["loss"], abs=1e-6, rel=0)
+    assert max(float((g0[0][k] - g1[0][k]).abs().max()) for k in g0[0]) < 1e-6
+
+
+@pytest.mark.parametrize("name", ["torch", "deepspeed"])
+def test_bfloat16_with_prefix_tracks_per_segment(weights_dir, tmp_path, batch, name):  # noqa: F811
+    """bf16 (autocast for torch, the engine's cast for ZeRO-3): the prefix's bf16 keys and
+    values and its vector-Jacobian backward work; values agree to bf16 rounding."""
+    segs, adv = batch
+    out = {}
+    for shared in (False, True):
+        lrn = learner(weights_dir, tmp_path / f"b{shared}", name, dtype="bfloat16",
+                      micro_batch_tokens=160, shared_prefix=shared)
+        out[shared] = lrn.update(segs, adv, make_loss("token-mean"))
+    assert out[True]["prefix_tokens"] == P
+    assert math.isfinite(out[True]["grad_norm"]) and out[True]["grad_norm"] > 0
+    assert out[True]["loss"] == pytest.approx(out[False]["loss"], abs=0.02)
+    assert out[True]["grad_norm"] == pytest.approx(out[False]["grad_norm"], rel=0.05)

@@ -1,5 +1,6 @@
-"""DeepSpeed learner (ZeRO stage 0-3, default 3), on CPU too. Facts it relies on are in
-shared/PLATFORM.md "DeepSpeed ZeRO-3 on CPU".
+"""DeepSpeed learner (ZeRO stage 0-3, default 3), on CPU too (world size 1 without a
+launcher, the client torch AdamW, parameters gathered inside each forward and backward:
+tests/test_learners.py checks it against the plain torch learner).
 
 Gradient accumulation: the number of micro-batches differs from update to update, so the
 engine is configured with gradient_accumulation_steps = 1 (backward never rescales the
