@@ -322,7 +322,7 @@ segs, adv = make_batch() if kind == "random" else prefix_batch()
 rank, world = lrn.rank, lrn.world_size
 # uneven shards: rank 0 gets 4 segments, rank 1 gets 2 (different micro-batch counts);
 # prefix: rank 0 shares a prefix over 5 segments, rank 1 has one segment (a dummy prefix)
-idx = {"random": [[0, 1, 2, 3], [4, 5]], "prefix": [[0, 1, 2, 3, 4], [5]]}[kind][rank]
+idx = {{"random": [[0, 1, 2, 3], [4, 5]], "prefix": [[0, 1, 2, 3, 4], [5]]}}[kind][rank]
 assert len(lrn.logprobs([segs[i] for i in idx])) == len(idx)
 stats = lrn.update([segs[i] for i in idx], [adv[i] for i in idx], clipped_token_mean)
 lrn.save(1, {{"step": 1}})
