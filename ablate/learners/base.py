@@ -1,6 +1,7 @@
 """The learner interface and everything the torch and DeepSpeed learners share: one
 optimizer step over a batch of segments (micro-batched gradient accumulation with global
-loss normalisers), token logprobs, atomic checkpoints, full-weight export.
+loss normalisers, the segments' shared prefix forwarded once: ablate/learners/prefix.py),
+token logprobs, atomic checkpoints, full-weight export.
 
 A subclass supplies the engine-specific parts: forward, backward, step, gathered weights,
 and the optimizer/engine state in a checkpoint."""
@@ -127,7 +128,8 @@ class Learner:
         """The prefix's forward, with grad when grad is enabled (outputs still attached)."""
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
         out = self._call(ref, input_ids=x, use_cache=True)
-        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        cache = getattr(out, "cache", None)
+        cache = out.past_key_values if cache is None else cache
         lp, ent = token_stats(out.logits, x, self.temperature, None, entropy)
         return Prefix(list(ids), cache_tensors(cache), out.logits[:, -1], lp, ent)
 
