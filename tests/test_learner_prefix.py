@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from deepspeed.utils import safe_get_full_grad
 from transformers.models.qwen3 import modeling_qwen3
 
 from ablate.algos import aggregate, entropy_bonus, kl_k3, policy_loss
@@ -64,11 +65,8 @@ def capture_grads(lrn):
     just before it (accumulated over micro-batches and the prefix's backward)."""
     seen, step = [], lrn._step
 
-    def full_grad(p):
-        if hasattr(p, "ds_id"):
-            from deepspeed.utils import safe_get_full_grad
-            return safe_get_full_grad(p)
-        return p.grad
+    def full_grad(p):   # ZeRO-3: gathered from the partitions, before the step
+        return safe_get_full_grad(p) if hasattr(p, "ds_id") else p.grad
 
     def wrapped():
         seen.append({n: full_grad(p).detach().double().clone()
@@ -121,9 +119,13 @@ def test_shared_prefix_len_stops_at_trained_masked_or_differing_tokens(batch):
     segs[3].mask[12] = 0
     segs[4].ids[5] = (segs[4].ids[5] + 1) % VOCAB              # a differing token
     assert shared_prefix_len(segs, 1) == 5
+    segs[4].ids[5] = segs[0].ids[5]
+    segs[1].allowed = {9: [segs[1].ids[9]]}                    # an action mask inside
+    assert shared_prefix_len(segs, 1) == 9
     assert shared_prefix_len(segs[:1], 1) == 0                 # one segment: nothing shared
     same = [Segment([1, 2, 3], [0, 0, 0], [0.0] * 3), Segment([1, 2, 3], [0, 0, 0], [0.0] * 3)]
     assert shared_prefix_len(same, 1) == 2                     # each row keeps a token
+    assert shared_prefix_len(same + [Segment([], [], [])], 1) == 0
 
 
 def test_pack_budgets_suffix_tokens(batch):

@@ -70,6 +70,8 @@ def shared_prefix_len(segments: Sequence, min_len: int) -> int:
             limit = min(limit, int(trained[0]) + 1)
         if getattr(s, "allowed", None):
             limit = min(limit, min(int(t) for t in s.allowed))
+    if limit <= 0:
+        return 0
     first = np.asarray(segments[0].ids[:limit])
     for s in segments[1:]:
         diff = np.flatnonzero(np.asarray(s.ids[:len(first)]) != first)
