@@ -109,9 +109,13 @@ class DeepSpeedLearner(Learner):
         return self.ref is not None
 
     def _backward(self, loss, last, scaled=False):
-        """`scaled`: the loss already carries the factor (the shared prefix's backward,
-        whose upstream gradients came from scaled micro-batch losses)."""
+        """`scaled`: the loss already carries the world-size factor and the optimizer's
+        loss scale (fp16 via ds_overrides; 1 otherwise), which engine.backward applies
+        again: the shared prefix's backward, whose upstream gradients came from the
+        micro-batches' scaled losses."""
         self.engine.set_gradient_accumulation_boundary(last)
+        if scaled:
+            loss = loss / float(getattr(self.engine.optimizer, "loss_scale", 1.0))
         self.engine.backward(loss if scaled else loss * self.world_size)
 
     def _step(self):
