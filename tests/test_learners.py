@@ -310,17 +310,19 @@ import json, sys, torch, transformers
 from omegaconf import OmegaConf
 sys.path.insert(0, {root!r})
 from tests.test_learners import make_batch, clipped_token_mean, lcfg
+from tests.test_learner_prefix import prefix_batch
 from ablate.learners import build_model_for_learner, make_learner
 # the deepspeed launcher adds --local_rank=N; torchrun does not
-weights_dir, out = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]
+weights_dir, out, kind = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]
 cfg = lcfg("deepspeed", micro_batch_tokens=64)
 load = lambda: transformers.AutoModelForCausalLM.from_pretrained(weights_dir)
 lrn = make_learner(cfg, build_model_for_learner(load, cfg), lr=1e-3, seed=0,
                    temperature=1.0, ckpt_dir=out + "/ckpt", ref_model=load())
-segs, adv = make_batch()
+segs, adv = make_batch() if kind == "random" else prefix_batch()
 rank, world = lrn.rank, lrn.world_size
-# uneven shards: rank 0 gets 4 segments, rank 1 gets 2 (different micro-batch counts)
-idx = [0, 1, 2, 3] if rank == 0 else [4, 5]
+# uneven shards: rank 0 gets 4 segments, rank 1 gets 2 (different micro-batch counts);
+# prefix: rank 0 shares a prefix over 5 segments, rank 1 has one segment (a dummy prefix)
+idx = {{"random": [[0, 1, 2, 3], [4, 5]], "prefix": [[0, 1, 2, 3, 4], [5]]}}[kind][rank]
 assert len(lrn.logprobs([segs[i] for i in idx])) == len(idx)
 stats = lrn.update([segs[i] for i in idx], [adv[i] for i in idx], clipped_token_mean)
 lrn.save(1, {{"step": 1}})
@@ -332,10 +334,12 @@ if rank == 0:
 
 
 @pytest.mark.heavy
-def test_two_zero3_ranks_equal_one_torch_process(weights_dir, tmp_path):
+@pytest.mark.parametrize("kind", ["random", "prefix"])
+def test_two_zero3_ranks_equal_one_torch_process(weights_dir, tmp_path, kind):
     """Data parallel over 2 processes (torchrun) with uneven shards == the whole batch in
     one plain torch process: global token counts, gradient sum across ranks, padding
-    micro-batches, collective export and checkpoint."""
+    micro-batches, collective export and checkpoint; with a shared prefix on one rank
+    only, the other runs a dummy prefix pass."""
     import json
     import os
     import subprocess
@@ -347,12 +351,14 @@ def test_two_zero3_ranks_equal_one_torch_process(weights_dir, tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    "--nproc_per_node", "2", str(script), weights_dir, str(tmp_path)],
+                    "--nproc_per_node", "2", str(script), weights_dir, str(tmp_path), kind],
                    check=True, env=env, cwd=root, timeout=300)
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats["world"] == 2
-    segs, adv = make_batch()
-    pt = learner(weights_dir, tmp_path, "torch", micro_batch_tokens=10_000)
+    from tests.test_learner_prefix import prefix_batch
+    segs, adv = make_batch() if kind == "random" else prefix_batch()
+    pt = learner(weights_dir, tmp_path, "torch", micro_batch_tokens=10_000,
+                 shared_prefix=False)
     ref = pt.update(segs, adv, clipped_token_mean)
     assert stats["train_tokens"] == ref["train_tokens"] and stats["tokens"] == ref["tokens"]
     assert stats["loss"] == pytest.approx(ref["loss"], abs=1e-6)

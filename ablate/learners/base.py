@@ -1,11 +1,14 @@
 """The learner interface and everything the torch and DeepSpeed learners share: one
 optimizer step over a batch of segments (micro-batched gradient accumulation with global
-loss normalisers), token logprobs, atomic checkpoints, full-weight export.
+loss normalisers, the segments' shared prefix forwarded once: ablate/learners/prefix.py),
+token logprobs, atomic checkpoints, full-weight export.
 
 A subclass supplies the engine-specific parts: forward, backward, step, gathered weights,
 and the optimizer/engine state in a checkpoint."""
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import random
 import re
@@ -20,6 +23,10 @@ import torch
 
 from ablate.learners.batching import (SUM_METRICS, MicroBatch, collate, combine_metrics,
                                       pack, token_stats)
+from ablate.learners.prefix import (Prefix, cache_tensors, expanded_cache, shared_prefix_len,
+                                    suffix_stats)
+
+DUMMY = [0, 0]   # the prefix pass of a rank without a shared prefix (collectives in step)
 
 
 @dataclass
@@ -36,6 +43,14 @@ class LossInputs:
 
 
 LossFn = Callable[[LossInputs], "tuple[torch.Tensor, dict]"]
+
+
+@dataclass
+class _Plan:
+    prefix: list[int]          # this rank's shared prefix ([] = none)
+    any_prefix: bool           # some rank has one: every rank runs a prefix pass
+    mbs: list[MicroBatch]
+    n_mb: int                  # micro-batches of the busiest rank
 
 
 class WarmupConstant:
@@ -80,9 +95,9 @@ class Learner:
         self.device = torch.device("cpu")   # where the module runs; subclasses set it
 
     # --- engine-specific --------------------------------------------------------------
-    def _forward(self, ids: torch.Tensor) -> torch.Tensor: ...
-    def _ref_forward(self, ids: torch.Tensor) -> Optional[torch.Tensor]: ...
-    def _backward(self, loss: torch.Tensor, last: bool) -> None: ...
+    def _call(self, ref: bool, **kw) -> Any: ...   # the policy's (or reference's) forward output
+    def _has_ref(self) -> bool: ...
+    def _backward(self, loss: torch.Tensor, last: bool, scaled: bool = False) -> None: ...
     def _step(self) -> tuple[float, float]: ...          # (grad_norm, lr used)
     def _save_state(self, path: Path, extra: dict) -> None: ...
     def _load_state(self, path: Path) -> dict: ...
@@ -91,91 +106,158 @@ class Learner:
         return t
     def _barrier(self) -> None: ...
 
+    # --- forwards ----------------------------------------------------------------------
+    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._call(False, input_ids=ids, use_cache=False).logits
+
+    def _stats(self, mb: MicroBatch, pre: Optional[Prefix], ref: bool = False,
+               entropy: bool = True):
+        """Token logprobs / entropies [b, T] of a micro-batch, its rows run on top of the
+        shared prefix when there is one (suffix positions continue after it)."""
+        if pre is None:
+            logits = self._call(ref, input_ids=mb.ids, use_cache=False).logits
+            return token_stats(logits, mb.ids, self.temperature, mb.allowed, entropy)
+        b, T = mb.ids.shape
+        P = len(pre.ids)
+        pos = torch.arange(P, T, device=self.device).expand(b, -1)
+        logits = self._call(ref, input_ids=mb.ids[:, P:], position_ids=pos, use_cache=True,
+                            **{self._cache_kw: expanded_cache(pre, b)}).logits
+        return suffix_stats(pre, logits, mb.ids, self.temperature, mb.allowed, entropy)
+
+    def _prefix(self, ids: list[int], ref: bool = False, entropy: bool = True) -> Prefix:
+        """The prefix's forward, with grad when grad is enabled (outputs still attached)."""
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)
+        out = self._call(ref, input_ids=x, use_cache=True)
+        cache = getattr(out, "cache", None)
+        cache = out.past_key_values if cache is None else cache
+        lp, ent = token_stats(out.logits, x, self.temperature, None, entropy)
+        return Prefix(list(ids), cache_tensors(cache), out.logits[:, -1], lp, ent)
+
+    @functools.cached_property
+    def _cache_kw(self) -> str:
+        # transformers 5.24 names the KV cache argument `cache`, earlier releases
+        # `past_key_values`; an unknown keyword would be ignored silently (see
+        # ablate/samplers/hf.py), so use the one forward() declares
+        base = self.model.get_base_model() if _is_peft(self.model) else self.model
+        return "cache" if "cache" in inspect.signature(base.forward).parameters \
+            else "past_key_values"
+
+    def _plan(self, batch: Sequence) -> _Plan:
+        """Shared prefix, micro-batches, and what every rank must run alike (ZeRO-3
+        gathers parameters collectively inside each forward and backward)."""
+        P = 0
+        if getattr(self.cfg, "shared_prefix", False) and self._prefix_supported():
+            P = shared_prefix_len(batch, int(getattr(self.cfg, "shared_prefix_min_tokens", 1)))
+        groups = pack(batch, int(self.cfg.micro_batch_tokens), skip=P)
+        mbs = [collate(batch, g).to(self.device) for g in groups]
+        n_mb, any_prefix = (int(x) for x in self._all_reduce(
+            torch.tensor([len(mbs), float(P > 0)], dtype=torch.float64), "max").tolist())
+        prefix = list(batch[0].ids[:P]) if P else []
+        return _Plan(prefix, bool(any_prefix), mbs, n_mb)
+
+    def _prefix_supported(self) -> bool:
+        """Full causal attention in every layer (a sliding window would need its own
+        cache layout): the prefix is then plain keys and values."""
+        base = self.model.get_base_model() if _is_peft(self.model) else self.model
+        types = getattr(base.config, "layer_types", None) or ["full_attention"]
+        return all(t == "full_attention" for t in types)
+
     # --- public ------------------------------------------------------------------------
     def update(self, batch: Sequence, advantages, loss_fn: LossFn) -> dict:
-        """One optimizer step over the whole batch. Segments are packed into right-padded
-        micro-batches of at most `micro_batch_tokens` tokens; each gets its forward, token
+        """One optimizer step over the whole batch. The tokens all segments share at the
+        start (untrained; e.g. the system prompt, see ablate/learners/prefix.py) are
+        forwarded once; the rest is packed into right-padded micro-batches of at most
+        `micro_batch_tokens` tokens; each gets its forward on top of the prefix, token
         logprobs / entropy at the sampler's temperature, loss_fn with the whole batch's
         counts (so the micro-batch losses sum to the batch loss) and its backward; then
-        clip, step, schedule. Metrics: loss (summed), grad_norm (before clipping), lr
-        (used in this step), tokens, train_tokens, micro_batches, seconds, tokens_per_s,
-        and loss_fn's metrics (shares summed, means token-weighted, *_max/*_min kept)."""
+        the prefix's backward, clip, step, schedule. Metrics: loss (summed), grad_norm
+        (before clipping), lr (used in this step), tokens, train_tokens, forward_tokens
+        (tokens the policy forwarded, prefix once, padding excluded), prefix_tokens,
+        micro_batches, seconds, tokens_per_s, and loss_fn's metrics (shares summed, means
+        token-weighted, *_max/*_min kept)."""
         t0 = time.perf_counter()
         adv = torch.as_tensor(advantages, dtype=torch.float32).flatten().to(self.device)
         if len(adv) != len(batch):
             raise ValueError(f"{len(adv)} advantages for {len(batch)} segments")
-        groups = pack(batch, int(self.cfg.micro_batch_tokens))
-        mbs = [collate(batch, g).to(self.device) for g in groups]
-        # global normalisers (all ranks), and every rank runs the same number of
-        # micro-batches: ZeRO-3 gathers parameters collectively inside each forward
-        local = torch.tensor([sum(float(m.mask.sum()) for m in mbs),
-                              sum(float((m.mask.sum(1) > 0).sum()) for m in mbs)],
+        plan = self._plan(batch)
+        if plan.n_mb == 0:
+            raise ValueError("update() needs at least one segment (on some rank)")
+        local = torch.tensor([sum(float(m.mask.sum()) for m in plan.mbs),
+                              sum(float((m.mask.sum(1) > 0).sum()) for m in plan.mbs)],
                              dtype=torch.float64)
         num_tokens, num_seqs = (int(x) for x in self._all_reduce(local).tolist())
-        n_mb = int(self._all_reduce(torch.tensor([len(mbs)], dtype=torch.float64),
-                                    "max").item())
-        if n_mb == 0:
-            raise ValueError("update() needs at least one segment (on some rank)")
+        pre = ref_pre = None
+        if plan.any_prefix:   # every rank runs one prefix pass (a dummy where it has none)
+            pre = self._prefix(plan.prefix or DUMMY).leaves()
+            with torch.no_grad():
+                ref_pre = self._prefix(plan.prefix or DUMMY, ref=True, entropy=False) \
+                    if self._has_ref() else None
+        use = pre if plan.prefix else None
         sum_keys = SUM_METRICS | set(getattr(loss_fn, "sum_metrics", ()))
-        parts, total_loss, tokens = [], 0.0, sum(len(s.ids) for s in batch)
-        for k in range(n_mb):
-            last = k == n_mb - 1
-            if k >= len(mbs):
-                # this rank ran out: a zero-loss pass keeps the collectives (ZeRO-3 gathers,
-                # trace checks) in step with the other ranks, in the same call order
-                dummy = torch.zeros((1, 2), dtype=torch.long, device=self.device)
-                logits = self._forward(dummy)
-                with torch.no_grad():
-                    self._ref_forward(dummy)
-                self._backward(logits.float().sum() * 0.0, last)
+        parts, total_loss = [], 0.0
+        for k in range(plan.n_mb):
+            last = k == plan.n_mb - 1 and pre is None
+            if k >= len(plan.mbs):
+                self._dummy_pass(last)
                 continue
-            mb = mbs[k]
-            logits = self._forward(mb.ids)
-            lp, ent = token_stats(logits, mb.ids, self.temperature, mb.allowed)
-            del logits
-            ref = self._ref_logprobs(mb)
+            mb = plan.mbs[k]
+            lp, ent = self._stats(mb, use)
+            with torch.no_grad():
+                ref = self._stats(mb, ref_pre if use else None, ref=True, entropy=False)[0] \
+                    if self._has_ref() else None
             inputs = LossInputs(lp, mb.old_logprobs, adv[mb.index], mb.mask, ent, ref,
                                 num_tokens=num_tokens, num_seqs=num_seqs)
             loss, metrics = loss_fn(inputs)
             self._backward(loss, last)
             total_loss += float(loss.detach())
             parts.append((metrics, float(mb.mask.sum())))
+        if pre is not None:
+            self._backward(pre.vjp_loss(), True, scaled=True)
         grad_norm, lr = self._step()
-        # loss and tokens over all ranks; loss_fn's own metrics stay this rank's
-        total_loss, tokens = self._all_reduce(
-            torch.tensor([total_loss, tokens], dtype=torch.float64)).tolist()
-        tokens = int(tokens)
-        dt = time.perf_counter() - t0
+        return self._update_metrics(batch, plan, parts, sum_keys, total_loss, num_tokens,
+                                    grad_norm, lr, time.perf_counter() - t0)
+
+    def _dummy_pass(self, last: bool) -> None:
+        """This rank ran out of micro-batches: a zero-loss pass keeps the collectives
+        (ZeRO-3 gathers, trace checks) in step with the other ranks, in the same order."""
+        dummy = torch.zeros((1, 2), dtype=torch.long, device=self.device)
+        logits = self._forward(dummy)
+        if self._has_ref():
+            with torch.no_grad():
+                self._call(True, input_ids=dummy, use_cache=False)
+        self._backward(logits.float().sum() * 0.0, last)
+
+    def _update_metrics(self, batch, plan, parts, sum_keys, total_loss, num_tokens,
+                        grad_norm, lr, dt) -> dict:
+        tokens = sum(len(s.ids) for s in batch)
+        P = len(plan.prefix)
+        fwd = tokens - max(len(batch) - 1, 0) * P if P else tokens
+        # loss and token counts over all ranks; loss_fn's own metrics stay this rank's
+        total_loss, tokens, fwd = self._all_reduce(
+            torch.tensor([total_loss, tokens, fwd], dtype=torch.float64)).tolist()
         out = combine_metrics(parts, sum_keys) if parts else {}
-        out.update(loss=total_loss, grad_norm=float(grad_norm), lr=float(lr), tokens=tokens,
-                   train_tokens=num_tokens, micro_batches=len(mbs), seconds=dt,
+        out.update(loss=total_loss, grad_norm=float(grad_norm), lr=float(lr),
+                   tokens=int(tokens), train_tokens=num_tokens, forward_tokens=int(fwd),
+                   prefix_tokens=P, micro_batches=len(plan.mbs), seconds=dt,
                    tokens_per_s=tokens / dt if dt > 0 else 0.0)
         return out
 
     @torch.no_grad()
     def logprobs(self, batch: Sequence) -> list[torch.Tensor]:
-        """Per segment, aligned to ids (position 0 = 0.0); no grad."""
+        """Per segment, aligned to ids (position 0 = 0.0); no grad; the shared prefix is
+        forwarded once, as in `update`."""
         out: list[Optional[torch.Tensor]] = [None] * len(batch)
-        groups = pack(batch, int(self.cfg.micro_batch_tokens))
-        n_mb = int(self._all_reduce(torch.tensor([len(groups)], dtype=torch.float64),
-                                    "max").item())
-        for k in range(n_mb):
-            if k >= len(groups):   # keep ZeRO-3's collective forwards in step across ranks
+        plan = self._plan(batch)
+        pre = self._prefix(plan.prefix or DUMMY, entropy=False) if plan.any_prefix else None
+        for k in range(plan.n_mb):
+            if k >= len(plan.mbs):   # keep ZeRO-3's collective forwards in step across ranks
                 self._forward(torch.zeros((1, 2), dtype=torch.long, device=self.device))
                 continue
-            mb = collate(batch, groups[k]).to(self.device)
-            lp, _ = token_stats(self._forward(mb.ids), mb.ids, self.temperature, mb.allowed,
-                                entropy=False)
+            mb = plan.mbs[k]
+            lp, _ = self._stats(mb, pre if plan.prefix else None, entropy=False)
             for r, i in enumerate(mb.index):
                 out[i] = lp[r, : mb.lengths[r]].cpu().clone()
         return out  # type: ignore[return-value]
-
-    @torch.no_grad()
-    def _ref_logprobs(self, mb: MicroBatch) -> Optional[torch.Tensor]:
-        logits = self._ref_forward(mb.ids)
-        if logits is None:
-            return None
-        return token_stats(logits, mb.ids, self.temperature, mb.allowed, entropy=False)[0]
 
     def export_state_dict(self) -> dict[str, torch.Tensor]:
         """Full weights on cpu under standard HF keys (LoRA merged), for the sampler."""

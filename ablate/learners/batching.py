@@ -29,16 +29,17 @@ class MicroBatch:
                           self.old_logprobs.to(device), self.lengths, self.allowed)
 
 
-def pack(segments: Sequence, max_tokens: int) -> list[list[int]]:
-    """Group segment indices so that rows × longest row <= max_tokens (right-padded cost).
-    Longest first, so each micro-batch's padding is small; a segment longer than the
-    budget gets a micro-batch of its own. Order does not change the summed loss."""
+def pack(segments: Sequence, max_tokens: int, skip: int = 0) -> list[list[int]]:
+    """Group segment indices so that rows × longest row <= max_tokens (right-padded cost),
+    rows counted without their first `skip` tokens (a shared prefix run once). Longest
+    first, so each micro-batch's padding is small; a segment longer than the budget gets
+    a micro-batch of its own. Order does not change the summed loss."""
     order = sorted(range(len(segments)), key=lambda i: -len(segments[i].ids))
     groups: list[list[int]] = []
     for i in order:
         if groups:
             g = groups[-1]
-            longest = len(segments[g[0]].ids)
+            longest = len(segments[g[0]].ids) - skip
             if (len(g) + 1) * longest <= max_tokens:
                 g.append(i)
                 continue
@@ -63,43 +64,54 @@ def collate(segments: Sequence, index: list[int]) -> MicroBatch:
                       [getattr(s, "allowed", None) for s in segs])
 
 
-def _apply_allowed(logits: torch.Tensor, allowed: list[Optional[dict]]) -> torch.Tensor:
+def _apply_allowed(lg: torch.Tensor, allowed: list[Optional[dict]], offset: int
+                   ) -> torch.Tensor:
     """-inf outside the allowed ids at constrained positions (the sampler's logits mask).
-    `logits` is the shifted [b, T-1, V]: row t-1 is the distribution of ids[t]."""
+    Row j of `lg` [b, n, V] is the distribution of the token at position j + offset."""
     rows, cols, keep = [], [], []
-    V = logits.shape[-1]
+    V = lg.shape[-1]
     for b, spec in enumerate(allowed):
         for t, toks in (spec or {}).items():
-            t = int(t)
-            if 1 <= t <= logits.shape[1]:
+            j = int(t) - offset
+            if 0 <= j < lg.shape[1]:
                 m = torch.zeros(V, dtype=torch.bool)
                 m[torch.as_tensor(list(toks), dtype=torch.long)] = True
-                rows.append(b), cols.append(t - 1), keep.append(m)
+                rows.append(b), cols.append(j), keep.append(m)
     if not rows:
-        return logits
-    r, c = torch.tensor(rows, device=logits.device), torch.tensor(cols, device=logits.device)
-    masked = logits[r, c].masked_fill(~torch.stack(keep).to(logits.device), float("-inf"))
-    return logits.index_put((r, c), masked)
+        return lg
+    r, c = torch.tensor(rows, device=lg.device), torch.tensor(cols, device=lg.device)
+    masked = lg[r, c].masked_fill(~torch.stack(keep).to(lg.device), float("-inf"))
+    return lg.index_put((r, c), masked)
+
+
+def shifted_stats(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
+                  allowed: Optional[list], offset: int, entropy: bool = True
+                  ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Logprob of targets[:, j] under softmax(logits[:, j] / temperature) and that
+    distribution's full-vocabulary entropy, [b, n]; `offset` is the position of
+    targets[:, 0] in its row (where `allowed` constrains it). float32, or float64 when the
+    model computes in float64."""
+    lg = logits if logits.dtype == torch.float64 else logits.float()
+    lg = lg / temperature
+    if allowed is not None and any(a for a in allowed):
+        lg = _apply_allowed(lg, allowed, offset)
+    logp = F.log_softmax(lg, dim=-1)
+    lp = logp.gather(-1, targets[..., None]).squeeze(-1)
+    if not entropy:
+        return lp, None
+    # p·log p with masked (-inf) entries as 0; the masked_fill keeps their gradient finite
+    safe = logp.masked_fill(~torch.isfinite(logp), 0.0)
+    return lp, -(logp.exp() * safe).sum(-1)
 
 
 def token_stats(logits: torch.Tensor, ids: torch.Tensor, temperature: float,
                 allowed: Optional[list] = None, entropy: bool = True
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Logprob of ids[t] under softmax(logits[t-1] / temperature) and the full-vocabulary
-    entropy of that distribution, both [b, T] float32 with position 0 = 0."""
-    lg = logits[:, :-1].float() / temperature
-    if allowed is not None and any(a for a in allowed):
-        lg = _apply_allowed(lg, allowed)
-    logp = F.log_softmax(lg, dim=-1)
-    lp = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    entropy of that distribution, both [b, T] with position 0 = 0."""
+    lp, ent = shifted_stats(logits[:, :-1], ids[:, 1:], temperature, allowed, 1, entropy)
     zero = lp.new_zeros(lp.shape[0], 1)
-    lp = torch.cat([zero, lp], dim=1)
-    if not entropy:
-        return lp, None
-    # p·log p with masked (-inf) entries as 0; the masked_fill keeps their gradient finite
-    safe = logp.masked_fill(~torch.isfinite(logp), 0.0)
-    ent = -(logp.exp() * safe).sum(-1)
-    return lp, torch.cat([zero, ent], dim=1)
+    return torch.cat([zero, lp], dim=1), (torch.cat([zero, ent], dim=1) if entropy else None)
 
 
 # Metrics that are shares of a global-count aggregation (they sum across micro-batches to

@@ -20,6 +20,11 @@ class LearnerConfig:
     zero_stage: int = 3
     dtype: str = "float32"               # float32 | bfloat16
     micro_batch_tokens: int = 4096       # tokens per forward/backward; grads accumulate
+    # the untrained tokens all segments of an update start with (system prompt, tool
+    # schemas) are forwarded once and their keys/values reused by every row (exact
+    # gradients, see ablate/learners/prefix.py); used when at least this many are shared
+    shared_prefix: bool = True
+    shared_prefix_min_tokens: int = 16
     weight_decay: float = 0.0
     betas: list = field(default_factory=lambda: [0.9, 0.999])
     grad_clip: float = 1.0

@@ -1,5 +1,6 @@
-"""DeepSpeed learner (ZeRO stage 0-3, default 3), on CPU too. Facts it relies on are in
-shared/PLATFORM.md "DeepSpeed ZeRO-3 on CPU".
+"""DeepSpeed learner (ZeRO stage 0-3, default 3), on CPU too (world size 1 without a
+launcher, the client torch AdamW, parameters gathered inside each forward and backward:
+tests/test_learners.py checks it against the plain torch learner).
 
 Gradient accumulation: the number of micro-batches differs from update to update, so the
 engine is configured with gradient_accumulation_steps = 1 (backward never rescales the
@@ -101,17 +102,21 @@ class DeepSpeedLearner(Learner):
                                             config=ref_cfg)[0]
             self.ref.eval()
 
-    def _forward(self, ids):
-        return self.engine(input_ids=ids, use_cache=False).logits
+    def _call(self, ref, **kw):
+        return (self.ref if ref else self.engine)(**kw)
 
-    def _ref_forward(self, ids):
-        if self.ref is None:
-            return None
-        return self.ref(input_ids=ids, use_cache=False).logits
+    def _has_ref(self):
+        return self.ref is not None
 
-    def _backward(self, loss, last):
+    def _backward(self, loss, last, scaled=False):
+        """`scaled`: the loss already carries the world-size factor and the optimizer's
+        loss scale (fp16 via ds_overrides; 1 otherwise), which engine.backward applies
+        again: the shared prefix's backward, whose upstream gradients came from the
+        micro-batches' scaled losses."""
         self.engine.set_gradient_accumulation_boundary(last)
-        self.engine.backward(loss * self.world_size)
+        if scaled:
+            loss = loss / float(getattr(self.engine.optimizer, "loss_scale", 1.0))
+        self.engine.backward(loss if scaled else loss * self.world_size)
 
     def _step(self):
         lr = self.scheduler.get_last_lr()[0]

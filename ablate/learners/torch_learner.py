@@ -35,17 +35,14 @@ class TorchLearner(Learner):
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _forward(self, ids):
+    def _call(self, ref, **kw):
         with self._autocast():
-            return self.model(input_ids=ids, use_cache=False).logits
+            return (self.ref if ref else self.model)(**kw)
 
-    def _ref_forward(self, ids):
-        if self.ref is None:
-            return None
-        with self._autocast():
-            return self.ref(input_ids=ids, use_cache=False).logits
+    def _has_ref(self):
+        return self.ref is not None
 
-    def _backward(self, loss, last):
+    def _backward(self, loss, last, scaled=False):
         loss.backward()
 
     def _step(self):
