@@ -8,7 +8,7 @@ from pathlib import Path
 
 from analysis import figures, report, tables
 from analysis.collect import AnalysisError, collect, parse_assignments
-from analysis.summary import analyse
+from analysis.summary import DEFAULT_SESOI, analyse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,11 +20,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="analysis.yaml of an experiment (baseline, metric, B, rng_seed, "
                         "step, alpha); command-line options override it")
     p.add_argument("--baseline", default=None,
-                   help="baseline cell as KEY=VAL,... (default: first cell in sorted order)")
+                   help="baseline cell as KEY=VAL,... (required with more than one cell, "
+                        "unless the --spec file names it)")
+    p.add_argument("--sesoi", type=float, default=None,
+                   help="smallest effect size of interest, in metric units, for the "
+                        f"better/worse/equivalent verdicts (default {DEFAULT_SESOI})")
+    p.add_argument("--all-pairs", action="store_true",
+                   help="also compare every pair of cells (exploratory, Benjamini-Hochberg)")
     p.add_argument("--step", type=int, default=None,
                    help="evaluation step to analyse (default: each run's last)")
-    p.add_argument("--B", type=int, default=None, help="bootstrap resamples (default 10000)")
-    p.add_argument("--rng-seed", type=int, default=None, help="bootstrap RNG seed (default 0)")
+    p.add_argument("--B", type=int, default=None,
+                   help="Monte Carlo draws for the simultaneous intervals (default 10000)")
+    p.add_argument("--rng-seed", type=int, default=None, help="Monte Carlo RNG seed (default 0)")
     p.add_argument("--metric", default=None, help="eval.jsonl field to analyse (default correct)")
     p.add_argument("--alpha", type=float, default=None)
     p.add_argument("--include-incomplete", action="store_true",
@@ -39,20 +46,31 @@ def run(argv=None) -> Path:
     if args.spec is not None:
         from analysis.collect import read_config
         spec = read_config(args.spec)
-    defaults = {"B": 10_000, "rng_seed": 0, "metric": "correct", "alpha": 0.05, "step": None}
+    defaults = {"B": 10_000, "rng_seed": 0, "metric": "correct", "alpha": 0.05, "step": None,
+                "sesoi": DEFAULT_SESOI}
     for key, default in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, spec.get(key, default))
-    if args.baseline is None and isinstance(spec.get("baseline"), dict):
-        baseline = spec["baseline"]
+    all_pairs = args.all_pairs or bool(spec.get("all_pairs", False))
+    source = "--baseline"
+    if args.baseline is not None:
+        baseline = parse_assignments(args.baseline)
+    elif spec.get("baseline") is not None:
+        baseline, source = spec["baseline"], f"{args.spec}"
+        if not isinstance(baseline, dict):
+            raise AnalysisError(f"{args.spec}: baseline is {baseline!r}; expected a mapping "
+                                "such as {reward.name: shaped}")
     else:
-        baseline = parse_assignments(args.baseline) if args.baseline else None
+        baseline = None
+    if not (isinstance(args.sesoi, (int, float)) and args.sesoi > 0):
+        raise AnalysisError(f"sesoi {args.sesoi!r}: expected a positive number in metric units")
     if args.B < 100:
-        raise AnalysisError(f"--B {args.B}: use at least 100 resamples")
+        raise AnalysisError(f"--B {args.B}: use at least 100 Monte Carlo draws")
     out = args.out or args.run_dirs[0] / "analysis"
     sweep = collect(args.run_dirs, include_incomplete=args.include_incomplete)
     summary = analyse(sweep, metric=args.metric, step=args.step, B=args.B,
-                      rng_seed=args.rng_seed, baseline=baseline, alpha=args.alpha)
+                      rng_seed=args.rng_seed, baseline=baseline, alpha=args.alpha,
+                      sesoi=float(args.sesoi), all_pairs=all_pairs, baseline_source=source)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     # everything below renders from the JSON just written, so its numbers are the same

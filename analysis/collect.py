@@ -92,6 +92,7 @@ def read_jsonl(path: Path, required: tuple = ()) -> list[dict]:
                 for key in required:
                     if key not in row:
                         raise AnalysisError(f"{path}: line {n} has no '{key}' field")
+                row["_line"] = n
                 rows.append(row)
     except UnicodeDecodeError as e:
         raise AnalysisError(f"{path}: not UTF-8 text ({e.reason})") from None

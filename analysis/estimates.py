@@ -1,160 +1,163 @@
-"""Point estimates from eval rows: per-question means over the K samples first (never
-pooled answers), then per-seed means over questions, then the mean over seeds."""
+"""Per-question matrices from eval rows: per-question means over the K samples first
+(never pooled answers), one (questions x seeds) matrix per cell on the questions every
+seed of the cell evaluated. Values of the wrong type are errors naming file:line."""
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.bootstrap import CellData
 from analysis.collect import AnalysisError, Cell, Run
-from analysis.stats import nanmean
 
-# behaviour metrics of the EnronHop analysis: name -> (eval field, transform)
+# behaviour table of the EnronHop case study: name -> (words, eval field, transform);
+# the fields are those of ablate/harness/episode.py Episode.behaviour()
 BEHAVIOUR = {
-    "keywords_per_search": ("keywords_per_search", float),
-    "zero_hit_rate": ("zero_hit_rate", float),
-    "read_after_hit_rate": ("read_after_hit", float),
-    "answer_rate": ("answered", float),
-    "fabricated_source_rate": ("fabricated_sources", lambda v: float(v > 0)),
-    "mean_turns": ("turns", float),
-    "malformed_calls": ("malformed_calls", float),
-    "evidence_read": ("evidence_read", float),
+    "keywords_per_search": ("keywords per search", "keywords_per_search", float),
+    "searches": ("searches", "searches", float),
+    "reads": ("emails read", "reads", float),
+    "answer_rate": ("answer rate", "answered", float),
+    "idk_rate": ("\"I don't know\" rate", None, None),
+    "fabricated_source_rate": ("fabricated-source rate", "fabricated_sources",
+                               lambda v: float(v > 0)),
+    "mean_turns": ("turns", "turns", float),
+    "zero_hit_rate": ("zero-hit search rate", "zero_hit_rate", float),
+    "malformed_calls": ("malformed calls", "malformed_calls", float),
 }
+RATES = {"answer_rate", "idk_rate", "fabricated_source_rate", "zero_hit_rate"}
 
 
-def _value(row: dict, field: str, transform=float):
-    v = row.get(field)
+def idk(row: dict):
+    """An abstention: the episode ended with a final answer that was not an answer
+    (ablate/harness/episode.py is_abstention), or an explicit `idk` field."""
+    if "idk" in row:
+        return row["idk"]
+    if "end_reason" not in row or "answered" not in row:
+        return None
+    return float(row["end_reason"] == "answer" and not row["answered"])
+
+
+@dataclass
+class CellData:
+    """y[q, s]: mean over samples of question q (row order = `questions`) for seed s,
+    on the questions every seed of the cell evaluated."""
+    y: np.ndarray
+    questions: list
+    seeds: tuple
+    samples: int = 1                 # K: samples per question (max over seeds)
+    steps: tuple = ()
+    hops: dict = field(default_factory=dict)
+
+    @property
+    def n_seeds(self) -> int:
+        return self.y.shape[1]
+
+
+def _number(row: dict, key: str, run: Run, transform=float):
+    v = row.get(key)
     if v is None:
         return None
-    try:
-        x = transform(v)
-    except (TypeError, ValueError):
-        return None
+    if isinstance(v, str) or not isinstance(v, (bool, int, float)):
+        raise AnalysisError(f"{run.eval_file}:{row.get('_line', '?')}: '{key}' is {v!r} "
+                            f"({type(v).__name__}); expected true/false or a number")
+    x = transform(v)
     return x if math.isfinite(x) else None
 
 
-def run_steps(run: Run) -> list:
-    return sorted({r["step"] for r in run.eval_rows()})
-
-
 def select_step(run: Run, step: int | None):
-    steps = run_steps(run)
+    steps = sorted({r["step"] for r in run.eval_rows()})
     if step is None:
         return steps[-1]
     return step if step in steps else None
 
 
-def per_question(rows: list[dict], field: str, transform=float) -> dict:
-    """task_id -> mean over that task's samples (rows without the field are skipped)."""
-    acc = defaultdict(list)
-    for r in rows:
-        x = _value(r, field, transform)
-        if x is not None:
-            acc[r["task_id"]].append(x)
-    return {t: float(np.mean(v)) for t, v in acc.items()}
+def per_question(run: Run, step, fields: dict) -> tuple[dict, dict, int]:
+    """{name: {task_id: mean over samples}} for fields {name: (key, transform)} at `step`,
+    task_id -> hops, and the largest number of samples of a question."""
+    acc = {name: defaultdict(list) for name in fields}
+    hops, count = {}, defaultdict(int)
+    for r in run.eval_rows():
+        if r["step"] != step:
+            continue
+        t = r["task_id"]
+        hops.setdefault(t, r.get("hops"))
+        count[t] += 1
+        for name, (key, tr) in fields.items():
+            x = _number(r, key, run, tr) if key is not None else _idk(r, run)
+            if x is not None:
+                acc[name][t].append(x)
+    means = {n: {t: sum(v) / len(v) for t, v in a.items()} for n, a in acc.items()}
+    return means, hops, max(count.values(), default=0)
 
 
-def rows_at(run: Run, step) -> list[dict]:
-    return [r for r in run.eval_rows() if r["step"] == step]
+def _idk(row: dict, run: Run):
+    v = idk(row)
+    if v is None:
+        return None
+    return _number({"idk": v, "_line": row.get("_line")}, "idk", run)
 
 
-def metric_matrix(cells: list[Cell], steps: dict, metric: str, questions: list,
-                  transform=float) -> list[CellData]:
-    """CellData (Q x S per-question means of `metric`) for every cell at its run's step."""
-    qidx = {q: i for i, q in enumerate(questions)}
-    out = []
-    for c in cells:
-        y = np.full((len(questions), len(c.runs)), np.nan)
-        for j, run in enumerate(c.runs):
-            rows = rows_at(run, steps[str(run.path)])
-            if metric == "correct" and rows and "correct" not in rows[0]:
-                raise AnalysisError(f"{run.eval_file}: rows have no 'correct' field")
-            for t, m in per_question(rows, metric, transform).items():
-                y[qidx[t], j] = m
-        out.append(CellData(y=y, seeds=c.seeds))
+def cell_matrices(cell: Cell, steps: dict, fields: dict, warnings: list) -> dict:
+    """{name: CellData} for one cell: per-question means of every field, on the
+    questions all of the cell's seeds evaluated (others dropped, with a warning)."""
+    per_run = []
+    K, hops = 0, {}
+    for run in cell.runs:
+        m, h, k = per_question(run, steps[str(run.path)], fields)
+        per_run.append(m)
+        hops.update(h)
+        K = max(K, k)
+    out = {}
+    for name in fields:
+        sets = [set(m[name]) for m in per_run]
+        if not sets or not all(sets):
+            continue
+        common = set.intersection(*sets)
+        union = set.union(*sets)
+        if len(common) < len(union) and name == next(iter(fields)):
+            warnings.append(f"{cell.label}: its seeds evaluated different questions; "
+                            f"{len(common)} of {len(union)} questions evaluated by every "
+                            f"seed are used")
+        qs = sorted(common, key=lambda t: (str(type(t)), t))
+        y = np.array([[m[name][t] for m in per_run] for t in qs], float).reshape(
+            len(qs), len(per_run))
+        out[name] = CellData(y=y, questions=qs, seeds=cell.seeds, samples=K,
+                             steps=tuple(sorted({steps[str(r.path)] for r in cell.runs})),
+                             hops={t: hops.get(t) for t in qs})
     return out
-
-
-def question_index(cells: list[Cell], steps: dict) -> tuple[list, dict]:
-    """Sorted union of task ids at the analysed steps, and task_id -> hops."""
-    hops = {}
-    for c in cells:
-        for run in c.runs:
-            for r in rows_at(run, steps[str(run.path)]):
-                hops.setdefault(r["task_id"], r.get("hops"))
-    questions = sorted(hops, key=lambda t: (str(type(t)), t))
-    return questions, hops
-
-
-def seed_summary(y: np.ndarray) -> dict:
-    """Mean over seeds of per-seed means, and the seed standard deviation."""
-    sm = nanmean(y, axis=0) if y.size else np.array([])
-    sm = sm[~np.isnan(sm)]
-    if sm.size == 0:
-        return {"mean": None, "seed_sd": None}
-    return {"mean": float(sm.mean()),
-            "seed_sd": float(sm.std(ddof=1)) if sm.size > 1 else None}
 
 
 def reward_fields(cells: list[Cell], steps: dict) -> list[str]:
     names = set()
     for c in cells:
         for run in c.runs:
-            for r in rows_at(run, steps[str(run.path)])[:50]:
+            for r in [r for r in run.eval_rows() if r["step"] == steps[str(run.path)]][:50]:
                 names.update(k for k in r if k == "reward" or k.startswith("reward/"))
     return sorted(names, key=lambda k: (k != "reward", k))
 
 
-def cell_extras(cells: list[Cell], steps: dict, questions: list) -> list[dict]:
-    """Reward components and behaviour metrics per cell (mean over seeds, seed sd)."""
-    rfields = reward_fields(cells, steps)
-    out = []
-    for c in cells:
-        rew, beh = {}, {}
-        for f in rfields:
-            y = metric_matrix([c], steps, f, questions)[0].y
-            rew[f] = seed_summary(y)
-        for name, (f, tr) in BEHAVIOUR.items():
-            y = metric_matrix([c], steps, f, questions, tr)[0].y
-            if not np.isnan(y).all():
-                beh[name] = seed_summary(y)
-        out.append({"reward": rew, "behaviour": beh})
-    return out
-
-
-def curves(cell: Cell, field: str = "correct", transform=float) -> dict:
-    """Per-step mean over seeds with a t band across seeds and the per-seed values."""
-    from scipy import stats as sps
-    per_seed = []
-    steps_all = set()
+def curve_matrices(cell: Cell, metric: str) -> dict:
+    """step -> CellData of the metric at that step (questions all seeds evaluated)."""
+    by_step: dict = defaultdict(list)
     for run in cell.runs:
-        by_step = defaultdict(list)
+        acc = defaultdict(lambda: defaultdict(list))
         for r in run.eval_rows():
-            by_step[r["step"]].append(r)
-        vals = {}
-        for s, rows in by_step.items():
-            pq = per_question(rows, field, transform)
-            if pq:
-                vals[s] = float(np.mean(list(pq.values())))
-        per_seed.append(vals)
-        steps_all.update(vals)
-    steps = sorted(steps_all)
-    mean, lo, hi, seeds = [], [], [], []
-    for s in steps:
-        v = np.array([ps[s] for ps in per_seed if s in ps])
-        m = float(v.mean())
-        if v.size > 1:
-            h = float(sps.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
-        else:
-            h = 0.0
-        mean.append(m)
-        lo.append(m - h)
-        hi.append(m + h)
-    for ps in per_seed:
-        seeds.append([ps.get(s) for s in steps])
-    return {"steps": steps, "mean": mean, "lo": lo, "hi": hi, "per_seed": seeds}
+            x = _number(r, metric, run)
+            if x is not None:
+                acc[r["step"]][r["task_id"]].append(x)
+        for s, d in acc.items():
+            by_step[s].append({t: sum(v) / len(v) for t, v in d.items()})
+    out = {}
+    for s, per_run in sorted(by_step.items()):
+        if len(per_run) != len(cell.runs):
+            continue                       # a seed without this step: no joint estimate
+        qs = sorted(set.intersection(*(set(m) for m in per_run)), key=lambda t: (str(type(t)), t))
+        if not qs:
+            continue
+        y = np.array([[m[t] for m in per_run] for t in qs], float)
+        out[s] = CellData(y=y, questions=qs, seeds=cell.seeds)
+    return out
 
 
 def train_curves(cell: Cell, keys=("reward/mean", "accuracy")) -> dict:
