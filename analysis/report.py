@@ -102,8 +102,9 @@ def _planning(summary: dict, pct: bool) -> list[str]:
                     "estimated and no planning table can be given.", ""]
     vc = summary["variance_components"]
     t = plan["mde_table"]
+    unit = f", in{u}" if pct else ""
     L.append(f"Minimum detectable difference between two cells (two-sided α = "
-             f"{summary['alpha']}, {int(100 * summary['power'])}% power){', in' + u if pct else ''}, "
+             f"{summary['alpha']}, {int(100 * summary['power'])}% power){unit}, "
              f"from the variance components of this sweep (seed {vc['sigma2_seed']:.2e}, "
              f"question × cell {vc['tau2']:.2e}{' (assumed)' if vc['tau2_assumed'] else ''}, "
              f"residual {vc['sigma2_resid']:.2e}), not from the observed differences:")

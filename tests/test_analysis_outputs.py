@@ -365,3 +365,93 @@ def test_spec_file_sets_baseline_and_b(sweep_dir, tmp_path):
     assert cli.main([str(sweep_dir), "--out", str(out), "--spec", str(spec), "--B", "200",
                      "--no-figures"]) == 0
     assert json.loads((out / "summary.json").read_text())["bootstrap"]["B"] == 200
+
+
+# ---------------------------------------------------------------- input validation, shared questions
+def _rows(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def _write_rows(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_string_values_are_errors_naming_file_and_line(tmp_path, capsys):
+    write_sweep(tmp_path, rewards=("naive",), algos=("grpo", "dapo"), seeds=(0, 1),
+                n_questions=6, steps=(0,))
+    bad = tmp_path / "reward=naive,algo=dapo,seed=1" / "eval.jsonl"
+    rows = _rows(bad)
+    rows[4]["correct"] = "yes"
+    _write_rows(bad, rows)
+    with pytest.raises(AnalysisError, match=r"eval\.jsonl:5: 'correct' is 'yes' \(str\)"):
+        analyse(collect([tmp_path]), B=100, baseline={"algo": "grpo"})
+    assert cli.main([str(tmp_path), "--out", str(tmp_path / "o"), "--baseline", "algo=grpo",
+                     "--no-figures"]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:5" in err and "Traceback" not in err
+
+
+def test_empty_eval_file_is_listed_not_fatal(tmp_path):
+    write_sweep(tmp_path, rewards=("naive",), algos=("grpo", "dapo"), seeds=(0, 1, 2),
+                n_questions=8, steps=(0,))
+    empty = tmp_path / "reward=naive,algo=dapo,seed=2" / "eval.jsonl"
+    empty.write_text("")
+    s = analyse(collect([tmp_path]), B=100, baseline={"algo": "grpo"}, with_curves=False)
+    assert [f["reason"] for f in s["failed"]] == ["eval.jsonl is empty"]
+    assert s["failed"][0]["path"] == str(empty.parent)
+    assert [c["n_seeds"] for c in s["cells"]] == [2, 3]
+
+
+def test_unequal_question_sets_use_the_intersection_with_a_warning(tmp_path):
+    write_sweep(tmp_path, rewards=("naive",), algos=("grpo", "dapo"), seeds=(0, 1, 2),
+                n_questions=20, steps=(0,))
+    for s in (0, 1, 2):                    # dapo evaluated only the first 12 questions
+        f = tmp_path / f"reward=naive,algo=dapo,seed={s}" / "eval.jsonl"
+        _write_rows(f, [r for r in _rows(f) if int(r["task_id"][1:]) < 12])
+    s = analyse(collect([tmp_path]), B=100, baseline={"algo": "grpo"}, with_curves=False)
+    assert [c["n_questions"] for c in s["cells"]] == [12, 20]
+    (c,) = s["comparisons"]
+    assert c["n_questions"] == 12 and "different question sets (12 vs 20)" in c["warnings"][0]
+    grpo = [_rows(tmp_path / f"reward=naive,algo=grpo,seed={k}" / "eval.jsonl")
+            for k in (0, 1, 2)]
+    dapo = [_rows(tmp_path / f"reward=naive,algo=dapo,seed={k}" / "eval.jsonl")
+            for k in (0, 1, 2)]
+
+    def mean(runs):   # per question over samples, then questions, then seeds
+        out = []
+        for rows in runs:
+            per_q = defaultdict(list)
+            for r in rows:
+                if int(r["task_id"][1:]) < 12:
+                    per_q[r["task_id"]].append(float(r["correct"]))
+            out.append(np.mean([np.mean(v) for v in per_q.values()]))
+        return np.mean(out)
+    assert c["delta"] == pytest.approx(mean(dapo) - mean(grpo), abs=1e-12)
+    report = __import__("analysis.report", fromlist=["render"]).render(s)
+    assert "## Warnings" in report and "different question sets" in report
+
+
+def test_disjoint_question_sets_are_never_compared(tmp_path):
+    write_sweep(tmp_path, rewards=("naive",), algos=("grpo", "dapo"), seeds=(0, 1),
+                n_questions=10, steps=(0,))
+    for s in (0, 1):
+        f = tmp_path / f"reward=naive,algo=dapo,seed={s}" / "eval.jsonl"
+        _write_rows(f, [{**r, "task_id": "other-" + r["task_id"]} for r in _rows(f)])
+    s = analyse(collect([tmp_path]), B=100, baseline={"algo": "grpo"}, with_curves=False)
+    (c,) = s["comparisons"]
+    assert c["delta"] is None and c["p"] is None and c["verdict"] is None
+    assert c["n_questions"] == 0 and "no shared questions" in " ".join(s["warnings"])
+
+
+def test_mixed_evaluation_settings_warn(tmp_path):
+    rng = np.random.default_rng(0)
+    for k, samples in ((0, 2), (1, 4)):
+        for s in (0, 1):
+            cfg = base_config(s, "shaped", "grpo")
+            cfg["eval"]["samples"] = samples
+            write_run(tmp_path / f"k{samples}_s{s}", cfg, rng, np.zeros(8), np.ones(8, int),
+                      steps=(0,), K=samples)
+    s = analyse(collect([tmp_path]), B=100, baseline={"eval.samples": 2}, with_curves=False)
+    text = " ".join(s["warnings"])
+    assert "cells differ in evaluation settings (eval.samples)" in text
+    assert "different samples per question (eval.samples 4 vs 2)" in text
