@@ -3,6 +3,7 @@
 seed of the cell evaluated. Values of the wrong type are errors naming file:line."""
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -20,22 +21,12 @@ BEHAVIOUR = {
     "answer_rate": ("answer rate", "answered", float),
     "idk_rate": ("\"I don't know\" rate", None, None),
     "fabricated_source_rate": ("fabricated-source rate", "fabricated_sources",
-                               lambda v: float(v > 0)),
+                               lambda x: (x > 0).astype(float)),
     "mean_turns": ("turns", "turns", float),
     "zero_hit_rate": ("zero-hit search rate", "zero_hit_rate", float),
     "malformed_calls": ("malformed calls", "malformed_calls", float),
 }
 RATES = {"answer_rate", "idk_rate", "fabricated_source_rate", "zero_hit_rate"}
-
-
-def idk(row: dict):
-    """An abstention: the episode ended with a final answer that was not an answer
-    (ablate/harness/episode.py is_abstention), or an explicit `idk` field."""
-    if "idk" in row:
-        return row["idk"]
-    if "end_reason" not in row or "answered" not in row:
-        return None
-    return float(row["end_reason"] == "answer" and not row["answered"])
 
 
 @dataclass
@@ -54,15 +45,48 @@ class CellData:
         return self.y.shape[1]
 
 
-def _number(row: dict, key: str, run: Run, transform=float):
-    v = row.get(key)
-    if v is None:
-        return None
-    if isinstance(v, str) or not isinstance(v, (bool, int, float)):
-        raise AnalysisError(f"{run.eval_file}:{row.get('_line', '?')}: '{key}' is {v!r} "
-                            f"({type(v).__name__}); expected true/false or a number")
-    x = transform(v)
-    return x if math.isfinite(x) else None
+NUMBER_TYPES = {bool, int, float, type(None)}
+
+
+def _column(rows: list[dict], key: str, run: Run) -> np.ndarray:
+    """Field `key` of every row as float (NaN where missing or non-finite); a value that
+    is not a number or boolean is an error naming file:line."""
+    vals = [r.get(key) for r in rows]
+    if not set(map(type, vals)) <= NUMBER_TYPES:
+        for r, v in zip(rows, vals):
+            if type(v) not in NUMBER_TYPES:
+                raise AnalysisError(f"{run.eval_file}:{r.get('_line', '?')}: '{key}' is "
+                                    f"{v!r} ({type(v).__name__}); expected true/false or "
+                                    "a number")
+    x = np.array(vals, dtype=float)           # None -> NaN
+    x[~np.isfinite(x)] = np.nan
+    return x
+
+
+def _field(rows: list[dict], key, transform, run: Run) -> np.ndarray:
+    if key is None:      # "I don't know": ended with a final answer that is an abstention
+                         # (ablate/harness/episode.py is_abstention), or an `idk` field
+        ended = np.array([r.get("end_reason") == "answer" for r in rows])
+        answered = _column(rows, "answered", run)
+        if any("idk" in r for r in rows):
+            return _column(rows, "idk", run)
+        x = np.where(ended, (answered == 0).astype(float), 0.0)
+        x[np.isnan(answered) | np.array(["end_reason" not in r for r in rows])] = np.nan
+        return x
+    x = _column(rows, key, run)
+    if transform is not float:
+        ok = ~np.isnan(x)
+        x[ok] = transform(x[ok])
+    return x
+
+
+def _means(idx: np.ndarray, n: int, x: np.ndarray) -> np.ndarray:
+    """Mean of x per group idx (NaN values skipped; NaN for an empty group)."""
+    ok = ~np.isnan(x)
+    cnt = np.bincount(idx[ok], minlength=n)
+    tot = np.bincount(idx[ok], weights=x[ok], minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan)
 
 
 def select_step(run: Run, step: int | None):
@@ -72,58 +96,55 @@ def select_step(run: Run, step: int | None):
     return step if step in steps else None
 
 
-def per_question(run: Run, step, fields: dict) -> tuple[dict, dict, int]:
-    """{name: {task_id: mean over samples}} for fields {name: (key, transform)} at `step`,
-    task_id -> hops, and the largest number of samples of a question."""
-    acc = {name: defaultdict(list) for name in fields}
-    hops, count = {}, defaultdict(int)
-    for r in run.eval_rows():
-        if r["step"] != step:
-            continue
-        t = r["task_id"]
-        hops.setdefault(t, r.get("hops"))
-        count[t] += 1
-        for name, (key, tr) in fields.items():
-            x = _number(r, key, run, tr) if key is not None else _idk(r, run)
-            if x is not None:
-                acc[name][t].append(x)
-    means = {n: {t: sum(v) / len(v) for t, v in a.items()} for n, a in acc.items()}
-    return means, hops, max(count.values(), default=0)
-
-
-def _idk(row: dict, run: Run):
-    v = idk(row)
-    if v is None:
-        return None
-    return _number({"idk": v, "_line": row.get("_line")}, "idk", run)
+def per_question(run: Run, step, fields: dict) -> tuple[list, dict, dict, int]:
+    """Task ids at `step`, {name: per-task mean over samples (NaN: no value)} for fields
+    {name: (key, transform)}, task_id -> hops, and the most samples of a task."""
+    rows = [r for r in run.eval_rows() if r["step"] == step]
+    tasks, idx, counts = np.unique(np.array([str(r["task_id"]) for r in rows]),
+                                   return_inverse=True, return_counts=True)
+    idx = idx.ravel()
+    first = {}
+    for r in rows:
+        first.setdefault(str(r["task_id"]), (r["task_id"], r.get("hops")))
+    ids = [first[t][0] for t in tasks]
+    hops = {first[t][0]: first[t][1] for t in tasks}
+    means = {name: _means(idx, len(tasks), _field(rows, key, tr, run))
+             for name, (key, tr) in fields.items()}
+    return ids, means, hops, int(counts.max()) if counts.size else 0
 
 
 def cell_matrices(cell: Cell, steps: dict, fields: dict, warnings: list) -> dict:
     """{name: CellData} for one cell: per-question means of every field, on the
     questions all of the cell's seeds evaluated (others dropped, with a warning)."""
-    per_run = []
-    K, hops = 0, {}
+    per_run, K, hops = [], 0, {}
     for run in cell.runs:
-        m, h, k = per_question(run, steps[str(run.path)], fields)
-        per_run.append(m)
+        ids, m, h, k = per_question(run, steps[str(run.path)], fields)
+        per_run.append((ids, m))
         hops.update(h)
         K = max(K, k)
     out = {}
-    for name in fields:
-        sets = [set(m[name]) for m in per_run]
-        if not sets or not all(sets):
+    run_steps = tuple(sorted({steps[str(r.path)] for r in cell.runs}))
+    same = all(ids == per_run[0][0] for ids, _ in per_run)
+    for n_i, name in enumerate(fields):
+        if same:                              # every seed saw the same tasks: stack
+            full = np.column_stack([m[name] for _, m in per_run])
+            keep = ~np.isnan(full).any(axis=1)
+            union = int((~np.isnan(full)).any(axis=1).sum())
+            qs = [t for t, k in zip(per_run[0][0], keep) if k]
+            y = full[keep]
+        else:
+            have = [{t: v for t, v in zip(ids, m[name]) if not np.isnan(v)}
+                    for ids, m in per_run]
+            common = set.intersection(*(set(h) for h in have))
+            union = len(set.union(*(set(h) for h in have)))
+            qs = sorted(common, key=lambda t: (str(type(t)), t))
+            y = np.array([[h[t] for h in have] for t in qs], float).reshape(len(qs), len(have))
+        if not qs:
             continue
-        common = set.intersection(*sets)
-        union = set.union(*sets)
-        if len(common) < len(union) and name == next(iter(fields)):
+        if n_i == 0 and len(qs) < union:
             warnings.append(f"{cell.label}: its seeds evaluated different questions; "
-                            f"{len(common)} of {len(union)} questions evaluated by every "
-                            f"seed are used")
-        qs = sorted(common, key=lambda t: (str(type(t)), t))
-        y = np.array([[m[name][t] for m in per_run] for t in qs], float).reshape(
-            len(qs), len(per_run))
-        out[name] = CellData(y=y, questions=qs, seeds=cell.seeds, samples=K,
-                             steps=tuple(sorted({steps[str(r.path)] for r in cell.runs})),
+                            f"{len(qs)} of {union} questions evaluated by every seed are used")
+        out[name] = CellData(y=y, questions=qs, seeds=cell.seeds, samples=K, steps=run_steps,
                              hops={t: hops.get(t) for t in qs})
     return out
 
@@ -132,31 +153,39 @@ def reward_fields(cells: list[Cell], steps: dict) -> list[str]:
     names = set()
     for c in cells:
         for run in c.runs:
-            for r in [r for r in run.eval_rows() if r["step"] == steps[str(run.path)]][:50]:
+            at = steps[str(run.path)]
+            for r in itertools.islice((r for r in run.eval_rows() if r["step"] == at), 50):
                 names.update(k for k in r if k == "reward" or k.startswith("reward/"))
     return sorted(names, key=lambda k: (k != "reward", k))
 
 
+def _step_task_means(run: Run, metric: str):
+    """(steps, task ids, means[step, task]) of the metric over samples, NaN if absent."""
+    rows = run.eval_rows()
+    x = _column(rows, metric, run)
+    steps, si = np.unique(np.array([r["step"] for r in rows]), return_inverse=True)
+    tasks, ti = np.unique(np.array([str(r["task_id"]) for r in rows]), return_inverse=True)
+    m = _means(si.ravel() * len(tasks) + ti.ravel(), len(steps) * len(tasks), x)
+    return list(steps), list(tasks), m.reshape(len(steps), len(tasks))
+
+
 def curve_matrices(cell: Cell, metric: str) -> dict:
-    """step -> CellData of the metric at that step (questions all seeds evaluated)."""
-    by_step: dict = defaultdict(list)
-    for run in cell.runs:
-        acc = defaultdict(lambda: defaultdict(list))
-        for r in run.eval_rows():
-            x = _number(r, metric, run)
-            if x is not None:
-                acc[r["step"]][r["task_id"]].append(x)
-        for s, d in acc.items():
-            by_step[s].append({t: sum(v) / len(v) for t, v in d.items()})
+    """step -> CellData of the metric at that step, on the questions every seed of the
+    cell evaluated at that step (steps some seed lacks are left out)."""
+    per_run = [_step_task_means(run, metric) for run in cell.runs]
+    steps = sorted(set.intersection(*(set(p[0]) for p in per_run)))
+    tasks = sorted(set.intersection(*(set(p[1]) for p in per_run)))
     out = {}
-    for s, per_run in sorted(by_step.items()):
-        if len(per_run) != len(cell.runs):
-            continue                       # a seed without this step: no joint estimate
-        qs = sorted(set.intersection(*(set(m) for m in per_run)), key=lambda t: (str(type(t)), t))
-        if not qs:
-            continue
-        y = np.array([[m[t] for m in per_run] for t in qs], float)
-        out[s] = CellData(y=y, questions=qs, seeds=cell.seeds)
+    for s in steps:
+        cols = []
+        for st_, ts, m in per_run:
+            pos = {t: i for i, t in enumerate(ts)}
+            cols.append(m[st_.index(s), [pos[t] for t in tasks]])
+        y = np.column_stack(cols)
+        keep = ~np.isnan(y).any(axis=1)
+        if keep.any():
+            out[s.item() if hasattr(s, "item") else s] = CellData(
+                y=y[keep], questions=[t for t, k in zip(tasks, keep) if k], seeds=cell.seeds)
     return out
 
 

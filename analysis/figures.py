@@ -1,6 +1,7 @@
 """Paper figures (PNG + PDF), rendered from the summary dict only. One style: Okabe-Ito
 colour-blind-safe palette (Okabe & Ito 2008), 8 pt type, widths for a two-column layout
-(3.3 in single column, 6.8 in full width). Each function returns the numbers it plotted."""
+(3.3 in single column, 6.8 in full width); vector PDF for the paper, 150 dpi PNG for
+reading. Each function returns the numbers it plotted."""
 from __future__ import annotations
 
 import math
@@ -23,7 +24,7 @@ STYLE = {
     "xtick.labelsize": 7, "ytick.labelsize": 7, "axes.spines.top": False,
     "axes.spines.right": False, "axes.linewidth": 0.6, "lines.linewidth": 1.2,
     "grid.linewidth": 0.4, "grid.alpha": 0.4, "legend.frameon": False,
-    "pdf.fonttype": 42, "ps.fonttype": 42, "savefig.dpi": 300,
+    "pdf.fonttype": 42, "ps.fonttype": 42, "savefig.dpi": 150,
     "savefig.bbox": "tight", "figure.dpi": 100,
 }
 

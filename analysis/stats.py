@@ -244,7 +244,13 @@ def _chi2_ppf(p: float, nu: int) -> float:
 
 def planned_mde(S: int, Q: int, comps: dict, alpha=0.05, power=0.8) -> float:
     """MDE of a two-cell comparison with S seeds per cell and Q shared questions."""
-    v, df = planned(S, Q, comps)
+    return _planned_mde(S, Q, comps["sigma2_seed"], comps["tau2"], comps["sigma2_resid"],
+                        alpha, power)
+
+
+@lru_cache(maxsize=65536)
+def _planned_mde(S, Q, s2a, tau2, s2e, alpha, power) -> float:
+    v, df = planned(S, Q, {"sigma2_seed": s2a, "tau2": tau2, "sigma2_resid": s2e})
     return float(mde(math.sqrt(v), df, alpha, power))
 
 
