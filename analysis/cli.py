@@ -63,7 +63,9 @@ def run(argv=None) -> Path:
     else:
         baseline = None
     if not (isinstance(args.sesoi, (int, float)) and args.sesoi > 0):
-        raise AnalysisError(f"sesoi {args.sesoi!r}: expected a positive number in metric units")
+        where = "--sesoi" if args.spec is None else f"{args.spec}: sesoi (or --sesoi)"
+        raise AnalysisError(f"{where} is {args.sesoi!r}; expected a positive number in "
+                            "metric units, e.g. 0.03 for 3 accuracy points")
     if args.B < 100:
         raise AnalysisError(f"--B {args.B}: use at least 100 Monte Carlo draws")
     out = args.out or args.run_dirs[0] / "analysis"

@@ -74,6 +74,7 @@ class Sweep:
     missing: list[dict]                 # factor combinations of a full grid with no run
     duplicates: list[dict]              # same cell and seed found twice (first kept)
     levels: dict                        # factor -> sorted distinct values
+    warnings: list = field(default_factory=list)   # mixed configs, missing seeds
 
 
 def read_jsonl(path: Path, required: tuple = ()) -> list[dict]:
@@ -220,6 +221,7 @@ def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
         runs.append(Run(path=d, config=cfg, seed=cfg.get("seed"),
                         complete=(d / "COMPLETE").exists(), config_file=cfg_file))
     factors = infer_factors([r.config for r in runs])
+    warnings = config_warnings(runs)
 
     incomplete, failed, duplicates = [], [], []
     cells: dict[tuple, Cell] = {}
@@ -260,7 +262,22 @@ def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
                                 "reason": "incomplete/failed" if key in observed
                                 else "no run in the grid"})
     return Sweep(cells=ordered, factors=factors, incomplete=incomplete, failed=failed,
-                 missing=missing, duplicates=duplicates, levels=levels)
+                 missing=missing, duplicates=duplicates, levels=levels, warnings=warnings)
+
+
+def config_warnings(runs: list[Run]) -> list[str]:
+    """Runs without a seed, and runs from different experiment presets mixed in one
+    analysis (each named by its config file)."""
+    out = [f"{r.config_file}: no top-level 'seed'; its seeds cannot be told apart"
+           for r in runs if r.seed is None]
+    by_exp: dict = {}
+    for r in runs:
+        exp = r.config.get("experiment.name", r.config.get("experiment"))
+        by_exp.setdefault(json.dumps(exp, default=str), r.config_file)
+    if len(by_exp) > 1:
+        out.append("runs of different experiments are mixed: " + "; ".join(
+            f"{json.loads(k)} ({f})" for k, f in by_exp.items()))
+    return out
 
 
 def parse_assignments(text: str) -> dict:

@@ -152,6 +152,8 @@ def _comparison(data, coefs, alpha, ia, ib, a, b, kind, names, family) -> dict:
                inferential=r["inferential"])
     if not r["inferential"]:
         row["warnings"].append("a cell has one seed: no test (question-only interval)")
+    elif r["p"] is None:
+        row["warnings"].append("no variation within the cells (SE = 0): no test")
     return row
 
 
@@ -246,7 +248,7 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
             alpha: float = 0.05, power: float = 0.8, sesoi: float = DEFAULT_SESOI,
             all_pairs: bool = False, with_curves: bool = True,
             baseline_source: str = "--baseline", progress=None) -> dict:
-    failed, warnings = list(sweep.failed), []
+    failed, warnings = list(sweep.failed), list(sweep.warnings)
     steps = _select_steps(sweep, step, failed)
     cells = [c for c in sweep.cells if c.runs]
     if not cells:

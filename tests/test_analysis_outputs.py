@@ -455,3 +455,20 @@ def test_mixed_evaluation_settings_warn(tmp_path):
     text = " ".join(s["warnings"])
     assert "cells differ in evaluation settings (eval.samples)" in text
     assert "different samples per question (eval.samples 4 vs 2)" in text
+
+
+def test_mixed_experiments_and_bad_sesoi_are_named(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    for name in ("enronhop_rewards", "enronhop_paper"):
+        cfg = base_config(0, "shaped", "grpo")
+        cfg["experiment"] = name
+        write_run(tmp_path / name, cfg, rng, np.zeros(6), np.ones(6, int), steps=(0,))
+    sw = collect([tmp_path])
+    assert "runs of different experiments are mixed" in sw.warnings[0]
+    assert str(tmp_path / "enronhop_paper" / ".hydra" / "config.yaml") in sw.warnings[0]
+    spec = tmp_path / "analysis.yaml"
+    spec.write_text("sesoi: three points\n")
+    assert cli.main([str(tmp_path), "--out", str(tmp_path / "o"), "--spec", str(spec),
+                     "--no-figures"]) == 2
+    err = capsys.readouterr().err
+    assert f"{spec}: sesoi (or --sesoi) is 'three points'" in err

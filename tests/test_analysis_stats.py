@@ -202,3 +202,9 @@ def test_planned_variance_matches_simulation():
         + rng.normal(0, math.sqrt(c["sigma2_resid"]), (R, Q, S))
     d = ya.mean(axis=(1, 2)) - yb.mean(axis=(1, 2))
     assert st.planned(S, Q, c)[0] == pytest.approx(np.var(d), rel=0.06)
+
+
+def test_constant_cells_that_differ_get_no_p_value():
+    data = [_cell(np.ones((20, 3))), _cell(np.zeros((20, 3)))]
+    r = evaluate(data, {0: 1.0, 1: -1.0})
+    assert r["estimate"] == 1.0 and r["se"] == 0.0 and r["p"] is None
