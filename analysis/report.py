@@ -28,8 +28,7 @@ def _sentence(c: dict, pct: bool, sesoi: str) -> str:
             f"(95% CI {fmt(c['ci'][0], pct, True)} to {fmt(c['ci'][1], pct, True)}, "
             f"{c['n_questions']} shared questions")
     if c["verdict"] is None:
-        return (f"- {core}) — no test: a cell has one seed, so the interval covers "
-                "question noise only.")
+        return f"- {core}) — no test: {'; '.join(c['warnings']) or 'no p-value'}."
     core += f"; {p_is(c['p'])}, {adj}-adjusted {p_is(c['p_adj'])})"
     words = VERDICT_WORDS[c["verdict"]].replace("SESOI", sesoi + u)
     text = f"- {core} — {words}."

@@ -63,7 +63,7 @@ def clip(ci):
     return [max(0.0, ci[0]), min(1.0, ci[1])] if ci else ci
 
 
-def _cell_summary(i, c, mats, metric, alpha, names, clip_metric, with_curves) -> dict:
+def _cell_summary(c, mats, metric, alpha, names, clip_metric, with_curves) -> dict:
     d = mats[metric]
     r = evaluate([d], {0: 1.0}, alpha)
     hops = sorted({h for h in d.hops.values() if h is not None}, key=str)
@@ -247,7 +247,7 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
             B: int = 10_000, rng_seed: int = 0, baseline: dict | None = None,
             alpha: float = 0.05, power: float = 0.8, sesoi: float = DEFAULT_SESOI,
             all_pairs: bool = False, with_curves: bool = True,
-            baseline_source: str = "--baseline", progress=None) -> dict:
+            baseline_source: str = "--baseline") -> dict:
     failed, warnings = list(sweep.failed), list(sweep.warnings)
     steps = _select_steps(sweep, step, failed)
     cells = [c for c in sweep.cells if c.runs]
@@ -273,45 +273,18 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
     def clip_metric(ci):
         return clip(ci) if bounded else ci
 
-    out_cells = [_cell_summary(i, c, m, metric, alpha, names, clip_metric, with_curves)
-                 for i, (c, m) in enumerate(zip(cells, mats))]
+    out_cells = [_cell_summary(c, m, metric, alpha, names, clip_metric, with_curves)
+                 for c, m in zip(cells, mats)]
 
     if baseline is None and len(cells) > 1:
         raise AnalysisError("no baseline: name it with --baseline KEY=VAL,... or `baseline:` "
                             "in the experiment's analysis.yaml; cells are: "
                             + "; ".join(c.label for c in cells))
     base = match_cell(cells, baseline) if baseline else 0
-    fac = [c.factors for c in cells]
-    confirm = [_comparison(data, {i: 1.0, base: -1.0}, alpha, i, base, fac[i], fac[base],
-                           "cell", names, "confirmatory") for i in range(len(cells)) if i != base]
-    confirm += _main_effects(sweep, cells, base, data, alpha, names)
-    _family(confirm, st.holm, "holm", alpha, sesoi)
-    pairs = []
-    if all_pairs:
-        pairs = [_comparison(data, {i: 1.0, j: -1.0}, alpha, i, j, fac[i], fac[j], "cell",
-                             names, "all_pairs")
-                 for i, j in itertools.combinations(range(len(cells)), 2)]
-        _family(pairs, st.benjamini_hochberg, "bh", alpha, sesoi)
-
+    confirm, pairs = _comparisons(sweep, cells, data, base, alpha, names, sesoi, all_pairs)
     comps = planning_components(data, [(r["ia"], r["ib"]) for r in confirm if r["kind"] == "cell"])
-    cell_rows = [r for r in confirm if r["kind"] == "cell" and r["delta"] is not None]
-    sim = simultaneous([r for r in cell_rows if r["inferential"]], data, base, alpha, B,
-                       rng_seed) if cell_rows else None
-    k_sim = 0
-    for r in confirm + pairs:
-        r["mde"] = _mde(r, data, comps, alpha, power)
-        if r["kind"] == "cell" and r["delta"] is not None:
-            r["p_improvement"] = st.prob_improvement(data[r["ia"]].y.mean(axis=0),
-                                                     data[r["ib"]].y.mean(axis=0))
-        if comps is not None and r["kind"] == "cell":
-            r["seeds_needed"] = st.seeds_needed(sesoi, max(r["n_questions"], 2), comps,
-                                                alpha, power)
-        if sim is not None and r["family"] == "confirmatory" and r["kind"] == "cell" \
-                and r["delta"] is not None and r["inferential"]:
-            r["ci_simultaneous"] = sim[k_sim]
-            k_sim += 1
-        for w in r["warnings"]:
-            warnings.append(f"{r['label']} vs {r['vs']}: {w}")
+    _annotate(confirm + pairs, data, comps, base, B, rng_seed, sesoi, alpha, power)
+    warnings += [f"{r['label']} vs {r['vs']}: {w}" for r in confirm + pairs for w in r["warnings"]]
     comparisons = [{k: v for k, v in r.items() if k not in ("ia", "ib")} for r in confirm + pairs]
 
     Q_now = max(len(d.questions) for d in data)
@@ -340,6 +313,41 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
         "duplicates": sweep.duplicates,
     }
     return _clean(summary)
+
+
+def _comparisons(sweep, cells, data, base, alpha, names, sesoi, all_pairs):
+    """The confirmatory family (cells and main effects vs the baseline, Holm) and, when
+    asked for, all pairs (Benjamini-Hochberg), each row with its verdict."""
+    fac = [c.factors for c in cells]
+    confirm = [_comparison(data, {i: 1.0, base: -1.0}, alpha, i, base, fac[i], fac[base],
+                           "cell", names, "confirmatory") for i in range(len(cells)) if i != base]
+    confirm += _main_effects(sweep, cells, base, data, alpha, names)
+    _family(confirm, st.holm, "holm", alpha, sesoi)
+    pairs = []
+    if all_pairs:
+        pairs = [_comparison(data, {i: 1.0, j: -1.0}, alpha, i, j, fac[i], fac[j], "cell",
+                             names, "all_pairs")
+                 for i, j in itertools.combinations(range(len(cells)), 2)]
+        _family(pairs, st.benjamini_hochberg, "bh", alpha, sesoi)
+    return confirm, pairs
+
+
+def _annotate(rows, data, comps, base, B, rng_seed, sesoi, alpha, power) -> None:
+    """Planning MDE, seeds needed for the SESOI, P(A > B) over seeds, and the
+    simultaneous intervals of the tested cell-vs-baseline comparisons."""
+    tested = [r for r in rows if r["family"] == "confirmatory" and r["kind"] == "cell"
+              and r["delta"] is not None and r["inferential"]]
+    sim = simultaneous(tested, data, base, alpha, B, rng_seed) if tested else None
+    for r, ci in zip(tested, sim or []):
+        r["ci_simultaneous"] = ci
+    for r in rows:
+        r["mde"] = _mde(r, data, comps, alpha, power)
+        if r["kind"] == "cell" and r["delta"] is not None:
+            r["p_improvement"] = st.prob_improvement(data[r["ia"]].y.mean(axis=0),
+                                                     data[r["ib"]].y.mean(axis=0))
+        if comps is not None and r["kind"] == "cell":
+            r["seeds_needed"] = st.seeds_needed(sesoi, max(r["n_questions"], 2), comps,
+                                                alpha, power)
 
 
 def _mde(r, data, comps, alpha, power):
