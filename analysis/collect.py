@@ -78,28 +78,37 @@ class Sweep:
 
 
 def read_jsonl(path: Path, required: tuple = ()) -> list[dict]:
-    rows = []
+    """Rows of a JSON Lines file, each with its line number in `_line`; errors name the
+    file and line. The lines are parsed as one JSON array (one parser call), falling
+    back to line by line to locate an error."""
     try:
         with open(path, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise AnalysisError(f"{path}: line {n} is not valid JSON ({e.msg})") from None
-                if not isinstance(row, dict):
-                    raise AnalysisError(f"{path}: line {n} is not a JSON object")
-                for key in required:
-                    if key not in row:
-                        raise AnalysisError(f"{path}: line {n} has no '{key}' field")
-                row["_line"] = n
-                rows.append(row)
+            lines = [(n, line) for n, line in enumerate(fh, 1) if line.strip()]
     except UnicodeDecodeError as e:
         raise AnalysisError(f"{path}: not UTF-8 text ({e.reason})") from None
     except OSError as e:
         raise AnalysisError(f"{path}: cannot be read ({e.strerror})") from None
+    try:
+        rows = json.loads("[" + ",".join(line for _, line in lines) + "]")
+        if len(rows) != len(lines):
+            raise ValueError("a line holds more than one value")
+    except ValueError:
+        rows = [_parse_line(path, n, line) for n, line in lines]
+    for (n, _), row in zip(lines, rows):
+        if not isinstance(row, dict):
+            raise AnalysisError(f"{path}: line {n} is not a JSON object")
+        for key in required:
+            if key not in row:
+                raise AnalysisError(f"{path}: line {n} has no '{key}' field")
+        row["_line"] = n
     return rows
+
+
+def _parse_line(path: Path, n: int, line: str):
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise AnalysisError(f"{path}: line {n} is not valid JSON ({e.msg})") from None
 
 
 def read_config(path: Path) -> dict:

@@ -5,6 +5,9 @@ reading. Each function returns the numbers it plotted."""
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
@@ -267,10 +270,21 @@ def training(summary: dict, out: Path, key: str = "reward/mean") -> dict:
     return plotted
 
 
-def write_all(summary: dict, out: Path) -> dict:
+def write_all(summary: dict, out: Path, workers: int | None = None) -> dict:
+    """Every figure. Drawing dominates the report's time (about 0.2-1 s of CPU per figure
+    for 18 cells, benchmarks/bench_analysis.py), so with 4 or more CPUs the figures are
+    drawn in forked processes, one per figure; on fewer, sequentially."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    return {"learning_curves": learning_curves(summary, out), "forest": forest(summary, out),
-            "hops": hops(summary, out), "behaviour": behaviour(summary, out),
-            "factor_intervals": factor_intervals(summary, out),
-            "training": training(summary, out)}
+    figs = {"learning_curves": learning_curves, "forest": forest, "hops": hops,
+            "behaviour": behaviour, "factor_intervals": factor_intervals,
+            "training": training}
+    if workers is None:
+        cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                else os.cpu_count() or 1)
+        workers = min(len(figs), cpus) if cpus >= 4 else 1
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return {name: fn(summary, out) for name, fn in figs.items()}
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as ex:
+        futures = {name: ex.submit(fn, summary, out) for name, fn in figs.items()}
+        return {name: f.result() for name, f in futures.items()}

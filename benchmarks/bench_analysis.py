@@ -1,7 +1,9 @@
 """Benchmark: the full report of `python -m analysis` (summary.json, report.md, tables,
 figures) for 18 cells x 5 seeds x 500 questions (K = 2 samples, 3 evaluation steps:
 270,000 eval rows), split into reading the runs, the statistics, and rendering.
-Targets: full report <= 3 s, statistics <= 1 s.
+Targets: full report <= 3 s, statistics <= 1 s. On a shared machine wall time follows the
+load; the CPU time of this process (also printed) is what an idle machine's wall time
+would be.
 
     python benchmarks/bench_analysis.py [--root DIR] [--repeats 2]
 """
@@ -31,6 +33,7 @@ def make(root: Path) -> Path:
 
 
 def once(root: Path, out: Path) -> dict:
+    c0 = time.process_time()
     t0 = time.perf_counter()
     sweep = collect([root])
     for c in sweep.cells:
@@ -38,7 +41,9 @@ def once(root: Path, out: Path) -> dict:
             r.eval_rows()
             r.metrics_rows()
     t1 = time.perf_counter()
+    c1 = time.process_time()
     summary = analyse(sweep, baseline=BASE, B=10_000)
+    cpu_stats = time.process_time() - c1
     t2 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -49,7 +54,8 @@ def once(root: Path, out: Path) -> dict:
     figures.write_all(summary, out)
     t4 = time.perf_counter()
     return {"read": t1 - t0, "stats": t2 - t1, "summary+report+tables": t3 - t2,
-            "figures": t4 - t3, "total": t4 - t0}
+            "figures": t4 - t3, "total": t4 - t0, "total CPU": time.process_time() - c0,
+            "stats CPU": cpu_stats}
 
 
 def main():
@@ -64,8 +70,10 @@ def main():
           f"{args.repeats}:")
     for k, v in best.items():
         print(f"  {k:24s} {v:6.2f} s")
-    print(f"statistics <= 1 s: {'OK' if best['stats'] <= 1 else 'MISSED'}; "
-          f"full report <= 3 s: {'OK' if best['total'] <= 3 else 'MISSED'}")
+    print(f"statistics <= 1 s: {'OK' if best['stats'] <= 1 else 'MISSED'} (wall), "
+          f"{'OK' if best['stats CPU'] <= 1 else 'MISSED'} (CPU); full report <= 3 s: "
+          f"{'OK' if best['total'] <= 3 else 'MISSED'} (wall), "
+          f"{'OK' if best['total CPU'] <= 3 else 'MISSED'} (CPU)")
 
 
 if __name__ == "__main__":

@@ -332,6 +332,14 @@ def test_figures_plot_summary_numbers(summary, tmp_path):
         [c["mean"] for c in summary["cells"] if c["factors"]["reward.name"] == "shaped"]))
 
 
+def test_parallel_figures_plot_the_same_numbers(summary, tmp_path):
+    seq = figures.write_all(summary, tmp_path / "seq", workers=1)
+    par = figures.write_all(summary, tmp_path / "par", workers=2)
+    assert par == seq
+    assert {p.name for p in (tmp_path / "par").iterdir()} == \
+        {p.name for p in (tmp_path / "seq").iterdir()}
+
+
 def test_plain_config_yaml_runs_and_single_cell(tmp_path):
     rng = np.random.default_rng(0)
     for s in (0, 1):
