@@ -28,7 +28,7 @@ def _sentence(c: dict, pct: bool, sesoi: str) -> str:
             f"(95% CI {fmt(c['ci'][0], pct, True)} to {fmt(c['ci'][1], pct, True)}, "
             f"{c['n_questions']} shared questions")
     if c["verdict"] is None:
-        return f"- {core}) — no test: {'; '.join(c['warnings']) or 'no p-value'}."
+        return f"- {core}) — {'; '.join(c['warnings']) or 'no test'}."
     core += f"; {p_is(c['p'])}, {adj}-adjusted {p_is(c['p_adj'])})"
     words = VERDICT_WORDS[c["verdict"]].replace("SESOI", sesoi + u)
     text = f"- {core} — {words}."

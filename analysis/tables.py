@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from pathlib import Path
 
 from analysis.estimates import BEHAVIOUR, RATES
@@ -69,8 +70,25 @@ def legend_text(summary: dict) -> str:
     return "; ".join(f"{s} = \\texttt{{{tex_escape(k)}}}" for k, s in renamed)
 
 
+COLUMN_CHARS = 60     # text of a row that fits a single column at \\small (3.3 in)
+
+
+def visible(tex: str) -> str:
+    """The characters a LaTeX cell prints (commands, braces and math marks removed)."""
+    return re.sub(r"\\[a-zA-Z]+|[{}$^]", "", tex)
+
+
+def tex_minus(cell: str) -> str:
+    """A minus sign, not a hyphen, before digits that are not part of a word."""
+    return re.sub(r"(?<![A-Za-z0-9.])-(?=\d)", "$-$", cell)
+
+
 def _tabular(header: list[str], rows: list[list[str]], caption: str, label: str,
              align: str, wide: bool = False) -> str:
+    """A booktabs float; full width (table*) when asked or when a row is too long for
+    one column."""
+    rows = [[tex_minus(c) for c in r] for r in rows]
+    wide = wide or any(len(visible(" ".join(r))) > COLUMN_CHARS for r in rows + [header])
     env = "table*" if wide else "table"
     lines = [rf"\begin{{{env}}}[t]", r"\centering", r"\small",
              r"\setlength{\tabcolsep}{4pt}",

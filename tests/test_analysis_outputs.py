@@ -2,6 +2,7 @@
 written in the runner's shape (.hydra/config.yaml, eval.jsonl, metrics.jsonl, COMPLETE)."""
 import csv
 import json
+import re
 import math
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ from analysis.collect import AnalysisError, collect, infer_factors
 from analysis.summary import analyse
 from analysis.synthetic import base_config, write_run, write_sweep
 from analysis.report import p_is
-from analysis.tables import fmt, fmt_ci
+from analysis.tables import COLUMN_CHARS, fmt, fmt_ci, tex_minus, visible
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = ["learning_curves", "forest", "hops", "behaviour", "factor_intervals",
@@ -272,7 +273,7 @@ def test_tables_numbers_equal_summary(cli_out, summary):
     for c, r in zip(summary["cells"], rows):
         assert float(r["mean"]) == c["mean"] and int(r["n_questions"]) == c["n_questions"]
         assert [float(r["ci_lo"]), float(r["ci_hi"])] == c["ci"]
-        assert f"{fmt(c['mean'])} {fmt_ci(c['ci'])}" in tex
+        assert tex_minus(f"{fmt(c['mean'])} {fmt_ci(c['ci'])}") in tex
     with open(cli_out / "comparisons.csv") as fh:
         crow = list(csv.DictReader(fh))
     assert len(crow) == len(summary["comparisons"])
@@ -302,10 +303,10 @@ def test_latex_tables_are_well_formed_and_fit_a_column(cli_out, summary):
     pairs = (cli_out / "comparisons_all_pairs.tex").read_text()
     assert "\\begin{table}[t]" in conf and "Holm" in conf and "Benjamini" not in conf
     assert "Benjamini" in pairs and len(_tex_rows(conf)) == 5 and len(_tex_rows(pairs)) == 6
-    import re
     for row in _tex_rows(conf):
-        visible = re.sub(r"\\[a-zA-Z]+|[{}$^]", "", " ".join(row))
-        assert len(visible) <= 60, visible
+        assert len(visible(" ".join(row))) <= COLUMN_CHARS, row
+    body = conf.split("\\midrule")[1]
+    assert not re.search(r"(?<![$A-Za-z0-9.])-\d", body)       # minus signs, not hyphens
 
 
 def test_figures_plot_summary_numbers(summary, tmp_path):
