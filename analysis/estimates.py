@@ -124,6 +124,9 @@ def cell_matrices(cell: Cell, steps: dict, fields: dict, warnings: list) -> dict
         K = max(K, k)
     out = {}
     run_steps = tuple(sorted({steps[str(r.path)] for r in cell.runs}))
+    if len(run_steps) > 1:
+        warnings.append(f"{cell.label}: its seeds are analysed at different steps "
+                        f"({'/'.join(map(str, run_steps))}); pass --step to align them")
     same = all(ids == per_run[0][0] for ids, _ in per_run)
     for n_i, name in enumerate(fields):
         if same:                              # every seed saw the same tasks: stack

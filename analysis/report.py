@@ -106,7 +106,9 @@ def _planning(summary: dict, pct: bool) -> list[str]:
              f"{summary['alpha']}, {int(100 * summary['power'])}% power){unit}, "
              f"from the variance components of this sweep (seed {vc['sigma2_seed']:.2e}, "
              f"question × cell {vc['tau2']:.2e}{' (assumed)' if vc['tau2_assumed'] else ''}, "
-             f"residual {vc['sigma2_resid']:.2e}), not from the observed differences:")
+             f"residual {vc['sigma2_resid']:.2e}; pooled over the {vc['n_cells']} of "
+             f"{vc['n_cells_total']} cells with two or more seeds), not from the observed "
+             "differences:")
     L += ["", "| seeds per cell | " + " | ".join(f"{q} questions" for q in t["questions"]) + " |",
           "|---:|" + "---:|" * len(t["questions"])]
     for r in t["rows"]:

@@ -213,7 +213,8 @@ def planning_components(data, pairs) -> dict | None:
     assumed = not taus
     tau2 = float(np.median(taus)) if taus else 2 * float(np.mean(
         [c["sigma2_question"] for c in comps]))
-    return {"sigma2_seed": s2a, "sigma2_resid": s2e, "tau2": tau2, "tau2_assumed": assumed}
+    return {"sigma2_seed": s2a, "sigma2_resid": s2e, "tau2": tau2, "tau2_assumed": assumed,
+            "n_cells": len(comps), "n_cells_total": len(data)}
 
 
 def planning(comps, sesoi, Q_now, alpha, power) -> dict | None:

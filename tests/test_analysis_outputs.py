@@ -481,3 +481,17 @@ def test_mixed_experiments_and_bad_sesoi_are_named(tmp_path, capsys):
                      "--no-figures"]) == 2
     err = capsys.readouterr().err
     assert f"{spec}: sesoi (or --sesoi) is 'three points'" in err
+
+
+def test_seeds_at_different_steps_warn(tmp_path):
+    write_sweep(tmp_path, rewards=("naive",), algos=("grpo", "dapo"), seeds=(0, 1),
+                n_questions=8, steps=(0, 4))
+    f = tmp_path / "reward=naive,algo=dapo,seed=1" / "eval.jsonl"
+    _write_rows(f, [r for r in _rows(f) if r["step"] == 0])
+    s = analyse(collect([tmp_path]), B=100, baseline={"algo": "grpo"}, with_curves=False)
+    text = " ".join(s["warnings"])
+    assert "algo=dapo: its seeds are analysed at different steps (0/4)" in text
+    assert "evaluated at different steps (0/4 vs 4)" in text
+    aligned = analyse(collect([tmp_path]), B=100, baseline={"algo": "grpo"}, step=0,
+                      with_curves=False)
+    assert not [w for w in aligned["warnings"] if "step" in w]
