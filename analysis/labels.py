@@ -52,3 +52,10 @@ def compact(factors: dict, names: dict, keys: list) -> str:
     if len(keys) == 1:
         return cell_name(factors, names, keys)
     return "/".join(value(factors[k]) for k in keys)
+
+
+def pair_label(a: dict, b: dict, keys: list, same: list) -> str:
+    """'dapo vs grpo (naive)': values of the differing factors, then of the shared ones."""
+    def vals(f, ks):
+        return "/".join(value(f[k]) for k in ks)
+    return f"{vals(a, keys)} vs {vals(b, keys)}" + (f" ({vals(a, same)})" if same else "")

@@ -139,7 +139,8 @@ def _comparison(data, coefs, alpha, ia, ib, a, b, kind, names, family) -> dict:
     row = {"a": a, "b": b, "kind": kind, "family": family,
            "a_label": cell_label(a), "b_label": cell_label(b),
            "label": lb.cell_name(a, names, keys), "vs": vs,
-           "tex_label": lb.compact(a, names, keys),
+           "tex_label": (lb.compact(a, names, keys) if family == "confirmatory"
+                         else lb.pair_label(a, b, keys, same)),
            "n_questions": r["n_questions"], "warnings": [], "ia": ia, "ib": ib}
     if ia is not None:
         row["warnings"] = _differences(data, ia, ib)

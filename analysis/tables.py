@@ -13,6 +13,9 @@ from analysis.estimates import BEHAVIOUR, RATES
 PCT_METRICS = {"correct", "answered", "read_after_hit"}
 BEHAVIOUR_TABLE = ["keywords_per_search", "searches", "answer_rate", "idk_rate",
                    "fabricated_source_rate", "mean_turns"]
+BEHAVIOUR_HEAD = {"keywords_per_search": "Keywords", "searches": "Searches",
+                  "answer_rate": "Answered", "idk_rate": "IDK", "fabricated_source_rate":
+                  "Fabricated", "mean_turns": "Turns"}
 VERDICT_TEX = {"better": "better", "worse": "worse", "equivalent": "equivalent",
                "inconclusive": "inconclusive", None: "no test"}
 
@@ -70,12 +73,25 @@ def legend_text(summary: dict) -> str:
     return "; ".join(f"{s} = \\texttt{{{tex_escape(k)}}}" for k, s in renamed)
 
 
-COLUMN_CHARS = 60     # text of a row that fits a single column at \\small (3.3 in)
+COLUMN_CHARS = 56     # text of a row that fits a single column at \\footnotesize (3.3 in)
 
 
 def visible(tex: str) -> str:
     """The characters a LaTeX cell prints (commands, braces and math marks removed)."""
     return re.sub(r"\\[a-zA-Z]+|[{}$^]", "", tex)
+
+
+def stacked(value: str, ci: str) -> str:
+    """A value over its interval in one cell (a nested tabular; no extra package), so
+    that tables of intervals stay narrow."""
+    return (rf"\begin{{tabular}}[t]{{@{{}}r@{{}}}}{value}\\ "
+            rf"{{[}}{ci[1:-1]}{{]}}\end{{tabular}}")
+
+
+def cell_width(tex: str) -> int:
+    """Printed characters of a cell: the longest line of a stacked cell."""
+    inner = re.sub(r"\\(begin|end)\{tabular\}(\[t\])?(\{@\{\}r@\{\}\})?", "", tex)
+    return max(len(visible(part)) for part in inner.split("\\\\"))
 
 
 def tex_minus(cell: str) -> str:
@@ -88,10 +104,11 @@ def _tabular(header: list[str], rows: list[list[str]], caption: str, label: str,
     """A booktabs float; full width (table*) when asked or when a row is too long for
     one column."""
     rows = [[tex_minus(c) for c in r] for r in rows]
-    wide = wide or any(len(visible(" ".join(r))) > COLUMN_CHARS for r in rows + [header])
+    wide = wide or any(sum(cell_width(c) + 1 for c in r) > COLUMN_CHARS
+                       for r in rows + [header])
     env = "table*" if wide else "table"
-    lines = [rf"\begin{{{env}}}[t]", r"\centering", r"\small",
-             r"\setlength{\tabcolsep}{4pt}",
+    lines = [rf"\begin{{{env}}}[t]", r"\centering", r"\footnotesize",
+             r"\setlength{\tabcolsep}{3pt}",
              rf"\caption{{{caption}}}", rf"\label{{{label}}}",
              rf"\begin{{tabular}}{{{align}}}", r"\toprule",
              " & ".join(header) + r" \\", r"\midrule"]
@@ -108,8 +125,8 @@ def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
 
 
 def _interval_words(summary: dict) -> str:
-    return ("95\\% t intervals from the seed, question and residual variance "
-            "(method of moments; one-seed cells: question noise only)")
+    return ("each value over its 95\\% t interval from the seed, question and residual "
+            "variance (method of moments; one-seed cells: question noise only)")
 
 
 # ---------------------------------------------------------------- tables
@@ -120,7 +137,7 @@ def results_table(summary: dict, out: Path) -> None:
     base = baseline_comparisons(summary)
     unit = " (\\%)" if pct else ""
     header = [tex_escape(factor_name(f, summary)) for f in factors] + [
-        "$S$", "$Q$", f"Mean{unit} [95\\% CI]", r"$\Delta$ [95\% CI]"]
+        "$S$", "$Q$", f"Mean{unit}", r"$\Delta$"]
     rows, csv_rows = [], []
     for c in summary["cells"]:
         comp = base.get(c["label"])
@@ -128,11 +145,13 @@ def results_table(summary: dict, out: Path) -> None:
             delta = "baseline"
         else:
             mark = "$^{*}$" if comp.get("verdict") in ("better", "worse") else ""
-            delta = f"{fmt(comp['delta'], pct, True)}{mark} {fmt_ci(comp['ci'], pct, True)}"
+            delta = stacked(f"{fmt(comp['delta'], pct, True)}{mark}",
+                            fmt_ci(comp["ci"], pct, True))
         rows.append([tex_escape(c["factors"][f]) for f in factors]
                     + [str(c["n_seeds"]), str(c["n_questions"]),
-                       f"{fmt(c['mean'], pct)} {fmt_ci(c['ci'], pct)}"
-                       + ("$^{\\dagger}$" if c["question_noise_only"] else ""), delta])
+                       stacked(fmt(c["mean"], pct) + ("$^{\\dagger}$" if c["question_noise_only"]
+                                                      else ""), fmt_ci(c["ci"], pct)),
+                       delta])
         csv_rows.append([c["factors"][f] for f in factors] + [
             c["n_seeds"], c["n_questions"], c["samples"], c["mean"], c["ci"][0], c["ci"][1],
             None if comp is None else comp["delta"],
@@ -157,12 +176,11 @@ def results_table(summary: dict, out: Path) -> None:
 def _comparison_rows(comps, pct):
     rows = []
     for c in comps:
-        name = tex_escape(c.get("tex_label", c["label"])) + (
-            "" if c["family"] == "confirmatory" else f" vs {tex_escape(c['vs'])}")
+        name = tex_escape(c["tex_label"])
         if c["delta"] is None:
             rows.append([name, "--", "--", "not compared"])
             continue
-        rows.append([name, f"{fmt(c['delta'], pct, True)} {fmt_ci(c['ci'], pct, True)}",
+        rows.append([name, stacked(fmt(c["delta"], pct, True), fmt_ci(c["ci"], pct, True)),
                      fmt_p(c["p_adj"]), VERDICT_TEX.get(c["verdict"], str(c["verdict"]))])
     return rows
 
@@ -174,19 +192,21 @@ def comparisons_table(summary: dict, out: Path) -> None:
     unit = " (points)" if pct else ""
     words = summary.get("metric_words", summary["metric"])
     sesoi = fmt(summary.get("sesoi"), pct)
-    for family, name, corr in (("confirmatory", "comparisons", "Holm"),
-                               ("all_pairs", "comparisons_all_pairs", "Benjamini--Hochberg")):
+    for family, name, corr, short in (
+            ("confirmatory", "comparisons", "Holm", "Holm"),
+            ("all_pairs", "comparisons_all_pairs", "Benjamini--Hochberg", "BH")):
         comps = [c for c in summary["comparisons"] if c["family"] == family]
         if family == "all_pairs" and not comps:
             continue
-        header = ["Comparison", rf"$\Delta${unit} [95\% CI]", rf"$p_\mathrm{{{corr[:4]}}}$",
+        header = ["Comparison", r"$\Delta$", rf"$p_\mathrm{{{short}}}$",
                   "Verdict"]
         order = "/".join(factor_name(f, summary) for f in summary["factors"])
         against = (f"against the baseline ({tex_escape(summary['baseline_short'])}); rows "
                    "name the factors that differ from it (several: their values as "
                    f"{tex_escape(order)})" if family == "confirmatory"
-                   else "between every pair of cells (exploratory)")
-        caption = (f"Differences in {words} {against}, on the questions both cells "
+                   else "between every pair of cells (exploratory); rows give the values "
+                   f"of the factors that differ, then of those shared, as {tex_escape(order)}")
+        caption = (f"Differences in {words}{unit} {against}, on the questions both cells "
                    f"evaluated; {_interval_words(summary)}; $p$ adjusted by {corr}. "
                    f"Better/worse: adjusted $p<{summary['alpha']}$; equivalent: the 90\\% "
                    f"interval lies within $\\pm${sesoi}{unit} (TOST).")
@@ -207,25 +227,27 @@ def behaviour_table(summary: dict, out: Path) -> None:
     """The behaviour table of the case study, each value with its 95% interval."""
     names = [n for n in BEHAVIOUR_TABLE
              if any(n in c.get("behaviour", {}) for c in summary["cells"])]
-    names += [n for n in BEHAVIOUR if n not in names and n not in BEHAVIOUR_TABLE
-              and any(n in c.get("behaviour", {}) for c in summary["cells"])]
-    header = ["Cell"] + [tex_escape(BEHAVIOUR[n][0]) + (" (\\%)" if n in RATES else "")
-                         for n in names]
+    extra = [n for n in BEHAVIOUR if n not in BEHAVIOUR_TABLE
+             and any(n in c.get("behaviour", {}) for c in summary["cells"])]
+    header = ["Cell"] + [BEHAVIOUR_HEAD[n] + (" (\\%)" if n in RATES else "") for n in names]
     rows, csv_rows = [], []
     for c in summary["cells"]:
         vals = [c["behaviour"].get(n) for n in names]
         rows.append([tex_escape(c["short_label"])] + [
-            "--" if v is None else f"{fmt(v['mean'], n in RATES)} "
-            f"{fmt_ci(v['ci'], n in RATES)}" for n, v in zip(names, vals)])
+            "--" if v is None else stacked(fmt(v["mean"], n in RATES),
+                                           fmt_ci(v["ci"], n in RATES))
+            for n, v in zip(names, vals)])
         row = [c["label"]]
-        for v in vals:
+        for v in vals + [c["behaviour"].get(n) for n in extra]:
             row += [None, None, None] if v is None else [v["mean"], *v["ci"]]
         csv_rows.append(row)
     caption = ("Behaviour at the analysed step (mean over seeds of per-seed means over "
-               f"questions), {_interval_words(summary)}.")
+               f"questions), {_interval_words(summary)}. Keywords per search; searches per "
+               "episode; episodes with an answer; episodes ending in \\emph{I don't know}; "
+               "episodes citing a message never seen; turns per episode.")
     (out / "behaviour.tex").write_text(_tabular(header, rows, caption, "tab:behaviour",
                                                 "l" + "r" * len(names), wide=True))
-    _write_csv(out / "behaviour.csv", ["cell"] + [f"{x}_{n}" for n in names
+    _write_csv(out / "behaviour.csv", ["cell"] + [f"{x}_{n}" for n in names + extra
                                                   for x in ("mean", "ci_lo", "ci_hi")],
                csv_rows)
 
@@ -238,7 +260,7 @@ def hops_table(summary: dict, out: Path) -> None:
     for c in summary["cells"]:
         cells = [c["by_hops"].get(h) for h in hops]
         rows.append([tex_escape(c["short_label"])] + [
-            "--" if v is None else f"{fmt(v['mean'], pct)} {fmt_ci(v['ci'], pct)}"
+            "--" if v is None else stacked(fmt(v["mean"], pct), fmt_ci(v["ci"], pct))
             for v in cells])
         row = [c["label"]]
         for v in cells:

@@ -18,7 +18,7 @@ from analysis.collect import AnalysisError, collect, infer_factors
 from analysis.summary import analyse
 from analysis.synthetic import base_config, write_run, write_sweep
 from analysis.report import p_is
-from analysis.tables import COLUMN_CHARS, fmt, fmt_ci, tex_minus, visible
+from analysis.tables import COLUMN_CHARS, cell_width, fmt, fmt_ci, stacked, tex_minus
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = ["learning_curves", "forest", "hops", "behaviour", "factor_intervals",
@@ -273,7 +273,7 @@ def test_tables_numbers_equal_summary(cli_out, summary):
     for c, r in zip(summary["cells"], rows):
         assert float(r["mean"]) == c["mean"] and int(r["n_questions"]) == c["n_questions"]
         assert [float(r["ci_lo"]), float(r["ci_hi"])] == c["ci"]
-        assert tex_minus(f"{fmt(c['mean'])} {fmt_ci(c['ci'])}") in tex
+        assert tex_minus(stacked(fmt(c["mean"]), fmt_ci(c["ci"]))) in tex
     with open(cli_out / "comparisons.csv") as fh:
         crow = list(csv.DictReader(fh))
     assert len(crow) == len(summary["comparisons"])
@@ -304,7 +304,7 @@ def test_latex_tables_are_well_formed_and_fit_a_column(cli_out, summary):
     assert "\\begin{table}[t]" in conf and "Holm" in conf and "Benjamini" not in conf
     assert "Benjamini" in pairs and len(_tex_rows(conf)) == 5 and len(_tex_rows(pairs)) == 6
     for row in _tex_rows(conf):
-        assert len(visible(" ".join(row))) <= COLUMN_CHARS, row
+        assert sum(cell_width(c) + 1 for c in row) <= COLUMN_CHARS, row
     body = conf.split("\\midrule")[1]
     assert not re.search(r"(?<![$A-Za-z0-9.])-\d", body)       # minus signs, not hyphens
 
@@ -376,7 +376,7 @@ def test_spec_file_sets_baseline_and_b(sweep_dir, tmp_path):
     assert json.loads((out / "summary.json").read_text())["bootstrap"]["B"] == 200
 
 
-# ---------------------------------------------------------------- input validation, shared questions
+# ---------------------------------------------------------------- inputs, shared questions
 def _rows(path):
     return [json.loads(x) for x in path.read_text().splitlines()]
 
@@ -495,3 +495,17 @@ def test_seeds_at_different_steps_warn(tmp_path):
     aligned = analyse(collect([tmp_path]), B=100, baseline={"algo": "grpo"}, step=0,
                       with_curves=False)
     assert not [w for w in aligned["warnings"] if "step" in w]
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no TeX engine installed")
+def test_latex_tables_compile(cli_out, tmp_path):
+    doc = tmp_path / "tables.tex"
+    inputs = "".join(f"\\input{{{cli_out / t}.tex}}\n"
+                     for t in TABLES + ["comparisons_all_pairs"])
+    doc.write_text("\\documentclass[twocolumn]{article}\n\\usepackage{booktabs}\n"
+                   "\\begin{document}\n" + inputs + "\\end{document}\n")
+    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error",
+                           doc.name], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "Overfull \\hbox" not in proc.stdout        # every table fits its float
