@@ -509,3 +509,19 @@ def test_latex_tables_compile(cli_out, tmp_path):
                           timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "Overfull \\hbox" not in proc.stdout        # every table fits its float
+
+
+def test_experiment_analysis_yaml_is_found_from_the_runs(tmp_path):
+    """Runs of +experiment=enronhop_rewards take baseline and SESOI from
+    experiments/enronhop_rewards/analysis.yaml, and the report says so."""
+    write_sweep(tmp_path, rewards=("naive", "shaped"), algos=("grpo",), seeds=(0, 1),
+                n_questions=6, steps=(0,))
+    for cfg in tmp_path.glob("*/.hydra/config.yaml"):
+        cfg.write_text(cfg.read_text().replace("experiment: null",
+                                               "experiment: enronhop_rewards"))
+    out = tmp_path / "o"
+    assert cli.main([str(tmp_path), "--out", str(out), "--no-figures"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    spec = REPO / "experiments" / "enronhop_rewards" / "analysis.yaml"
+    assert s["baseline_source"] == str(spec) and s["baseline_label"] == "reward=shaped"
+    assert s["sesoi"] == 0.03 and f"(from {spec})" in (out / "report.md").read_text()
