@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 from scipy import stats as sps
-from scipy.special import expit
 from statsmodels.stats.multitest import multipletests
 
 from analysis import stats as st
