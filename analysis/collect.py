@@ -30,6 +30,7 @@ class Run:
     config_file: Path
     _eval: list | None = None
     _metrics: list | None = None
+    truncated: bool = False      # a run still writing: its half-written last line dropped
 
     @property
     def eval_file(self) -> Path:
@@ -41,13 +42,17 @@ class Run:
 
     def eval_rows(self) -> list[dict]:
         if self._eval is None:
-            self._eval = read_jsonl(self.eval_file, required=("step", "task_id"))
+            self._eval, cut = read_jsonl(self.eval_file, required=("step", "task_id"),
+                                         partial_tail=not self.complete)
+            self.truncated |= cut
         return self._eval
 
     def metrics_rows(self) -> list[dict]:
         if self._metrics is None:
-            self._metrics = (read_jsonl(self.metrics_file, required=("step",))
-                             if self.metrics_file.exists() else [])
+            self._metrics, cut = (read_jsonl(self.metrics_file, required=("step",),
+                                             partial_tail=not self.complete)
+                                  if self.metrics_file.exists() else ([], False))
+            self.truncated |= cut
         return self._metrics
 
 
@@ -77,10 +82,12 @@ class Sweep:
     warnings: list = field(default_factory=list)   # mixed configs, missing seeds
 
 
-def read_jsonl(path: Path, required: tuple = ()) -> list[dict]:
-    """Rows of a JSON Lines file, each with its line number in `_line`; errors name the
-    file and line. The lines are parsed as one JSON array (one parser call), falling
-    back to line by line to locate an error."""
+def read_jsonl(path: Path, required: tuple = (),
+               partial_tail: bool = False) -> tuple[list[dict], bool]:
+    """Rows of a JSON Lines file, each with its line number in `_line`, and whether a
+    half-written last line was dropped (only with partial_tail: a run still writing);
+    errors name the file and line. The lines are parsed as one JSON array (one parser
+    call), falling back to line by line to locate an error."""
     try:
         with open(path, encoding="utf-8") as fh:
             lines = [(n, line) for n, line in enumerate(fh, 1) if line.strip()]
@@ -88,11 +95,17 @@ def read_jsonl(path: Path, required: tuple = ()) -> list[dict]:
         raise AnalysisError(f"{path}: not UTF-8 text ({e.reason})") from None
     except OSError as e:
         raise AnalysisError(f"{path}: cannot be read ({e.strerror})") from None
+    cut = False
     try:
         rows = json.loads("[" + ",".join(line for _, line in lines) + "]")
         if len(rows) != len(lines):
             raise ValueError("a line holds more than one value")
     except ValueError:
+        if partial_tail and lines and not lines[-1][1].endswith("\n"):
+            try:
+                json.loads(lines[-1][1])
+            except ValueError:
+                lines, cut = lines[:-1], True
         rows = [_parse_line(path, n, line) for n, line in lines]
     for (n, _), row in zip(lines, rows):
         if not isinstance(row, dict):
@@ -101,7 +114,7 @@ def read_jsonl(path: Path, required: tuple = ()) -> list[dict]:
             if key not in row:
                 raise AnalysisError(f"{path}: line {n} has no '{key}' field")
         row["_line"] = n
-    return rows
+    return rows, cut
 
 
 def _parse_line(path: Path, n: int, line: str):
@@ -247,6 +260,9 @@ def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
         if not r.eval_rows():
             failed.append({**info, "reason": "eval.jsonl is empty"})
             continue
+        if r.truncated:
+            warnings.append(f"{r.eval_file}: still being written; its incomplete last line "
+                            "is left out")
         key = tuple(json.dumps(fac[k], sort_keys=True, default=str) for k in factors)
         cell = cells.setdefault(key, Cell(factors=fac))
         if any(x.seed == r.seed for x in cell.runs):

@@ -525,3 +525,19 @@ def test_experiment_analysis_yaml_is_found_from_the_runs(tmp_path):
     spec = REPO / "experiments" / "enronhop_rewards" / "analysis.yaml"
     assert s["baseline_source"] == str(spec) and s["baseline_label"] == "reward=shaped"
     assert s["sesoi"] == 0.03 and f"(from {spec})" in (out / "report.md").read_text()
+
+
+def test_run_still_writing_is_read_up_to_its_last_full_line(tmp_path):
+    write_sweep(tmp_path, rewards=("naive",), algos=("grpo", "dapo"), seeds=(0, 1),
+                n_questions=5, steps=(0,))
+    run = tmp_path / "reward=naive,algo=dapo,seed=1"
+    (run / "COMPLETE").unlink()
+    text = (run / "eval.jsonl").read_text()
+    (run / "eval.jsonl").write_text(text + text.splitlines()[0][:30])   # half a line
+    sw = collect([tmp_path], include_incomplete=True)
+    assert any("still being written" in w for w in sw.warnings)
+    s = analyse(sw, B=100, baseline={"algo": "grpo"}, with_curves=False)
+    assert [c["n_seeds"] for c in s["cells"]] == [2, 2]
+    (run / "COMPLETE").write_text("")          # a finished run must not be truncated
+    with pytest.raises(AnalysisError, match=r"line 11 is not valid JSON"):
+        collect([tmp_path])
