@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from analysis.estimates import BEHAVIOUR, RATES
+from analysis.labels import legend
 from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, fmt, fmt_ci, fmt_p,
                              is_pct)
 
@@ -62,6 +63,8 @@ def _intro(summary: dict, pct: bool) -> list[str]:
         "do not grow when seeds agree by chance; p-values use the same t reference, so a "
         "comparison is significant exactly when its interval excludes 0 "
         "(docs/statistics.md).", "",
+        *([f"Factors are named by their shortest unambiguous key: "
+           f"{legend(summary['short_names'])}.", ""] if legend(summary["short_names"]) else []),
         f"Baseline: **{summary['baseline_short']}** (from {src}). Smallest effect of "
         f"interest (SESOI): ±{fmt(summary['sesoi'], pct)}{' points' if pct else ''}. "
         "Every comparison uses only the questions both cells evaluated.", ""]
