@@ -1,10 +1,12 @@
 """Tables, statistics, figures and a significance report for ablate sweeps.
 
-    python -m analysis RUN_DIR... --out DIR [--baseline KEY=VAL,...] [--step N]
-                       [--B 10000] [--rng-seed 0] [--metric correct] [--include-incomplete]
+    python -m analysis RUN_DIR... --out DIR --baseline KEY=VAL,... [--sesoi 0.03]
+                       [--all-pairs] [--step N] [--metric correct] [--spec analysis.yaml]
+                       [--B 10000] [--rng-seed 0] [--include-incomplete]
 
-Modules: collect (find runs, infer factors), estimates (per-question-first point
-estimates, behaviour metrics, curves), bootstrap (vectorised two-level bootstrap), stats
-(Satterthwaite, Holm, BH, max-|t|, MDE, P(A>B)), compare (contrasts on shared
-replicates), summary (summary.json), report, tables, figures, cli.
+Modules: collect (find runs, infer factors), estimates (per-question means, behaviour
+metrics), stats (variance components of the crossed seeds x questions design, t
+intervals, verdicts, Holm/BH, planning), compare (contrasts on shared questions,
+simultaneous intervals), calibration (simulation study), labels, summary (summary.json),
+report, tables, figures, cli. Methods: docs/statistics.md.
 """

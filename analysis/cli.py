@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 from analysis import figures, report, tables
-from analysis.collect import AnalysisError, collect, parse_assignments
-from analysis.summary import analyse
+from analysis.collect import AnalysisError, collect, parse_assignments, read_config
+from analysis.summary import DEFAULT_SESOI, analyse
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,14 +19,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None,
                    help="output directory (default: <first RUN_DIR>/analysis)")
     p.add_argument("--spec", type=Path, default=None,
-                   help="analysis.yaml of an experiment (baseline, metric, B, rng_seed, "
-                        "step, alpha); command-line options override it")
+                   help="analysis.yaml of an experiment (baseline, sesoi, metric, B, "
+                        "rng_seed, step, alpha, all_pairs); command-line options override "
+                        "it (default: experiments/<experiment>/analysis.yaml of the runs' "
+                        "`experiment`, when there is one)")
     p.add_argument("--baseline", default=None,
-                   help="baseline cell as KEY=VAL,... (default: first cell in sorted order)")
+                   help="baseline cell as KEY=VAL,... (required with more than one cell, "
+                        "unless the --spec file names it)")
+    p.add_argument("--sesoi", type=float, default=None,
+                   help="smallest effect size of interest, in metric units, for the "
+                        f"better/worse/equivalent verdicts (default {DEFAULT_SESOI})")
+    p.add_argument("--all-pairs", action="store_true",
+                   help="also compare every pair of cells (exploratory, Benjamini-Hochberg)")
     p.add_argument("--step", type=int, default=None,
                    help="evaluation step to analyse (default: each run's last)")
-    p.add_argument("--B", type=int, default=None, help="bootstrap resamples (default 10000)")
-    p.add_argument("--rng-seed", type=int, default=None, help="bootstrap RNG seed (default 0)")
+    p.add_argument("--B", type=int, default=None,
+                   help="Monte Carlo draws for the simultaneous intervals (default 10000)")
+    p.add_argument("--rng-seed", type=int, default=None, help="Monte Carlo RNG seed (default 0)")
     p.add_argument("--metric", default=None, help="eval.jsonl field to analyse (default correct)")
     p.add_argument("--alpha", type=float, default=None)
     p.add_argument("--include-incomplete", action="store_true",
@@ -33,26 +44,52 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(argv=None) -> Path:
-    args = build_parser().parse_args(argv)
-    spec = {}
-    if args.spec is not None:
-        from analysis.collect import read_config
-        spec = read_config(args.spec)
-    defaults = {"B": 10_000, "rng_seed": 0, "metric": "correct", "alpha": 0.05, "step": None}
+def experiment_spec(sweep) -> Path | None:
+    """experiments/<name>/analysis.yaml of the one experiment preset the runs came from
+    (their top-level `experiment` key), if the repository has it."""
+    names = {r.config.get("experiment") for c in sweep.cells for r in c.runs} - {None}
+    if len(names) != 1:
+        return None
+    path = EXPERIMENTS / str(names.pop()) / "analysis.yaml"
+    return path if path.exists() else None
+
+
+def settings(args, spec: dict, spec_path) -> tuple[dict | None, str, bool]:
+    """Fill unset options from the spec, check them; (baseline, its source, all_pairs)."""
+    defaults = {"B": 10_000, "rng_seed": 0, "metric": "correct", "alpha": 0.05, "step": None,
+                "sesoi": DEFAULT_SESOI}
     for key, default in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, spec.get(key, default))
-    if args.baseline is None and isinstance(spec.get("baseline"), dict):
-        baseline = spec["baseline"]
-    else:
-        baseline = parse_assignments(args.baseline) if args.baseline else None
+    all_pairs = args.all_pairs or bool(spec.get("all_pairs", False))
+    baseline, source = None, "--baseline"
+    if args.baseline is not None:
+        baseline = parse_assignments(args.baseline)
+    elif spec.get("baseline") is not None:
+        baseline, source = spec["baseline"], str(spec_path)
+        if not isinstance(baseline, dict):
+            raise AnalysisError(f"{spec_path}: baseline is {baseline!r}; expected a mapping "
+                                "such as {reward.name: shaped}")
+    if not (isinstance(args.sesoi, (int, float)) and not isinstance(args.sesoi, bool)
+            and args.sesoi > 0):
+        where = "--sesoi" if spec_path is None else f"{spec_path}: sesoi (or --sesoi)"
+        raise AnalysisError(f"{where} is {args.sesoi!r}; expected a positive number in "
+                            "metric units, e.g. 0.03 for 3 accuracy points")
     if args.B < 100:
-        raise AnalysisError(f"--B {args.B}: use at least 100 resamples")
-    out = args.out or args.run_dirs[0] / "analysis"
+        raise AnalysisError(f"--B {args.B}: use at least 100 Monte Carlo draws")
+    return baseline, source, all_pairs
+
+
+def run(argv=None) -> Path:
+    args = build_parser().parse_args(argv)
     sweep = collect(args.run_dirs, include_incomplete=args.include_incomplete)
+    spec_path = args.spec if args.spec is not None else experiment_spec(sweep)
+    spec = read_config(spec_path) if spec_path is not None else {}
+    baseline, source, all_pairs = settings(args, spec, spec_path)
+    out = args.out or args.run_dirs[0] / "analysis"
     summary = analyse(sweep, metric=args.metric, step=args.step, B=args.B,
-                      rng_seed=args.rng_seed, baseline=baseline, alpha=args.alpha)
+                      rng_seed=args.rng_seed, baseline=baseline, alpha=args.alpha,
+                      sesoi=float(args.sesoi), all_pairs=all_pairs, baseline_source=source)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     # everything below renders from the JSON just written, so its numbers are the same

@@ -30,6 +30,7 @@ class Run:
     config_file: Path
     _eval: list | None = None
     _metrics: list | None = None
+    truncated: bool = False      # a run still writing: its half-written last line dropped
 
     @property
     def eval_file(self) -> Path:
@@ -41,13 +42,17 @@ class Run:
 
     def eval_rows(self) -> list[dict]:
         if self._eval is None:
-            self._eval = read_jsonl(self.eval_file, required=("step", "task_id"))
+            self._eval, cut = read_jsonl(self.eval_file, required=("step", "task_id"),
+                                         partial_tail=not self.complete)
+            self.truncated |= cut
         return self._eval
 
     def metrics_rows(self) -> list[dict]:
         if self._metrics is None:
-            self._metrics = (read_jsonl(self.metrics_file, required=("step",))
-                             if self.metrics_file.exists() else [])
+            self._metrics, cut = (read_jsonl(self.metrics_file, required=("step",),
+                                             partial_tail=not self.complete)
+                                  if self.metrics_file.exists() else ([], False))
+            self.truncated |= cut
         return self._metrics
 
 
@@ -74,30 +79,49 @@ class Sweep:
     missing: list[dict]                 # factor combinations of a full grid with no run
     duplicates: list[dict]              # same cell and seed found twice (first kept)
     levels: dict                        # factor -> sorted distinct values
+    warnings: list = field(default_factory=list)   # mixed configs, missing seeds
 
 
-def read_jsonl(path: Path, required: tuple = ()) -> list[dict]:
-    rows = []
+def read_jsonl(path: Path, required: tuple = (),
+               partial_tail: bool = False) -> tuple[list[dict], bool]:
+    """Rows of a JSON Lines file, each with its line number in `_line`, and whether a
+    half-written last line was dropped (only with partial_tail: a run still writing);
+    errors name the file and line. The lines are parsed as one JSON array (one parser
+    call), falling back to line by line to locate an error."""
     try:
         with open(path, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise AnalysisError(f"{path}: line {n} is not valid JSON ({e.msg})") from None
-                if not isinstance(row, dict):
-                    raise AnalysisError(f"{path}: line {n} is not a JSON object")
-                for key in required:
-                    if key not in row:
-                        raise AnalysisError(f"{path}: line {n} has no '{key}' field")
-                rows.append(row)
+            lines = [(n, line) for n, line in enumerate(fh, 1) if line.strip()]
     except UnicodeDecodeError as e:
         raise AnalysisError(f"{path}: not UTF-8 text ({e.reason})") from None
     except OSError as e:
         raise AnalysisError(f"{path}: cannot be read ({e.strerror})") from None
-    return rows
+    cut = False
+    try:
+        rows = json.loads("[" + ",".join(line for _, line in lines) + "]")
+        if len(rows) != len(lines):
+            raise ValueError("a line holds more than one value")
+    except ValueError:
+        if partial_tail and lines and not lines[-1][1].endswith("\n"):
+            try:
+                json.loads(lines[-1][1])
+            except ValueError:
+                lines, cut = lines[:-1], True
+        rows = [_parse_line(path, n, line) for n, line in lines]
+    for (n, _), row in zip(lines, rows):
+        if not isinstance(row, dict):
+            raise AnalysisError(f"{path}: line {n} is not a JSON object")
+        for key in required:
+            if key not in row:
+                raise AnalysisError(f"{path}: line {n} has no '{key}' field")
+        row["_line"] = n
+    return rows, cut
+
+
+def _parse_line(path: Path, n: int, line: str):
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise AnalysisError(f"{path}: line {n} is not valid JSON ({e.msg})") from None
 
 
 def read_config(path: Path) -> dict:
@@ -219,6 +243,7 @@ def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
         runs.append(Run(path=d, config=cfg, seed=cfg.get("seed"),
                         complete=(d / "COMPLETE").exists(), config_file=cfg_file))
     factors = infer_factors([r.config for r in runs])
+    warnings = config_warnings(runs)
 
     incomplete, failed, duplicates = [], [], []
     cells: dict[tuple, Cell] = {}
@@ -235,6 +260,9 @@ def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
         if not r.eval_rows():
             failed.append({**info, "reason": "eval.jsonl is empty"})
             continue
+        if r.truncated:
+            warnings.append(f"{r.eval_file}: still being written; its incomplete last line "
+                            "is left out")
         key = tuple(json.dumps(fac[k], sort_keys=True, default=str) for k in factors)
         cell = cells.setdefault(key, Cell(factors=fac))
         if any(x.seed == r.seed for x in cell.runs):
@@ -259,7 +287,22 @@ def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
                                 "reason": "incomplete/failed" if key in observed
                                 else "no run in the grid"})
     return Sweep(cells=ordered, factors=factors, incomplete=incomplete, failed=failed,
-                 missing=missing, duplicates=duplicates, levels=levels)
+                 missing=missing, duplicates=duplicates, levels=levels, warnings=warnings)
+
+
+def config_warnings(runs: list[Run]) -> list[str]:
+    """Runs without a seed, and runs from different experiment presets mixed in one
+    analysis (each named by its config file)."""
+    out = [f"{r.config_file}: no top-level 'seed'; its seeds cannot be told apart"
+           for r in runs if r.seed is None]
+    by_exp: dict = {}
+    for r in runs:
+        exp = r.config.get("experiment.name", r.config.get("experiment"))
+        by_exp.setdefault(json.dumps(exp, default=str), r.config_file)
+    if len(by_exp) > 1:
+        out.append("runs of different experiments are mixed: " + "; ".join(
+            f"{json.loads(k)} ({f})" for k, f in by_exp.items()))
+    return out
 
 
 def parse_assignments(text: str) -> dict:

@@ -1,5 +1,6 @@
-"""Linear contrasts of cell means on shared bootstrap replicates: cell means, paired
-differences, factor main effects and marginal means, with intervals and p-values."""
+"""Linear contrasts of cell means on the questions every cell in the contrast evaluated:
+cell means, paired differences and factor main effects, with the t interval, p-value
+and planning MDE of analysis.stats, and simultaneous intervals for a family."""
 from __future__ import annotations
 
 import math
@@ -7,111 +8,72 @@ import math
 import numpy as np
 
 from analysis import stats as st
-from analysis.bootstrap import CellData, percentile_interval
+from analysis.estimates import CellData
 
 
-class Contrasts:
-    """Holds the cells' data and their joint bootstrap replicates (B, n_cells)."""
-
-    def __init__(self, data: list[CellData], reps: np.ndarray, alpha: float = 0.05,
-                 power: float = 0.8):
-        self.data, self.reps, self.alpha, self.power = data, reps, alpha, power
-        self.seed_means = [st.nanmean(d.y, axis=0) for d in data]
-        self.means = [float(np.mean(m)) for m in self.seed_means]
-
-    def components(self, coefs: dict) -> list[tuple[float, float]]:
-        """Analytic variance components of sum_k c_k mean_k: one seed component per group
-        of cells that ran the same seed values (paired seed differences within the group,
-        groups independent), one question component (questions paired across cells)."""
-        groups: dict[tuple, list] = {}
-        for k, c in coefs.items():
-            groups.setdefault(tuple(self.data[k].seeds), []).append((k, c))
-        comps = []
-        for seeds, members in groups.items():
-            S = len(seeds)
-            if S < 2:
-                continue
-            d = None
-            for k, c in members:
-                term = c * self.seed_means[k] if c != 1 else self.seed_means[k]
-                d = term if d is None else d + term
-            comps.append((float(np.var(d, ddof=1)) / S, S - 1))
-        q = None
-        for k, c in coefs.items():
-            qm = st.nanmean(self.data[k].y, axis=1)
-            term = c * qm if c != 1 else qm
-            q = term if q is None else q + term
-        q = q[~np.isnan(q)]
-        if q.size > 1:
-            comps.append((float(np.var(q, ddof=1)) / q.size, q.size - 1))
-        return comps
-
-    def estimate(self, coefs: dict) -> float:
-        est = None
-        for k, c in coefs.items():
-            term = c * self.means[k] if c != 1 else self.means[k]
-            est = term if est is None else est + term
-        return float(est)
-
-    def replicates(self, coefs: dict) -> np.ndarray:
-        r = None
-        for k, c in coefs.items():
-            term = c * self.reps[:, k] if c != 1 else self.reps[:, k]
-            r = term if r is None else r + term
-        return r
-
-    def evaluate(self, coefs: dict) -> dict:
-        """Estimate, two-level bootstrap CI (percentile, widened by t_df/z with the
-        Satterthwaite df),
-        analytic Satterthwaite t CI, bootstrap SE, p-values and MDE of a contrast."""
-        est = self.estimate(coefs)
-        reps = self.replicates(coefs)
-        var, df = st.satterthwaite(self.components(coefs))
-        lo, hi = percentile_interval(reps, self.alpha / 2)
-        ci = st.scaled_percentile(est, float(lo[0]), float(hi[0]), self.alpha, df)
-        se = float(np.std(reps, ddof=1)) if reps.size > 1 else 0.0
-        return {"estimate": est, "ci": ci,
-                "ci_analytic": st.t_interval(est, var, df, self.alpha),
-                "se_boot": se, "se_analytic": math.sqrt(var), "df": df,
-                "p": st.p_value(est, se, df), "p_boot": st.empirical_p(reps, est),
-                "mde": st.mde(se, df, self.alpha, self.power), "reps": reps}
+def shared(data: list[CellData], idx) -> list:
+    """Questions evaluated by every cell in idx (sorted as in the first)."""
+    common = set(data[idx[0]].questions)
+    for k in idx[1:]:
+        common &= set(data[k].questions)
+    return [q for q in data[idx[0]].questions if q in common]
 
 
-def disagree(boot_ci, analytic_ci, tol: float = 0.25) -> bool:
-    """Bootstrap and analytic intervals disagree materially: widths differ by more than
-    a factor 1+tol, or centres differ by more than tol x the analytic half-width."""
-    wb = boot_ci[1] - boot_ci[0]
-    wa = analytic_ci[1] - analytic_ci[0]
-    if wa <= 0 or wb <= 0:
-        return (wa <= 0) != (wb <= 0)
-    ratio = wb / wa
-    centre = abs((boot_ci[0] + boot_ci[1]) - (analytic_ci[0] + analytic_ci[1])) / 2
-    return ratio > 1 + tol or ratio < 1 / (1 + tol) or centre > tol * wa / 2
+def rows_of(d: CellData, questions: list) -> np.ndarray:
+    pos = {q: i for i, q in enumerate(d.questions)}
+    return d.y[[pos[q] for q in questions]]
 
 
-def simultaneous(results: list[dict], alpha: float = 0.05) -> list[list[float]]:
-    """Single-step max-|t| simultaneous intervals for a family (Hothorn, Bretz & Westfall
-    2008), with the critical value moved to each comparison's t_df scale through the
-    per-comparison level it implies (consistent with the t-widened percentile CIs)."""
-    if not results:
-        return []
-    reps = np.column_stack([r["reps"] for r in results])
-    deltas = np.array([r["estimate"] for r in results])
-    ses = np.array([r["se_boot"] for r in results])
-    c = st.max_t_critical(reps, deltas, ses, alpha)
-    from scipy import stats as sps
-    level = float(2 * sps.norm.sf(c))          # per-comparison two-sided level implied
-    out = []
-    for r in results:
-        h = st.t_quantile(1 - level / 2, r["df"]) * r["se_boot"] if level > 0 else math.inf
-        out.append([r["estimate"] - h, r["estimate"] + h])
-    return out
+def evaluate(data: list[CellData], coefs: dict, alpha: float = 0.05,
+             questions: list | None = None) -> dict:
+    """Estimate, SE, df, 1 - alpha t interval and p of sum_k c_k mean_k on the shared
+    questions (or on `questions`); inferential=False when a cell has one seed (then p
+    is None and the interval is question-only)."""
+    idx = list(coefs)
+    qs = shared(data, idx) if questions is None else questions
+    if not qs:
+        return {"estimate": None, "n_questions": 0, "inferential": False}
+    ys = [rows_of(data[k], qs) for k in idx]
+    e = st.contrast(ys, [coefs[k] for k in idx])
+    est, se, df = float(e.estimate), float(e.se), float(e.df)
+    lo, hi = st.interval(est, se, df, alpha)
+    p = float(st.p_value(est, se, df)) if e.inferential else None
+    return {"estimate": est, "se": se, "df": df, "ci": [float(lo), float(hi)],
+            "p": None if p is None or math.isnan(p) else p, "n_questions": len(qs),
+            "inferential": e.inferential, "seed_df": e.seed_df}
 
 
-def verdict(delta: float, p_adj: float, mde: float, alpha: float = 0.05) -> str:
-    """significant / inconclusive (non-significant and |delta| < MDE) / not significant."""
-    if p_adj < alpha:
-        return "significant"
-    if abs(delta) < mde:
-        return "inconclusive"
-    return "not significant"
+def simultaneous(results: list[dict], data: list[CellData], base: int, alpha: float,
+                 B: int, rng_seed: int) -> list[list[float]] | None:
+    """Single-step max-|t| simultaneous intervals for comparisons cell_i - base on one
+    shared question set (Hothorn, Bretz & Westfall 2008, Biom. J. 50:346, sec. 3): the
+    critical value is the 1 - alpha quantile of max_i |T_i| with T ~ multivariate t
+    (B Monte Carlo draws, smallest df of the family). Cov(D_i, D_j) = Var_seed(base) +
+    Cov_q(dq_i, dq_j)/Q for i != j (seeds independent across cells, questions shared).
+    None when the comparisons do not share one question set."""
+    if len(results) < 2:
+        return None
+    qs = shared(data, [base] + [r["ia"] for r in results])
+    if any(r["n_questions"] != len(qs) for r in results) or len(qs) < 2:
+        return None
+    yb = rows_of(data[base], qs)
+    dq = np.column_stack([rows_of(data[r["ia"]], qs).mean(axis=1) - yb.mean(axis=1)
+                          for r in results])
+    cov = np.atleast_2d(np.cov(dq, rowvar=False)) / len(qs)
+    ms_s, ms_e = st.mean_squares(yb)
+    cov += max(float(ms_s - ms_e), 0.0) / (len(qs) * yb.shape[1])
+    se = np.array([r["se"] for r in results])
+    np.fill_diagonal(cov, se ** 2)
+    d = np.sqrt(np.diag(cov))
+    if (d <= 0).any():
+        return None
+    corr = cov / np.outer(d, d)
+    w, v = np.linalg.eigh(corr)
+    root = v * np.sqrt(np.clip(w, 0, None))
+    rng = np.random.default_rng(rng_seed)
+    df = min(r["df"] for r in results)
+    z = rng.standard_normal((B, len(results))) @ root.T
+    if math.isfinite(df):
+        z /= np.sqrt(rng.chisquare(df, (B, 1)) / df)
+    crit = float(np.quantile(np.abs(z).max(axis=1), 1 - alpha))
+    return [[r["delta"] - crit * r["se"], r["delta"] + crit * r["se"]] for r in results]

@@ -1,160 +1,195 @@
-"""Point estimates from eval rows: per-question means over the K samples first (never
-pooled answers), then per-seed means over questions, then the mean over seeds."""
+"""Per-question matrices from eval rows: per-question means over the K samples first
+(never pooled answers), one (questions x seeds) matrix per cell on the questions every
+seed of the cell evaluated. Values of the wrong type are errors naming file:line."""
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.bootstrap import CellData
 from analysis.collect import AnalysisError, Cell, Run
-from analysis.stats import nanmean
 
-# behaviour metrics of the EnronHop analysis: name -> (eval field, transform)
+# behaviour table of the EnronHop case study: name -> (words, eval field, transform);
+# the fields are those of ablate/harness/episode.py Episode.behaviour()
 BEHAVIOUR = {
-    "keywords_per_search": ("keywords_per_search", float),
-    "zero_hit_rate": ("zero_hit_rate", float),
-    "read_after_hit_rate": ("read_after_hit", float),
-    "answer_rate": ("answered", float),
-    "fabricated_source_rate": ("fabricated_sources", lambda v: float(v > 0)),
-    "mean_turns": ("turns", float),
-    "malformed_calls": ("malformed_calls", float),
-    "evidence_read": ("evidence_read", float),
+    "keywords_per_search": ("keywords per search", "keywords_per_search", float),
+    "searches": ("searches", "searches", float),
+    "reads": ("emails read", "reads", float),
+    "answer_rate": ("answer rate", "answered", float),
+    "idk_rate": ("\"I don't know\" rate", None, None),
+    "fabricated_source_rate": ("fabricated-source rate", "fabricated_sources",
+                               lambda x: (x > 0).astype(float)),
+    "mean_turns": ("turns", "turns", float),
+    "zero_hit_rate": ("zero-hit search rate", "zero_hit_rate", float),
+    "malformed_calls": ("malformed calls", "malformed_calls", float),
 }
+RATES = {"answer_rate", "idk_rate", "fabricated_source_rate", "zero_hit_rate"}
 
 
-def _value(row: dict, field: str, transform=float):
-    v = row.get(field)
-    if v is None:
-        return None
-    try:
-        x = transform(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
+@dataclass
+class CellData:
+    """y[q, s]: mean over samples of question q (row order = `questions`) for seed s,
+    on the questions every seed of the cell evaluated."""
+    y: np.ndarray
+    questions: list
+    seeds: tuple
+    samples: int = 1                 # K: samples per question (max over seeds)
+    steps: tuple = ()
+    hops: dict = field(default_factory=dict)
+
+    @property
+    def n_seeds(self) -> int:
+        return self.y.shape[1]
 
 
-def run_steps(run: Run) -> list:
-    return sorted({r["step"] for r in run.eval_rows()})
+NUMBER_TYPES = {bool, int, float, type(None)}
+
+
+def _column(rows: list[dict], key: str, run: Run) -> np.ndarray:
+    """Field `key` of every row as float (NaN where missing or non-finite); a value that
+    is not a number or boolean is an error naming file:line."""
+    vals = [r.get(key) for r in rows]
+    if not set(map(type, vals)) <= NUMBER_TYPES:
+        for r, v in zip(rows, vals):
+            if type(v) not in NUMBER_TYPES:
+                raise AnalysisError(f"{run.eval_file}:{r.get('_line', '?')}: '{key}' is "
+                                    f"{v!r} ({type(v).__name__}); expected true/false or "
+                                    "a number")
+    x = np.array(vals, dtype=float)           # None -> NaN
+    x[~np.isfinite(x)] = np.nan
+    return x
+
+
+def _field(rows: list[dict], key, transform, run: Run) -> np.ndarray:
+    if key is None:      # "I don't know": ended with a final answer that is an abstention
+                         # (ablate/harness/episode.py is_abstention), or an `idk` field
+        ended = np.array([r.get("end_reason") == "answer" for r in rows])
+        answered = _column(rows, "answered", run)
+        if any("idk" in r for r in rows):
+            return _column(rows, "idk", run)
+        x = np.where(ended, (answered == 0).astype(float), 0.0)
+        x[np.isnan(answered) | np.array(["end_reason" not in r for r in rows])] = np.nan
+        return x
+    x = _column(rows, key, run)
+    if transform is not float:
+        ok = ~np.isnan(x)
+        x[ok] = transform(x[ok])
+    return x
+
+
+def _means(idx: np.ndarray, n: int, x: np.ndarray) -> np.ndarray:
+    """Mean of x per group idx (NaN values skipped; NaN for an empty group)."""
+    ok = ~np.isnan(x)
+    cnt = np.bincount(idx[ok], minlength=n)
+    tot = np.bincount(idx[ok], weights=x[ok], minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan)
 
 
 def select_step(run: Run, step: int | None):
-    steps = run_steps(run)
+    steps = sorted({r["step"] for r in run.eval_rows()})
     if step is None:
         return steps[-1]
     return step if step in steps else None
 
 
-def per_question(rows: list[dict], field: str, transform=float) -> dict:
-    """task_id -> mean over that task's samples (rows without the field are skipped)."""
-    acc = defaultdict(list)
+def per_question(run: Run, step, fields: dict) -> tuple[list, dict, dict, int]:
+    """Task ids at `step`, {name: per-task mean over samples (NaN: no value)} for fields
+    {name: (key, transform)}, task_id -> hops, and the most samples of a task."""
+    rows = [r for r in run.eval_rows() if r["step"] == step]
+    tasks, idx, counts = np.unique(np.array([str(r["task_id"]) for r in rows]),
+                                   return_inverse=True, return_counts=True)
+    idx = idx.ravel()
+    first = {}
     for r in rows:
-        x = _value(r, field, transform)
-        if x is not None:
-            acc[r["task_id"]].append(x)
-    return {t: float(np.mean(v)) for t, v in acc.items()}
+        first.setdefault(str(r["task_id"]), (r["task_id"], r.get("hops")))
+    ids = [first[t][0] for t in tasks]
+    hops = {first[t][0]: first[t][1] for t in tasks}
+    means = {name: _means(idx, len(tasks), _field(rows, key, tr, run))
+             for name, (key, tr) in fields.items()}
+    return ids, means, hops, int(counts.max()) if counts.size else 0
 
 
-def rows_at(run: Run, step) -> list[dict]:
-    return [r for r in run.eval_rows() if r["step"] == step]
-
-
-def metric_matrix(cells: list[Cell], steps: dict, metric: str, questions: list,
-                  transform=float) -> list[CellData]:
-    """CellData (Q x S per-question means of `metric`) for every cell at its run's step."""
-    qidx = {q: i for i, q in enumerate(questions)}
-    out = []
-    for c in cells:
-        y = np.full((len(questions), len(c.runs)), np.nan)
-        for j, run in enumerate(c.runs):
-            rows = rows_at(run, steps[str(run.path)])
-            if metric == "correct" and rows and "correct" not in rows[0]:
-                raise AnalysisError(f"{run.eval_file}: rows have no 'correct' field")
-            for t, m in per_question(rows, metric, transform).items():
-                y[qidx[t], j] = m
-        out.append(CellData(y=y, seeds=c.seeds))
+def cell_matrices(cell: Cell, steps: dict, fields: dict, warnings: list) -> dict:
+    """{name: CellData} for one cell: per-question means of every field, on the
+    questions all of the cell's seeds evaluated (others dropped, with a warning)."""
+    per_run, K, hops = [], 0, {}
+    for run in cell.runs:
+        ids, m, h, k = per_question(run, steps[str(run.path)], fields)
+        per_run.append((ids, m))
+        hops.update(h)
+        K = max(K, k)
+    out = {}
+    run_steps = tuple(sorted({steps[str(r.path)] for r in cell.runs}))
+    if len(run_steps) > 1:
+        warnings.append(f"{cell.label}: its seeds are analysed at different steps "
+                        f"({'/'.join(map(str, run_steps))}); pass --step to align them")
+    same = all(ids == per_run[0][0] for ids, _ in per_run)
+    for n_i, name in enumerate(fields):
+        if same:                              # every seed saw the same tasks: stack
+            full = np.column_stack([m[name] for _, m in per_run])
+            keep = ~np.isnan(full).any(axis=1)
+            union = int((~np.isnan(full)).any(axis=1).sum())
+            qs = [t for t, k in zip(per_run[0][0], keep) if k]
+            y = full[keep]
+        else:
+            have = [{t: v for t, v in zip(ids, m[name]) if not np.isnan(v)}
+                    for ids, m in per_run]
+            common = set.intersection(*(set(h) for h in have))
+            union = len(set.union(*(set(h) for h in have)))
+            qs = sorted(common, key=lambda t: (str(type(t)), t))
+            y = np.array([[h[t] for h in have] for t in qs], float).reshape(len(qs), len(have))
+        if not qs:
+            continue
+        if n_i == 0 and len(qs) < union:
+            warnings.append(f"{cell.label}: its seeds evaluated different questions; "
+                            f"{len(qs)} of {union} questions evaluated by every seed are used")
+        out[name] = CellData(y=y, questions=qs, seeds=cell.seeds, samples=K, steps=run_steps,
+                             hops={t: hops.get(t) for t in qs})
     return out
-
-
-def question_index(cells: list[Cell], steps: dict) -> tuple[list, dict]:
-    """Sorted union of task ids at the analysed steps, and task_id -> hops."""
-    hops = {}
-    for c in cells:
-        for run in c.runs:
-            for r in rows_at(run, steps[str(run.path)]):
-                hops.setdefault(r["task_id"], r.get("hops"))
-    questions = sorted(hops, key=lambda t: (str(type(t)), t))
-    return questions, hops
-
-
-def seed_summary(y: np.ndarray) -> dict:
-    """Mean over seeds of per-seed means, and the seed standard deviation."""
-    sm = nanmean(y, axis=0) if y.size else np.array([])
-    sm = sm[~np.isnan(sm)]
-    if sm.size == 0:
-        return {"mean": None, "seed_sd": None}
-    return {"mean": float(sm.mean()),
-            "seed_sd": float(sm.std(ddof=1)) if sm.size > 1 else None}
 
 
 def reward_fields(cells: list[Cell], steps: dict) -> list[str]:
     names = set()
     for c in cells:
         for run in c.runs:
-            for r in rows_at(run, steps[str(run.path)])[:50]:
+            at = steps[str(run.path)]
+            for r in itertools.islice((r for r in run.eval_rows() if r["step"] == at), 50):
                 names.update(k for k in r if k == "reward" or k.startswith("reward/"))
     return sorted(names, key=lambda k: (k != "reward", k))
 
 
-def cell_extras(cells: list[Cell], steps: dict, questions: list) -> list[dict]:
-    """Reward components and behaviour metrics per cell (mean over seeds, seed sd)."""
-    rfields = reward_fields(cells, steps)
-    out = []
-    for c in cells:
-        rew, beh = {}, {}
-        for f in rfields:
-            y = metric_matrix([c], steps, f, questions)[0].y
-            rew[f] = seed_summary(y)
-        for name, (f, tr) in BEHAVIOUR.items():
-            y = metric_matrix([c], steps, f, questions, tr)[0].y
-            if not np.isnan(y).all():
-                beh[name] = seed_summary(y)
-        out.append({"reward": rew, "behaviour": beh})
-    return out
+def _step_task_means(run: Run, metric: str):
+    """(steps, task ids, means[step, task]) of the metric over samples, NaN if absent."""
+    rows = run.eval_rows()
+    x = _column(rows, metric, run)
+    steps, si = np.unique(np.array([r["step"] for r in rows]), return_inverse=True)
+    tasks, ti = np.unique(np.array([str(r["task_id"]) for r in rows]), return_inverse=True)
+    m = _means(si.ravel() * len(tasks) + ti.ravel(), len(steps) * len(tasks), x)
+    return list(steps), list(tasks), m.reshape(len(steps), len(tasks))
 
 
-def curves(cell: Cell, field: str = "correct", transform=float) -> dict:
-    """Per-step mean over seeds with a t band across seeds and the per-seed values."""
-    from scipy import stats as sps
-    per_seed = []
-    steps_all = set()
-    for run in cell.runs:
-        by_step = defaultdict(list)
-        for r in run.eval_rows():
-            by_step[r["step"]].append(r)
-        vals = {}
-        for s, rows in by_step.items():
-            pq = per_question(rows, field, transform)
-            if pq:
-                vals[s] = float(np.mean(list(pq.values())))
-        per_seed.append(vals)
-        steps_all.update(vals)
-    steps = sorted(steps_all)
-    mean, lo, hi, seeds = [], [], [], []
+def curve_matrices(cell: Cell, metric: str) -> dict:
+    """step -> CellData of the metric at that step, on the questions every seed of the
+    cell evaluated at that step (steps some seed lacks are left out)."""
+    per_run = [_step_task_means(run, metric) for run in cell.runs]
+    steps = sorted(set.intersection(*(set(p[0]) for p in per_run)))
+    tasks = sorted(set.intersection(*(set(p[1]) for p in per_run)))
+    out = {}
     for s in steps:
-        v = np.array([ps[s] for ps in per_seed if s in ps])
-        m = float(v.mean())
-        if v.size > 1:
-            h = float(sps.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
-        else:
-            h = 0.0
-        mean.append(m)
-        lo.append(m - h)
-        hi.append(m + h)
-    for ps in per_seed:
-        seeds.append([ps.get(s) for s in steps])
-    return {"steps": steps, "mean": mean, "lo": lo, "hi": hi, "per_seed": seeds}
+        cols = []
+        for st_, ts, m in per_run:
+            pos = {t: i for i, t in enumerate(ts)}
+            cols.append(m[st_.index(s), [pos[t] for t in tasks]])
+        y = np.column_stack(cols)
+        keep = ~np.isnan(y).any(axis=1)
+        if keep.any():
+            out[s.item() if hasattr(s, "item") else s] = CellData(
+                y=y[keep], questions=[t for t, k in zip(tasks, keep) if k], seeds=cell.seeds)
+    return out
 
 
 def train_curves(cell: Cell, keys=("reward/mean", "accuracy")) -> dict:

@@ -1,9 +1,13 @@
 """Paper figures (PNG + PDF), rendered from the summary dict only. One style: Okabe-Ito
 colour-blind-safe palette (Okabe & Ito 2008), 8 pt type, widths for a two-column layout
-(3.3 in single column, 6.8 in full width). Each function returns the numbers it plotted."""
+(3.3 in single column, 6.8 in full width); vector PDF for the paper, 150 dpi PNG for
+reading. Each function returns the numbers it plotted."""
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
@@ -23,7 +27,7 @@ STYLE = {
     "xtick.labelsize": 7, "ytick.labelsize": 7, "axes.spines.top": False,
     "axes.spines.right": False, "axes.linewidth": 0.6, "lines.linewidth": 1.2,
     "grid.linewidth": 0.4, "grid.alpha": 0.4, "legend.frameon": False,
-    "pdf.fonttype": 42, "ps.fonttype": 42, "savefig.dpi": 300,
+    "pdf.fonttype": 42, "ps.fonttype": 42, "savefig.dpi": 150,
     "savefig.bbox": "tight", "figure.dpi": 100,
 }
 
@@ -40,8 +44,9 @@ def _scale(summary):
     return 100.0 if is_pct(summary) else 1.0
 
 
-def _ylabel(summary, what="accuracy"):
-    return f"{what} (%)" if is_pct(summary) else summary.get("metric", what)
+def _ylabel(summary):
+    words = summary.get("metric_words", summary.get("metric", ""))
+    return f"{words} (%)" if is_pct(summary) else words
 
 
 def _save(fig, out: Path, name: str) -> list[Path]:
@@ -52,60 +57,94 @@ def _save(fig, out: Path, name: str) -> list[Path]:
     return paths
 
 
+def _panels(summary: dict) -> list[tuple[str, list[int]]]:
+    """Small multiples: one panel per level of the first factor (all cells if none)."""
+    cells = summary["cells"]
+    if not summary["factors"]:
+        return [("", list(range(len(cells))))]
+    f = summary["factors"][0]
+    name = factor_name(f, summary)
+    out = []
+    for level in summary["levels"][f]:
+        members = [i for i, c in enumerate(cells) if str(c["factors"][f]) == str(level)]
+        if members:
+            out.append((f"{name}={level}", members))
+    return out
+
+
+def _within(summary: dict, c: dict) -> str:
+    rest = {k: v for k, v in c["factors"].items() if k != summary["factors"][0]}
+    names = summary.get("short_names", {})
+    return ", ".join(f"{names.get(k, k)}={v}" for k, v in rest.items()) or c["short_label"]
+
+
 def learning_curves(summary: dict, out: Path) -> dict:
-    """Metric vs step: mean over seeds, t band across seeds, thin per-seed lines."""
+    """Metric vs step, one panel per level of the first factor, each cell's mean with the
+    same 95% interval as the tables."""
     k = _scale(summary)
     plotted = {}
+    panels = _panels(summary)
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(SINGLE, 2.3))
-        for i, c in enumerate(summary["cells"]):
-            cur = c.get("curve")
-            if not cur or not cur["steps"]:
-                continue
-            st = style(i)
-            for ys in cur["per_seed"]:
-                pts = [(s, y * k) for s, y in zip(cur["steps"], ys) if y is not None]
-                if pts:
-                    ax.plot(*zip(*pts), color=st["color"], lw=0.4, alpha=0.35)
-            ax.fill_between(cur["steps"], [v * k for v in cur["lo"]],
-                            [v * k for v in cur["hi"]], color=st["color"], alpha=0.15, lw=0)
-            ax.plot(cur["steps"], [v * k for v in cur["mean"]], label=c["label"], **st)
-            plotted[c["label"]] = {"steps": cur["steps"], "mean": cur["mean"]}
-        ax.set_xlabel("training step")
-        ax.set_ylabel(_ylabel(summary))
-        ax.grid(True, axis="y")
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
+        fig, axes = plt.subplots(rows, cols, figsize=(SINGLE if cols == 1 else DOUBLE,
+                                                      1.9 * rows + 0.4),
+                                 squeeze=False, sharey=True)
+        for ax, (title, members) in zip(axes.flat, panels):
+            for j, i in enumerate(members):
+                c = summary["cells"][i]
+                cur = c.get("curve")
+                if not cur or not cur["steps"]:
+                    continue
+                st = style(j)
+                ax.fill_between(cur["steps"], [v * k for v in cur["lo"]],
+                                [v * k for v in cur["hi"]], color=st["color"], alpha=0.18,
+                                lw=0)
+                ax.plot(cur["steps"], [v * k for v in cur["mean"]], marker="o", ms=2.5,
+                        label=_within(summary, c), **st)
+                plotted[c["label"]] = {"steps": cur["steps"], "mean": cur["mean"],
+                                       "lo": cur["lo"], "hi": cur["hi"]}
+            ax.set_title(title)
+            ax.set_xlabel("training step")
+            ax.grid(True, axis="y")
+            ax.legend(loc="best")
+        for ax in axes[:, 0]:
+            ax.set_ylabel(_ylabel(summary))
+        for ax in list(axes.flat)[len(panels):]:
+            ax.axis("off")
+        fig.tight_layout()
         _save(fig, out, "learning_curves")
     return plotted
 
 
 def forest(summary: dict, out: Path) -> dict:
-    """Delta vs baseline with 95% CI, simultaneous CI (thin) and the +-MDE band."""
+    """Differences to the named baseline with 95% CI (thick), simultaneous CI (thin) and
+    the +-SESOI band; filled markers: better or worse after Holm."""
     k = _scale(summary)
-    comps = [c for c in summary["comparisons"] if c["family"] == "confirmatory"]
-    plotted = {"labels": [], "delta": [], "ci": [], "mde": []}
+    comps = [c for c in summary["comparisons"]
+             if c["family"] == "confirmatory" and c["delta"] is not None]
+    plotted = {"labels": [], "delta": [], "ci": []}
+    sesoi = summary.get("sesoi", 0.0) * k
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(SINGLE, 0.35 * max(len(comps), 1) + 0.9))
+        fig, ax = plt.subplots(figsize=(SINGLE, 0.3 * max(len(comps), 1) + 0.9))
+        ax.axvspan(-sesoi, sesoi, color="0.9", lw=0, zorder=0)
         for y, c in enumerate(reversed(comps)):
-            ax.add_patch(plt.Rectangle((-c["mde"] * k, y - 0.35), 2 * c["mde"] * k, 0.7,
-                                       color="0.88", lw=0, zorder=0))
             sim = c.get("ci_simultaneous")
             if sim and all(v is not None and math.isfinite(v) for v in sim):
-                ax.plot([sim[0] * k, sim[1] * k], [y, y], color="0.4", lw=0.6, zorder=1)
+                ax.plot([sim[0] * k, sim[1] * k], [y, y], color="0.45", lw=0.6, zorder=1)
             col = colour(0) if c.get("kind") == "cell" else colour(1)
             ax.plot([c["ci"][0] * k, c["ci"][1] * k], [y, y], color=col, lw=1.8, zorder=2)
             ax.plot([c["delta"] * k], [y], marker="o", color=col, ms=4, zorder=3,
-                    mfc=col if c["verdict"] == "significant" else "white")
-            plotted["labels"].insert(0, f"{c['a_label']}")
+                    mfc=col if c["verdict"] in ("better", "worse") else "white")
+            plotted["labels"].insert(0, c["label"])
             plotted["delta"].insert(0, c["delta"])
             plotted["ci"].insert(0, c["ci"])
-            plotted["mde"].insert(0, c["mde"])
         ax.axvline(0, color="0.2", lw=0.6)
         ax.set_yticks(range(len(comps)))
-        ax.set_yticklabels([c["a_label"] for c in reversed(comps)])
+        ax.set_yticklabels([c["label"] for c in reversed(comps)])
         unit = " (points)" if is_pct(summary) else ""
-        ax.set_xlabel(f"Δ vs {summary['baseline_label']}{unit}")
-        ax.set_title("filled: significant (Holm); grey band: ±MDE", loc="left")
+        ax.set_xlabel(f"difference to {summary['baseline_short']}{unit}")
+        ax.set_title("grey band: ±SESOI; filled: better/worse (Holm)", loc="left")
         _save(fig, out, "forest")
     return plotted
 
@@ -132,7 +171,8 @@ def hops(summary: dict, out: Path) -> dict:
             ax.errorbar(xs, [y * k for y in ys],
                         yerr=[[(y - a) * k for y, a in zip(ys, lo)],
                               [(b - y) * k for y, b in zip(ys, hi)]],
-                        fmt="o", ms=3, capsize=0, lw=1, color=colour(i), label=c["label"])
+                        fmt="o", ms=3, capsize=0, lw=1, color=colour(i),
+                        label=c["short_label"])
             plotted[c["label"]] = {"mean": ys, "lo": lo, "hi": hi}
         ax.set_xticks(range(len(hop_keys)))
         ax.set_xticklabels(hop_keys)
@@ -145,35 +185,35 @@ def hops(summary: dict, out: Path) -> dict:
 
 
 def behaviour(summary: dict, out: Path) -> dict:
-    names = []
-    for c in summary["cells"]:
-        for nme in c.get("behaviour_curves", {}):
-            if nme not in names:
-                names.append(nme)
+    """The behaviour metrics of each cell with 95% intervals, one panel per metric."""
+    from analysis.estimates import BEHAVIOUR, RATES
+    from analysis.tables import BEHAVIOUR_TABLE
+    names = [n for n in BEHAVIOUR_TABLE if any(n in c.get("behaviour", {})
+                                               for c in summary["cells"])]
     plotted = {}
     if not names:
         return plotted
-    cols = 3
+    cells = summary["cells"]
+    cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(rows, cols, figsize=(DOUBLE, 1.7 * rows), squeeze=False)
+        fig, axes = plt.subplots(rows, cols, figsize=(DOUBLE, (0.18 * len(cells) + 0.7) * rows),
+                                 squeeze=False, sharey=True)
         for a, nme in zip(axes.flat, names):
-            for i, c in enumerate(summary["cells"]):
-                cur = c.get("behaviour_curves", {}).get(nme)
-                if not cur:
+            kk = 100.0 if nme in RATES else 1.0
+            for y, c in enumerate(reversed(cells)):
+                v = c["behaviour"].get(nme)
+                if v is None:
                     continue
-                a.fill_between(cur["steps"], cur["lo"], cur["hi"], color=colour(i),
-                               alpha=0.15, lw=0)
-                a.plot(cur["steps"], cur["mean"], label=c["label"], **style(i))
-                plotted.setdefault(nme, {})[c["label"]] = cur["mean"]
-            a.set_title(nme.replace("_", " "))
-            a.set_xlabel("step")
-            a.grid(True, axis="y")
+                a.plot([v["ci"][0] * kk, v["ci"][1] * kk], [y, y], color=colour(0), lw=1.4)
+                a.plot([v["mean"] * kk], [y], "o", color=colour(0), ms=3)
+                plotted.setdefault(nme, {})[c["label"]] = v["mean"]
+            a.set_title(BEHAVIOUR[nme][0] + (" (%)" if nme in RATES else ""))
+            a.set_yticks(range(len(cells)))
+            a.set_yticklabels([c["short_label"] for c in reversed(cells)])
+            a.grid(True, axis="x")
         for a in list(axes.flat)[len(names):]:
             a.axis("off")
-        handles, labels = axes.flat[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)),
-                   bbox_to_anchor=(0.5, -0.08))
         fig.tight_layout()
         _save(fig, out, "behaviour")
     return plotted
@@ -181,7 +221,7 @@ def behaviour(summary: dict, out: Path) -> dict:
 
 def factor_intervals(summary: dict, out: Path) -> dict:
     """Marginal mean of each factor level (mean of the cells at that level) with its
-    bootstrap CI: rliable-style interval estimates (Agarwal et al. 2021)."""
+    95% interval: rliable-style interval estimates (Agarwal et al. 2021)."""
     k = _scale(summary)
     factors = summary["factors"] or []
     plotted = {}
@@ -200,7 +240,7 @@ def factor_intervals(summary: dict, out: Path) -> dict:
                 a.plot([r["mean"] * k], [y], "|", color="k", ms=8)
             a.set_yticks(range(len(rows)))
             a.set_yticklabels([str(r["level"]) for r in rows])
-            a.set_title(factor_name(f))
+            a.set_title(factor_name(f, summary))
             a.set_xlabel(_ylabel(summary))
             a.grid(True, axis="x")
             plotted[f] = {str(r["level"]): (r["mean"], r["ci"]) for r in rows}
@@ -220,7 +260,7 @@ def training(summary: dict, out: Path, key: str = "reward/mean") -> dict:
         fig, ax = plt.subplots(figsize=(SINGLE, 2.0))
         for i, c in curves:
             cur = c["train_curves"][key]
-            ax.plot(cur["steps"], cur["mean"], label=c["label"], **style(i))
+            ax.plot(cur["steps"], cur["mean"], label=c["short_label"], **style(i))
             plotted[c["label"]] = cur["mean"]
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(f"training {key}")
@@ -230,10 +270,21 @@ def training(summary: dict, out: Path, key: str = "reward/mean") -> dict:
     return plotted
 
 
-def write_all(summary: dict, out: Path) -> dict:
+def write_all(summary: dict, out: Path, workers: int | None = None) -> dict:
+    """Every figure. Drawing dominates the report's time (about 0.2-1 s of CPU per figure
+    for 18 cells, benchmarks/bench_analysis.py), so with 4 or more CPUs the figures are
+    drawn in forked processes, one per figure; on fewer, sequentially."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    return {"learning_curves": learning_curves(summary, out), "forest": forest(summary, out),
-            "hops": hops(summary, out), "behaviour": behaviour(summary, out),
-            "factor_intervals": factor_intervals(summary, out),
-            "training": training(summary, out)}
+    figs = {"learning_curves": learning_curves, "forest": forest, "hops": hops,
+            "behaviour": behaviour, "factor_intervals": factor_intervals,
+            "training": training}
+    if workers is None:
+        cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                else os.cpu_count() or 1)
+        workers = min(len(figs), cpus) if cpus >= 4 else 1
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return {name: fn(summary, out) for name, fn in figs.items()}
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as ex:
+        futures = {name: ex.submit(fn, summary, out) for name, fn in figs.items()}
+        return {name: f.result() for name, f in futures.items()}

@@ -1,207 +1,218 @@
 """report.md: a results section in prose, rendered from the summary dict only."""
 from __future__ import annotations
 
-from analysis.tables import baseline_comparisons, fmt, fmt_ci, fmt_p, is_pct
+from analysis.estimates import BEHAVIOUR, RATES
+from analysis.labels import legend
+from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, fmt, fmt_ci, fmt_p,
+                             is_pct)
+
+def p_is(p) -> str:
+    s = fmt_p(p)
+    return f"p {s[0]} {s[1:]}" if s.startswith("<") else f"p = {s}"
 
 
-def _unit(pct: bool) -> str:
-    return " points" if pct else ""
+VERDICT_WORDS = {
+    "better": "better: the difference is significant after correction and positive",
+    "worse": "worse: the difference is significant after correction and negative",
+    "equivalent": "equivalent: the 90% interval lies within ±SESOI",
+    "inconclusive": "inconclusive: neither a difference nor equivalence is shown",
+}
 
 
-def _sentence(c: dict, pct: bool, alpha: float) -> str:
-    u = _unit(pct)
+def _sentence(c: dict, pct: bool, sesoi: str) -> str:
+    u = " points" if pct else ""
+    name = f"{c['label']} vs {c['vs']}"
+    if c["delta"] is None:
+        return f"- {name}: not compared ({'; '.join(c['warnings'])})."
     adj = "Holm" if c["correction"] == "holm" else "BH"
-    core = (f"{c['a_label']} vs {c['b_label']}: Δ = {fmt(c['delta'], pct, True)}{u} "
-            f"(95% CI {fmt(c['ci'][0], pct, True)} to {fmt(c['ci'][1], pct, True)}; "
-            f"p = {fmt_p(c['p'])}, {adj}-adjusted p = {fmt_p(c['p_adj'])}")
-    if c.get("p_improvement") is not None:
-        core += f"; P(A>B over seeds) = {c['p_improvement']:.2f}"
-    core += ")"
-    if c["verdict"] == "significant":
-        word = "higher" if c["delta"] > 0 else "lower"
-        return f"- **{core}** — significant: A is {word} after correction."
-    if c["verdict"] == "inconclusive":
+    core = (f"{name}: Δ = {fmt(c['delta'], pct, True)}{u} "
+            f"(95% CI {fmt(c['ci'][0], pct, True)} to {fmt(c['ci'][1], pct, True)}, "
+            f"{c['n_questions']} shared questions")
+    if c["verdict"] is None:
+        return f"- {core}) — {'; '.join(c['warnings']) or 'no test'}."
+    core += f"; {p_is(c['p'])}, {adj}-adjusted {p_is(c['p_adj'])})"
+    words = VERDICT_WORDS[c["verdict"]].replace("SESOI", sesoi + u)
+    text = f"- {core} — {words}."
+    if c["verdict"] == "inconclusive" and c.get("mde") is not None:
+        text += (f" With this design the minimum detectable difference is "
+                 f"{fmt(c['mde'], pct)}{u}")
         need = c.get("seeds_needed")
-        tail = (f" Detecting a difference of this size needs about {need} seeds per cell."
-                if need else " A difference this small needs more than 100 seeds per cell.")
-        return (f"- {core} — inconclusive: |Δ| is below the minimum detectable effect "
-                f"({fmt(c['mde'], pct)}{u}), so this is not evidence of no effect.{tail}")
-    return (f"- {core} — not significant after correction (|Δ| ≥ MDE "
-            f"{fmt(c['mde'], pct)}{u}).")
+        text += (f"; detecting ±{sesoi}{u} needs about {need} seeds per cell." if need
+                 else f"; detecting ±{sesoi}{u} needs more than 50 seeds per cell.")
+    if c["warnings"]:
+        text += " **Warning: " + "; ".join(c["warnings"]) + ".**"
+    return text
 
 
-def render(summary: dict) -> str:
-    pct = is_pct(summary)
-    alpha = summary.get("alpha", 0.05)
-    u = _unit(pct)
+def _intro(summary: dict, pct: bool) -> list[str]:
     cells = summary["cells"]
-    b = summary["bootstrap"]
-    L = []
-    L.append(f"# Results: {summary['metric']}")
-    L.append("")
     n_seeds = sorted({c["n_seeds"] for c in cells})
-    steps = summary.get("steps", [])
-    L.append(
-        f"We analyse {len(cells)} cell(s) over the factor(s) "
-        f"{', '.join('`' + f + '`' for f in summary['factors']) or '(none)'}, "
-        f"with {'/'.join(map(str, n_seeds))} seed(s) per cell and "
-        f"{summary['n_questions']} held-out questions, at step(s) "
-        f"{', '.join(map(str, steps))}. Each question's accuracy is first averaged over its "
-        f"samples; a seed's score is the mean over questions and a cell's score the mean over "
-        f"its seeds. Intervals are 95% two-level bootstrap intervals (B = {b['B']}, RNG seed "
-        f"{b['rng_seed']}): seeds are resampled within each cell with deviations inflated by "
-        f"√(S/(S−1)), question weights are drawn once per replicate and shared by all cells so "
-        f"that differences are paired, and the percentile interval is widened by t/z with "
-        f"the Satterthwaite degrees of freedom of the seed + question variance.")
-    L.append("")
+    n_q = sorted({c["n_questions"] for c in cells})
+    factors = ", ".join(f"`{f}`" for f in summary["factors"]) or "(none)"
+    src = summary["baseline_source"]
+    return [
+        f"# Results: {summary['metric_words']}", "",
+        f"We analyse {len(cells)} cell(s) over the factor(s) {factors}, with "
+        f"{'/'.join(map(str, n_seeds))} seed(s) per cell and {'/'.join(map(str, n_q))} "
+        f"held-out questions per cell, at step(s) "
+        f"{', '.join(map(str, summary['steps']))}. Each question's score is first averaged "
+        "over its samples; a seed's score is the mean over questions and a cell's score "
+        "the mean over its seeds. Intervals are 95% t intervals whose variance adds the "
+        "seed, question and seed × question residual components once each (method of "
+        "moments for the crossed seeds × questions design), with degrees of freedom that "
+        "do not grow when seeds agree by chance; p-values use the same t reference, so a "
+        "comparison is significant exactly when its interval excludes 0 "
+        "(docs/statistics.md).", "",
+        *([f"Factors are named by their shortest unambiguous key: "
+           f"{legend(summary['short_names'])}.", ""] if legend(summary["short_names"]) else []),
+        f"Baseline: **{summary['baseline_short']}** (from {src}). Smallest effect of "
+        f"interest (SESOI): ±{fmt(summary['sesoi'], pct)}{' points' if pct else ''}. "
+        "Every comparison uses only the questions both cells evaluated.", ""]
 
-    # ------------------------------------------------------------ main table
-    L.append("## Cell estimates")
-    L.append("")
-    L.append(f"| cell | seeds | mean{' (%)' if pct else ''} | 95% CI | analytic CI | "
-             f"Δ vs baseline | Holm p |")
-    L.append("|---|---:|---:|---:|---:|---:|---:|")
+
+def _cell_table(summary: dict, pct: bool) -> list[str]:
+    L = ["## Cell estimates", "",
+         f"| cell | seeds | questions | mean{' (%)' if pct else ''} | 95% CI | "
+         "Δ vs baseline [95% CI] | Holm p | verdict |",
+         "|---|---:|---:|---:|---:|---:|---:|---|"]
     base = baseline_comparisons(summary)
-    best = max(c["mean"] for c in cells)
-    for c in cells:
+    for c in summary["cells"]:
         comp = base.get(c["label"])
-        mean = fmt(c["mean"], pct)
-        if c["mean"] == best:
-            mean = f"**{mean}**"
-        L.append(f"| {c['label']} | {c['n_seeds']} | {mean} | {fmt_ci(c['ci'], pct)} | "
-                 f"{fmt_ci(c['ci_analytic'], pct)} | "
-                 + ("baseline" if comp is None else
-                    f"{fmt(comp['delta'], pct, True)} {fmt_ci(comp['ci'], pct, True)}")
-                 + f" | {'' if comp is None else fmt_p(comp['p_adj'])} |")
+        if comp is None:
+            tail = "baseline | | |"
+        else:
+            tail = (f"{fmt(comp['delta'], pct, True)} {fmt_ci(comp['ci'], pct, True)} | "
+                    f"{fmt_p(comp['p_adj'])} | {comp['verdict'] or 'no test'} |")
+        dagger = " †" if c["question_noise_only"] else ""
+        L.append(f"| {c['label']} | {c['n_seeds']} | {c['n_questions']} | "
+                 f"{fmt(c['mean'], pct)} | {fmt_ci(c['ci'], pct)}{dagger} | {tail}")
     L.append("")
-    single = [c["label"] for c in cells if c["question_noise_only"]]
+    single = [c["label"] for c in summary["cells"] if c["question_noise_only"]]
     if single:
-        L.append(f"Only one seed was run for {', '.join(single)}: the interval of "
-                 f"{'this cell' if len(single) == 1 else 'these cells'} covers question "
-                 f"noise only and says nothing about seed-to-seed variation, which is usually "
-                 f"the larger error term.")
-        L.append("")
-    flagged = [c for c in cells if c["intervals_disagree"]]
-    if flagged:
-        L.append("The bootstrap and the analytic (Satterthwaite t) intervals disagree "
-                 "materially for: " + "; ".join(
-                     f"{c['label']} (bootstrap {fmt_ci(c['ci'], pct)}, analytic "
-                     f"{fmt_ci(c['ci_analytic'], pct)})" for c in flagged)
-                 + ". Treat these intervals with caution (few seeds, skewed seed scores or "
-                 "accuracy near 0 or 1).")
-    else:
-        L.append("The bootstrap and analytic (Satterthwaite t) intervals agree for every cell.")
-    L.append("")
+        L += [f"† One seed only ({', '.join(single)}): these intervals cover question noise "
+              "only, say nothing about seed-to-seed variation (usually the larger term), and "
+              "no p-value or verdict is given for comparisons involving these cells.", ""]
+    return L
 
-    # ------------------------------------------------------------ confirmatory
-    conf = [c for c in summary["comparisons"] if c["family"] == "confirmatory"]
-    L.append(f"## Confirmatory comparisons against the baseline ({summary['baseline_label']})")
-    L.append("")
-    if conf:
-        sig = [c for c in conf if c["verdict"] == "significant"]
-        inc = [c for c in conf if c["verdict"] == "inconclusive"]
-        L.append(f"The family holds {len(conf)} comparison(s) (each cell and each factor main "
-                 f"effect against the baseline), Holm-adjusted. {len(sig)} "
-                 f"{'is' if len(sig) == 1 else 'are'} significant at α = {alpha}, "
-                 f"{len(inc)} inconclusive.")
-        L.append("")
-        for c in conf:
-            L.append(_sentence(c, pct, alpha))
-        sim = [c for c in conf if c.get("ci_simultaneous")]
-        if sim:
-            L.append("")
-            L.append("Simultaneous 95% intervals (max-|t|) for the cell-vs-baseline family: "
-                     + "; ".join(f"{c['a_label']} {fmt_ci(c['ci_simultaneous'], pct, True)}"
-                                 for c in sim) + ".")
-    else:
-        L.append("Only one cell: there is nothing to compare.")
-    L.append("")
 
-    # ------------------------------------------------------------ all pairs
-    pairs = [c for c in summary["comparisons"] if c["family"] == "all_pairs"]
-    if pairs:
-        sig = [c for c in pairs if c["verdict"] == "significant"]
-        L.append("## Exploratory: all pairs (Benjamini–Hochberg)")
-        L.append("")
-        L.append(f"{len(sig)} of {len(pairs)} pairwise differences are significant at a false "
-                 f"discovery rate of {alpha}; "
-                 f"{sum(c['verdict'] == 'inconclusive' for c in pairs)} are inconclusive.")
-        L.append("")
-        for c in pairs:
-            L.append(_sentence(c, pct, alpha))
-        L.append("")
+def _planning(summary: dict, pct: bool) -> list[str]:
+    u = " points" if pct else ""
+    L = ["## How many seeds and questions a claim needs", ""]
+    plan = summary.get("planning")
+    if not plan:
+        return L + ["No cell has two or more seeds, so the seed variance cannot be "
+                    "estimated and no planning table can be given.", ""]
+    vc = summary["variance_components"]
+    t = plan["mde_table"]
+    unit = f", in{u}" if pct else ""
+    L.append(f"Minimum detectable difference between two cells (two-sided α = "
+             f"{summary['alpha']}, {int(100 * summary['power'])}% power){unit}, "
+             f"from the variance components of this sweep (seed {vc['sigma2_seed']:.2e}, "
+             f"question × cell {vc['tau2']:.2e}{' (assumed)' if vc['tau2_assumed'] else ''}, "
+             f"residual {vc['sigma2_resid']:.2e}; pooled over the {vc['n_cells']} of "
+             f"{vc['n_cells_total']} cells with two or more seeds), not from the observed "
+             "differences:")
+    L += ["", "| seeds per cell | " + " | ".join(f"{q} questions" for q in t["questions"]) + " |",
+          "|---:|" + "---:|" * len(t["questions"])]
+    for r in t["rows"]:
+        L.append(f"| {r['seeds']} | " + " | ".join(fmt(v, pct) for v in r["mde"]) + " |")
+    need = plan["seeds_needed"]
+    L.append(f"| seeds for ±{fmt(need['effect'], pct)}{u} | " + " | ".join(
+        ">50" if s is None else str(s) for s in need["seeds"]) + " |")
+    qn = plan["questions_needed"]
+    L += ["", f"Questions needed for ±{fmt(qn['effect'], pct)}{u}: " + "; ".join(
+        f"{s} seeds: {'>10000' if q is None else q}" for s, q in zip(qn["seeds"],
+                                                                     qn["questions"])) + ".",
+          "", "With one seed per cell no valid test of a difference between training "
+          "recipes exists.", ""]
+    return L
 
-    # ------------------------------------------------------------ power
-    t = summary.get("mde_table")
-    L.append("## How many seeds a claim needs")
-    L.append("")
-    if t:
-        vc = summary["variance_components"]
-        L.append(f"Minimum detectable difference between two cells (two-sided α = {alpha}, "
-                 f"{int(100 * summary.get('power', 0.8))}% power), from the variance "
-                 f"components of this sweep (seed variance {vc['sigma2_seed']:.2e}, "
-                 f"question-by-cell variance {vc['tau2']:.2e}, residual "
-                 f"{vc['sigma2_resid']:.2e}){', in' + u if pct else ''}:")
-        L.append("")
-        L.append("| seeds per cell | " + " | ".join(f"{q} questions" for q in t["questions"])
-                 + " |")
-        L.append("|---:|" + "---:|" * len(t["questions"]))
-        for r in t["rows"]:
-            L.append(f"| {r['seeds']} | " + " | ".join(fmt(v, pct) for v in r["mde"]) + " |")
-        L.append("")
-        L.append("With one seed per cell the seed variance cannot be estimated, so no valid "
-                 "test of a difference between training recipes exists.")
-    else:
-        L.append("No cell has two or more seeds, so the seed variance — usually the largest "
-                 "error term — cannot be estimated; every interval covers question noise only.")
-    L.append("")
 
-    # ------------------------------------------------------------ hops, behaviour
+def _behaviour(summary: dict) -> list[str]:
+    names = [n for n in BEHAVIOUR_TABLE + [b for b in BEHAVIOUR if b not in BEHAVIOUR_TABLE]
+             if any(n in c.get("behaviour", {}) for c in summary["cells"])]
+    if not names:
+        return []
+    L = ["## Behaviour", "", "| cell | " + " | ".join(
+        BEHAVIOUR[n][0] + (" (%)" if n in RATES else "") for n in names) + " |",
+         "|---|" + "---:|" * len(names)]
+    for c in summary["cells"]:
+        vals = [c["behaviour"].get(n) for n in names]
+        L.append(f"| {c['label']} | " + " | ".join(
+            "–" if v is None else f"{fmt(v['mean'], n in RATES)} {fmt_ci(v['ci'], n in RATES)}"
+            for n, v in zip(names, vals)) + " |")
+    return L + [""]
+
+
+def _hops(summary: dict, pct: bool) -> list[str]:
     hops = summary.get("hops", [])
-    if hops:
-        L.append("## Accuracy by hop count")
-        L.append("")
-        L.append("| cell | " + " | ".join(f"{h} hop{'' if h == '1' else 's'}" for h in hops)
-                 + " |")
-        L.append("|---|" + "---:|" * len(hops))
-        for c in cells:
-            vals = [c["by_hops"].get(h) for h in hops]
-            L.append(f"| {c['label']} | " + " | ".join(
-                "–" if v is None else f"{fmt(v['mean'], pct)} {fmt_ci(v['ci'], pct)}"
-                for v in vals) + " |")
-        L.append("")
-    names = []
-    for c in cells:
-        names += [n for n in c.get("behaviour", {}) if n not in names]
-    if names:
-        L.append("## Behaviour")
-        L.append("")
-        L.append("| cell | " + " | ".join(n.replace("_", " ") for n in names) + " |")
-        L.append("|---|" + "---:|" * len(names))
-        for c in cells:
-            L.append(f"| {c['label']} | " + " | ".join(
-                fmt(c["behaviour"].get(n, {}).get("mean"), False) for n in names) + " |")
-        L.append("")
+    if not hops:
+        return []
+    L = ["## By hop count", "",
+         "| cell | " + " | ".join(f"{h} hop{'' if h == '1' else 's'}" for h in hops) + " |",
+         "|---|" + "---:|" * len(hops)]
+    for c in summary["cells"]:
+        vals = [c["by_hops"].get(h) for h in hops]
+        L.append(f"| {c['label']} | " + " | ".join(
+            "–" if v is None else f"{fmt(v['mean'], pct)} {fmt_ci(v['ci'], pct)}"
+            for v in vals) + " |")
+    return L + [""]
 
-    # ------------------------------------------------------------ bookkeeping
+
+def _bookkeeping(summary: dict) -> list[str]:
     problems = [("Incomplete runs (no COMPLETE marker)", summary.get("incomplete", [])),
                 ("Failed runs", summary.get("failed", [])),
                 ("Missing cells of the grid", summary.get("missing", [])),
                 ("Duplicate runs (first kept)", summary.get("duplicates", []))]
-    if any(v for _, v in problems):
-        L.append("## Missing, incomplete and failed runs")
-        L.append("")
-        for title, items in problems:
-            if items:
-                L.append(f"{title}:")
-                for it in items:
-                    where = it.get("path", "")
-                    L.append(f"- {', '.join(f'{k}={v}' for k, v in it['factors'].items())}"
-                             + (f", seed {it['seed']}" if "seed" in it else "")
-                             + (f" ({it['reason']})" if it.get("reason") else "")
-                             + (f" — `{where}`" if where else ""))
-                L.append("")
-    L.append("Figures: learning_curves, forest, hops, behaviour, factor_intervals, training "
-             "(.png, .pdf). Tables: results, comparisons, hops, behaviour, mde (.tex, .csv).")
+    if not any(v for _, v in problems):
+        return []
+    L = ["## Missing, incomplete and failed runs", ""]
+    for title, items in problems:
+        if items:
+            L.append(f"{title}:")
+            for it in items:
+                where = it.get("path", "")
+                L.append(f"- {', '.join(f'{k}={v}' for k, v in it['factors'].items())}"
+                         + (f", seed {it['seed']}" if "seed" in it else "")
+                         + (f" ({it['reason']})" if it.get("reason") else "")
+                         + (f" — `{where}`" if where else ""))
+            L.append("")
+    return L
+
+
+def render(summary: dict) -> str:
+    pct = is_pct(summary)
+    sesoi = fmt(summary["sesoi"], pct)
+    L = _intro(summary, pct)
+    if summary.get("warnings"):
+        L += ["## Warnings", ""] + [f"- **{w}**" for w in summary["warnings"]] + [""]
+    L += _cell_table(summary, pct)
+    conf = [c for c in summary["comparisons"] if c["family"] == "confirmatory"]
+    L += [f"## Comparisons against the baseline ({summary['baseline_short']})", ""]
+    if conf:
+        counts = {v: sum(c["verdict"] == v for c in conf)
+                  for v in ("better", "worse", "equivalent", "inconclusive", None)}
+        L += [f"The confirmatory family holds {len(conf)} comparison(s) (each cell and each "
+              f"factor main effect against the baseline), Holm-adjusted at α = "
+              f"{summary['alpha']}: {counts['better']} better, {counts['worse']} worse, "
+              f"{counts['equivalent']} equivalent within ±{sesoi}"
+              f"{' points' if pct else ''}, {counts['inconclusive']} inconclusive"
+              + (f", {counts[None]} without a test" if counts[None] else "") + ".", ""]
+        L += [_sentence(c, pct, sesoi) for c in conf]
+        sim = [c for c in conf if c.get("ci_simultaneous")]
+        if sim:
+            L += ["", "Simultaneous 95% intervals (max-|t|) for the cell comparisons: "
+                  + "; ".join(f"{c['label']} {fmt_ci(c['ci_simultaneous'], pct, True)}"
+                              for c in sim) + "."]
+    else:
+        L.append("Only one cell: there is nothing to compare.")
     L.append("")
+    pairs = [c for c in summary["comparisons"] if c["family"] == "all_pairs"]
+    if pairs:
+        L += ["## Exploratory: all pairs (Benjamini–Hochberg)", ""]
+        L += [_sentence(c, pct, sesoi) for c in pairs] + [""]
+    L += _planning(summary, pct) + _hops(summary, pct) + _behaviour(summary)
+    L += _bookkeeping(summary)
+    L += ["Figures: learning_curves, forest, hops, behaviour, factor_intervals, training "
+          "(.png, .pdf). Tables: results, comparisons, hops, behaviour, mde (.tex, .csv).", ""]
     return "\n".join(L)

@@ -45,12 +45,15 @@ def write_run(path: Path, config: dict, rng: np.random.Generator, logit: np.ndar
                 for k in range(K):
                     correct = bool(rng.random() < p[q])
                     answered = correct or bool(rng.random() < 0.6)
+                    ended = "answer" if answered or rng.random() < 0.5 else "max_turns"
                     shaped = {"process": 0.15, "witness": float(0.1 * rng.integers(0, 2)),
                               "correctness": 1.05 if correct else 0.0}
                     row = {"step": step, "task_id": f"q{q:04d}", "sample": k,
                            "hops": int(hops[q]), "correct": correct,
                            "reward": float(sum(shaped.values())), "answered": answered,
-                           "turns": int(rng.integers(2, 9)),
+                           "turns": int(rng.integers(2, 9)), "end_reason": ended,
+                           "searches": int(rng.integers(1, 5)),
+                           "reads": int(rng.integers(0, 4)),
                            "keywords_per_search": float(rng.uniform(1, 4)),
                            "zero_hit_rate": float(rng.uniform(0, 0.5)),
                            "read_after_hit": bool(rng.random() < 0.7),

@@ -1,12 +1,23 @@
 """LaTeX (booktabs) and CSV tables, rendered from the summary dict only, so that every
-number in a table is the number in summary.json."""
+number in a table is the number in summary.json. Comparison tables have one family
+each and four columns, to fit a single-column float."""
 from __future__ import annotations
 
 import csv
 import math
+import re
 from pathlib import Path
 
+from analysis.estimates import BEHAVIOUR, RATES
+
 PCT_METRICS = {"correct", "answered", "read_after_hit"}
+BEHAVIOUR_TABLE = ["keywords_per_search", "searches", "answer_rate", "idk_rate",
+                   "fabricated_source_rate", "mean_turns"]
+BEHAVIOUR_HEAD = {"keywords_per_search": "Keywords", "searches": "Searches",
+                  "answer_rate": "Answered", "idk_rate": "IDK", "fabricated_source_rate":
+                  "Fabricated", "mean_turns": "Turns"}
+VERDICT_TEX = {"better": "better", "worse": "worse", "equivalent": "equivalent",
+               "inconclusive": "inconclusive", None: "no test"}
 
 
 # ---------------------------------------------------------------- formatting
@@ -19,12 +30,14 @@ def fmt(x, pct: bool = True, signed: bool = False) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "--"
     v = 100 * x if pct else x
-    d = 1 if pct else 3
+    d = 1 if pct else (2 if abs(v) >= 1 else 3)
     s = f"{v:+.{d}f}" if signed else f"{v:.{d}f}"
     return s.lstrip("+-") if float(s) == 0 else s
 
 
 def fmt_ci(ci, pct: bool = True, signed: bool = False) -> str:
+    if not ci:
+        return "--"
     return f"[{fmt(ci[0], pct, signed)}, {fmt(ci[1], pct, signed)}]"
 
 
@@ -32,12 +45,6 @@ def fmt_p(p) -> str:
     if p is None:
         return "--"
     return "<0.001" if p < 0.001 else f"{p:.3f}"
-
-
-def stars(p_adj, alpha: float = 0.05) -> str:
-    if p_adj is None:
-        return ""
-    return "***" if p_adj < 0.001 else "**" if p_adj < 0.01 else "*" if p_adj < alpha else ""
 
 
 def tex_escape(s) -> str:
@@ -49,7 +56,9 @@ def tex_escape(s) -> str:
     return s
 
 
-def factor_name(k: str) -> str:
+def factor_name(k: str, summary: dict | None = None) -> str:
+    if summary and k in summary.get("short_names", {}):
+        return summary["short_names"][k]
     return k.removesuffix(".name")
 
 
@@ -59,15 +68,52 @@ def baseline_comparisons(summary: dict) -> dict:
             if c["family"] == "confirmatory" and c.get("kind") == "cell"}
 
 
+def legend_text(summary: dict) -> str:
+    renamed = [(k, s) for k, s in summary.get("short_names", {}).items() if s != k]
+    return "; ".join(f"{s} = \\texttt{{{tex_escape(k)}}}" for k, s in renamed)
+
+
+COLUMN_CHARS = 56     # text of a row that fits a single column at \\footnotesize (3.3 in)
+
+
+def visible(tex: str) -> str:
+    """The characters a LaTeX cell prints (commands, braces and math marks removed)."""
+    return re.sub(r"\\[a-zA-Z]+|[{}$^]", "", tex)
+
+
+def stacked(value: str, ci: str) -> str:
+    """A value over its interval in one cell (a nested tabular; no extra package), so
+    that tables of intervals stay narrow."""
+    return (rf"\begin{{tabular}}[t]{{@{{}}r@{{}}}}{value}\\ "
+            rf"{{[}}{ci[1:-1]}{{]}}\end{{tabular}}")
+
+
+def cell_width(tex: str) -> int:
+    """Printed characters of a cell: the longest line of a stacked cell."""
+    inner = re.sub(r"\\(begin|end)\{tabular\}(\[t\])?(\{@\{\}r@\{\}\})?", "", tex)
+    return max(len(visible(part)) for part in inner.split("\\\\"))
+
+
+def tex_minus(cell: str) -> str:
+    """A minus sign, not a hyphen, before digits that are not part of a word."""
+    return re.sub(r"(?<![A-Za-z0-9.])-(?=\d)", "$-$", cell)
+
+
 def _tabular(header: list[str], rows: list[list[str]], caption: str, label: str,
-             align: str | None = None) -> str:
-    align = align or "l" * (len(header) - 1) + "r"
-    lines = [r"\begin{table}[t]", r"\centering", r"\small",
+             align: str, wide: bool = False) -> str:
+    """A booktabs float; full width (table*) when asked or when a row is too long for
+    one column."""
+    rows = [[tex_minus(c) for c in r] for r in rows]
+    wide = wide or any(sum(cell_width(c) + 1 for c in r) > COLUMN_CHARS
+                       for r in rows + [header])
+    env = "table*" if wide else "table"
+    lines = [rf"\begin{{{env}}}[t]", r"\centering", r"\footnotesize",
+             r"\setlength{\tabcolsep}{3pt}",
              rf"\caption{{{caption}}}", rf"\label{{{label}}}",
              rf"\begin{{tabular}}{{{align}}}", r"\toprule",
              " & ".join(header) + r" \\", r"\midrule"]
     lines += [" & ".join(r) + r" \\" for r in rows]
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\end{{{env}}}", ""]
     return "\n".join(lines)
 
 
@@ -78,102 +124,132 @@ def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
         w.writerows(rows)
 
 
+def _interval_words(summary: dict) -> str:
+    return ("each value over its 95\\% t interval from the seed, question and residual "
+            "variance (method of moments; one-seed cells: question noise only)")
+
+
 # ---------------------------------------------------------------- tables
 def results_table(summary: dict, out: Path) -> None:
-    """Main table: one row per cell, mean [CI], delta vs baseline [CI] with Holm marks;
-    the best mean in bold."""
+    """One row per cell: seeds, questions, mean [CI], difference to the baseline [CI]."""
     pct = is_pct(summary)
     factors = summary["factors"]
     base = baseline_comparisons(summary)
-    best = max(c["mean"] for c in summary["cells"])
     unit = " (\\%)" if pct else ""
-    header = [tex_escape(factor_name(f)) for f in factors] + [
-        "Seeds", f"Mean{unit} [95\\% CI]", r"$\Delta$ vs baseline [95\% CI]"]
+    header = [tex_escape(factor_name(f, summary)) for f in factors] + [
+        "$S$", "$Q$", f"Mean{unit}", r"$\Delta$"]
     rows, csv_rows = [], []
     for c in summary["cells"]:
-        mean = fmt(c["mean"], pct)
-        if c["mean"] == best:
-            mean = rf"\textbf{{{mean}}}"
         comp = base.get(c["label"])
         if comp is None:
-            delta_tex = "baseline"
+            delta = "baseline"
         else:
-            delta_tex = (f"{fmt(comp['delta'], pct, True)}$^{{{stars(comp['p_adj'])}}}$ "
-                         f"{fmt_ci(comp['ci'], pct, True)}" if stars(comp["p_adj"]) else
-                         f"{fmt(comp['delta'], pct, True)} {fmt_ci(comp['ci'], pct, True)}")
+            mark = "$^{*}$" if comp.get("verdict") in ("better", "worse") else ""
+            delta = stacked(f"{fmt(comp['delta'], pct, True)}{mark}",
+                            fmt_ci(comp["ci"], pct, True))
         rows.append([tex_escape(c["factors"][f]) for f in factors]
-                    + [str(c["n_seeds"]), f"{mean} {fmt_ci(c['ci'], pct)}", delta_tex])
+                    + [str(c["n_seeds"]), str(c["n_questions"]),
+                       stacked(fmt(c["mean"], pct) + ("$^{\\dagger}$" if c["question_noise_only"]
+                                                      else ""), fmt_ci(c["ci"], pct)),
+                       delta])
         csv_rows.append([c["factors"][f] for f in factors] + [
-            c["n_seeds"], c["n_questions"], c["mean"], c["ci"][0], c["ci"][1],
-            c["ci_analytic"][0], c["ci_analytic"][1],
+            c["n_seeds"], c["n_questions"], c["samples"], c["mean"], c["ci"][0], c["ci"][1],
             None if comp is None else comp["delta"],
-            None if comp is None else comp["ci"][0], None if comp is None else comp["ci"][1],
+            None if comp is None or not comp["ci"] else comp["ci"][0],
+            None if comp is None or not comp["ci"] else comp["ci"][1],
             None if comp is None else comp["p_adj"], None if comp is None else comp["verdict"]])
-    caption = (f"{tex_escape(summary['metric'])} at the last evaluated step: mean over seeds "
-               "of per-seed means over questions (per-question means over samples first); "
-               f"two-level bootstrap 95\\% CIs (B={summary['bootstrap']['B']}). "
-               f"$\\Delta$ against {tex_escape(summary['baseline_label'])}; "
-               "$^{*}$, $^{**}$, $^{***}$: Holm-adjusted $p<0.05, 0.01, 0.001$. "
-               "Best mean in bold.")
+    words = summary.get("metric_words", summary["metric"])
+    legend = legend_text(summary)
+    caption = (f"{words.capitalize()} by cell: mean over seeds of per-seed means over "
+               f"questions; {_interval_words(summary)}. $S$ seeds, $Q$ questions. "
+               f"$\\Delta$: difference to the baseline "
+               f"({tex_escape(summary['baseline_short'])}); $^{{*}}$: Holm-adjusted "
+               f"$p<{summary['alpha']}$. $^{{\\dagger}}$: one seed, question noise only."
+               + (f" Factors: {legend}." if legend else ""))
     (out / "results.tex").write_text(_tabular(header, rows, caption, "tab:results",
-                                              "l" * len(factors) + "rrr"))
+                                              "l" * len(factors) + "rrrr"))
     _write_csv(out / "results.csv", factors + [
-        "n_seeds", "n_questions", "mean", "ci_lo", "ci_hi", "ci_analytic_lo",
-        "ci_analytic_hi", "delta_vs_baseline", "delta_ci_lo", "delta_ci_hi", "p_holm",
-        "verdict"], csv_rows)
+        "n_seeds", "n_questions", "samples", "mean", "ci_lo", "ci_hi", "delta_vs_baseline",
+        "delta_ci_lo", "delta_ci_hi", "p_holm", "verdict"], csv_rows)
+
+
+def _comparison_rows(comps, pct):
+    rows = []
+    for c in comps:
+        name = tex_escape(c["tex_label"])
+        if c["delta"] is None:
+            rows.append([name, "--", "--", "not compared"])
+            continue
+        rows.append([name, stacked(fmt(c["delta"], pct, True), fmt_ci(c["ci"], pct, True)),
+                     fmt_p(c["p_adj"]), VERDICT_TEX.get(c["verdict"], str(c["verdict"]))])
+    return rows
 
 
 def comparisons_table(summary: dict, out: Path) -> None:
+    """comparisons.tex: the confirmatory family (Holm); comparisons_all_pairs.tex: the
+    exploratory family (Benjamini-Hochberg) when requested; comparisons.csv: both."""
     pct = is_pct(summary)
-    header = ["A", "B", r"$\Delta$ [95\% CI]", "$p$", r"$p_\mathrm{adj}$", "MDE", "Verdict"]
-    rows, csv_rows = [], []
-    for c in summary["comparisons"]:
-        rows.append([tex_escape(c["a_label"]), tex_escape(c["b_label"]),
-                     f"{fmt(c['delta'], pct, True)} {fmt_ci(c['ci'], pct, True)}",
-                     fmt_p(c["p"]), fmt_p(c["p_adj"]) + (f"$^{{{stars(c['p_adj'])}}}$"
-                                                          if stars(c["p_adj"]) else ""),
-                     fmt(c["mde"], pct), c["verdict"]])
-        csv_rows.append([c["family"], c["correction"], c.get("kind"), c["a_label"],
-                         c["b_label"], c["delta"], c["ci"][0], c["ci"][1], c["p"],
-                         c["p_adj"], c["mde"], c["verdict"], c.get("p_improvement"),
-                         *(c.get("ci_simultaneous") or [None, None]),
-                         c.get("seeds_needed")])
-    caption = ("Paired differences A $-$ B (questions shared, seeds resampled within "
-               "cells). Confirmatory family (each cell and factor main effect vs the "
-               "baseline): Holm; all pairs: Benjamini--Hochberg. Non-significant "
-               "differences below the minimum detectable effect (MDE, 80\\% power) are "
-               "inconclusive.")
-    (out / "comparisons.tex").write_text(_tabular(header, rows, caption, "tab:comparisons",
-                                                  "llrrrrl"))
+    unit = " (points)" if pct else ""
+    words = summary.get("metric_words", summary["metric"])
+    sesoi = fmt(summary.get("sesoi"), pct)
+    for family, name, corr, short in (
+            ("confirmatory", "comparisons", "Holm", "Holm"),
+            ("all_pairs", "comparisons_all_pairs", "Benjamini--Hochberg", "BH")):
+        comps = [c for c in summary["comparisons"] if c["family"] == family]
+        if family == "all_pairs" and not comps:
+            continue
+        header = ["Comparison", r"$\Delta$", rf"$p_\mathrm{{{short}}}$",
+                  "Verdict"]
+        order = "/".join(factor_name(f, summary) for f in summary["factors"])
+        against = (f"against the baseline ({tex_escape(summary['baseline_short'])}); rows "
+                   "name the factors that differ from it (several: their values as "
+                   f"{tex_escape(order)})" if family == "confirmatory"
+                   else "between every pair of cells (exploratory); rows give the values "
+                   f"of the factors that differ, then of those shared, as {tex_escape(order)}")
+        caption = (f"Differences in {words}{unit} {against}, on the questions both cells "
+                   f"evaluated; {_interval_words(summary)}; $p$ adjusted by {corr}. "
+                   f"Better/worse: adjusted $p<{summary['alpha']}$; equivalent: the 90\\% "
+                   f"interval lies within $\\pm${sesoi}{unit} (TOST).")
+        (out / f"{name}.tex").write_text(_tabular(header, _comparison_rows(comps, pct),
+                                                  caption, f"tab:{name}", "lrrl"))
     _write_csv(out / "comparisons.csv", [
-        "family", "correction", "kind", "a", "b", "delta", "ci_lo", "ci_hi", "p", "p_adj",
-        "mde", "verdict", "p_improvement", "sim_ci_lo", "sim_ci_hi", "seeds_needed"],
-        csv_rows)
+        "family", "correction", "kind", "a", "b", "label", "n_questions", "delta", "ci_lo",
+        "ci_hi", "se", "df", "p", "p_adj", "mde", "verdict", "p_improvement", "sim_ci_lo",
+        "sim_ci_hi", "seeds_needed", "warnings"],
+        [[c["family"], c["correction"], c.get("kind"), c["a_label"], c["b_label"],
+          c["label"], c["n_questions"], c["delta"], *(c["ci"] or [None, None]), c["se"],
+          c["df"], c["p"], c["p_adj"], c["mde"], c["verdict"], c.get("p_improvement"),
+          *(c.get("ci_simultaneous") or [None, None]), c.get("seeds_needed"),
+          "; ".join(c["warnings"])] for c in summary["comparisons"]])
 
 
 def behaviour_table(summary: dict, out: Path) -> None:
-    names = []
-    for c in summary["cells"]:
-        for k in c.get("behaviour", {}):
-            if k not in names:
-                names.append(k)
-    rnames = []
-    for c in summary["cells"]:
-        for k in c.get("reward", {}):
-            if k not in rnames:
-                rnames.append(k)
-    header = ["Cell"] + [tex_escape(n) for n in names + rnames]
+    """The behaviour table of the case study, each value with its 95% interval."""
+    names = [n for n in BEHAVIOUR_TABLE
+             if any(n in c.get("behaviour", {}) for c in summary["cells"])]
+    extra = [n for n in BEHAVIOUR if n not in BEHAVIOUR_TABLE
+             and any(n in c.get("behaviour", {}) for c in summary["cells"])]
+    header = ["Cell"] + [BEHAVIOUR_HEAD[n] + (" (\\%)" if n in RATES else "") for n in names]
     rows, csv_rows = [], []
     for c in summary["cells"]:
-        vals = [c["behaviour"].get(n, {}).get("mean") for n in names] + \
-               [c["reward"].get(n, {}).get("mean") for n in rnames]
-        rows.append([tex_escape(c["label"])] + [fmt(v, False) for v in vals])
-        csv_rows.append([c["label"]] + vals)
-    caption = ("Behaviour metrics and reward components at the analysed step (mean over "
-               "seeds of per-seed means over questions).")
+        vals = [c["behaviour"].get(n) for n in names]
+        rows.append([tex_escape(c["short_label"])] + [
+            "--" if v is None else stacked(fmt(v["mean"], n in RATES),
+                                           fmt_ci(v["ci"], n in RATES))
+            for n, v in zip(names, vals)])
+        row = [c["label"]]
+        for v in vals + [c["behaviour"].get(n) for n in extra]:
+            row += [None, None, None] if v is None else [v["mean"], *v["ci"]]
+        csv_rows.append(row)
+    caption = ("Behaviour at the analysed step (mean over seeds of per-seed means over "
+               f"questions), {_interval_words(summary)}. Keywords per search; searches per "
+               "episode; episodes with an answer; episodes ending in \\emph{I don't know}; "
+               "episodes citing a message never seen; turns per episode.")
     (out / "behaviour.tex").write_text(_tabular(header, rows, caption, "tab:behaviour",
-                                                "l" + "r" * (len(header) - 1)))
-    _write_csv(out / "behaviour.csv", ["cell"] + names + rnames, csv_rows)
+                                                "l" + "r" * len(names), wide=True))
+    _write_csv(out / "behaviour.csv", ["cell"] + [f"{x}_{n}" for n in names + extra
+                                                  for x in ("mean", "ci_lo", "ci_hi")],
+               csv_rows)
 
 
 def hops_table(summary: dict, out: Path) -> None:
@@ -183,16 +259,17 @@ def hops_table(summary: dict, out: Path) -> None:
     rows, csv_rows = [], []
     for c in summary["cells"]:
         cells = [c["by_hops"].get(h) for h in hops]
-        rows.append([tex_escape(c["label"])] + [
-            "--" if v is None else f"{fmt(v['mean'], pct)} {fmt_ci(v['ci'], pct)}"
+        rows.append([tex_escape(c["short_label"])] + [
+            "--" if v is None else stacked(fmt(v["mean"], pct), fmt_ci(v["ci"], pct))
             for v in cells])
         row = [c["label"]]
         for v in cells:
             row += [None, None, None] if v is None else [v["mean"], *v["ci"]]
         csv_rows.append(row)
-    caption = "Accuracy by hop count with two-level bootstrap 95\\% CIs."
+    words = summary.get("metric_words", summary["metric"])
+    caption = f"{words.capitalize()} by number of hops, {_interval_words(summary)}."
     (out / "hops.tex").write_text(_tabular(header, rows, caption, "tab:hops",
-                                           "l" + "r" * len(hops)))
+                                           "l" + "r" * len(hops), wide=len(hops) > 2))
     _write_csv(out / "hops.csv", ["cell"] + [f"{x}_{h}" for h in hops
                                              for x in ("mean", "ci_lo", "ci_hi")], csv_rows)
 
@@ -202,13 +279,20 @@ def mde_tables(summary: dict, out: Path) -> None:
     if not t:
         return
     pct = is_pct(summary)
-    header = ["Seeds per cell"] + [f"{q} questions" for q in t["questions"]]
+    plan = summary["planning"]
+    header = ["Seeds"] + [f"$Q={q}$" for q in t["questions"]]
     rows = [[str(r["seeds"])] + [fmt(v, pct) for v in r["mde"]] for r in t["rows"]]
-    caption = ("Minimum detectable difference between two cells (two-sided $\\alpha=0.05$, "
-               "80\\% power) by seeds per cell and questions, from the seed, residual and "
-               "question-by-cell variance estimated on this sweep.")
+    need = plan["seeds_needed"]["seeds"]
+    rows.append([f"Seeds for {fmt(summary['sesoi'], pct)}"]
+                + [">50" if s is None else str(s) for s in need])
+    unit = " (points)" if pct else ""
+    caption = (f"Minimum detectable difference{unit} between two cells (two-sided "
+               f"$\\alpha={summary['alpha']}$, {int(100 * summary['power'])}\\% power) by "
+               "seeds per cell and questions, from the variance components of this sweep; "
+               "last row: seeds per cell needed to detect the smallest effect of interest.")
     (out / "mde.tex").write_text(_tabular(header, rows, caption, "tab:mde",
-                                          "l" + "r" * len(t["questions"])))
+                                          "l" + "r" * len(t["questions"]),
+                                          wide=len(t["questions"]) > 4))
     _write_csv(out / "mde.csv", ["seeds"] + [f"q{q}" for q in t["questions"]],
                [[r["seeds"]] + r["mde"] for r in t["rows"]])
 

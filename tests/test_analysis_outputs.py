@@ -2,6 +2,7 @@
 written in the runner's shape (.hydra/config.yaml, eval.jsonl, metrics.jsonl, COMPLETE)."""
 import csv
 import json
+import re
 import math
 import shutil
 import subprocess
@@ -16,12 +17,14 @@ from analysis import cli, figures
 from analysis.collect import AnalysisError, collect, infer_factors
 from analysis.summary import analyse
 from analysis.synthetic import base_config, write_run, write_sweep
-from analysis.tables import fmt, fmt_ci, fmt_p
+from analysis.report import p_is
+from analysis.tables import COLUMN_CHARS, cell_width, fmt, fmt_ci, stacked, tex_minus
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = ["learning_curves", "forest", "hops", "behaviour", "factor_intervals",
            "training"]
 TABLES = ["results", "comparisons", "hops", "behaviour", "mde"]
+BASE = {"reward": "naive", "algo": "dapo"}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +39,8 @@ def sweep_dir(tmp_path_factory):
 def cli_out(sweep_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
     proc = subprocess.run([sys.executable, "-m", "analysis", str(sweep_dir), "--out",
-                           str(out), "--B", "1000", "--rng-seed", "3"],
+                           str(out), "--B", "1000", "--rng-seed", "3", "--baseline",
+                           "reward=naive,algo=dapo", "--all-pairs"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return out
@@ -88,8 +92,11 @@ def test_incomplete_failed_and_missing_cells_are_listed(tmp_path):
     assert sw.failed[0]["reason"] == "no eval.jsonl" and sw.failed[0]["seed"] == 9
     assert sw.missing == [{"factors": {"algo.name": "grpo", "reward.name": "shaped"},
                            "reason": "no run in the grid"}]
-    s = analyse(sw, B=200)
+    s = analyse(sw, B=200, baseline={"reward": "naive", "algo": "grpo"})
     assert s["cells"][0]["n_seeds"] == 1 and s["cells"][0]["question_noise_only"]
+    one = [c for c in s["comparisons"] if c["a"] == sw.cells[0].factors][0]
+    assert one["p"] is None and one["p_adj"] is None and one["verdict"] is None
+    assert "one seed" in " ".join(one["warnings"])
     assert collect([tmp_path], include_incomplete=True).cells[0].seeds == (0, 1)
 
 
@@ -101,9 +108,9 @@ def test_corrupt_eval_jsonl_is_named(tmp_path, capsys):
     lines[3] = lines[3][:25]
     bad.write_text("\n".join(lines) + "\n")
     with pytest.raises(AnalysisError, match=r"eval\.jsonl: line 4 is not valid JSON"):
-        analyse(collect([tmp_path]), B=100)
+        analyse(collect([tmp_path]), B=100, baseline={"algo": "grpo"})
     assert cli.main([str(tmp_path), "--out", str(tmp_path / "o"), "--B", "100",
-                     "--no-figures"]) == 2
+                     "--no-figures", "--baseline", "algo=grpo"]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and "line 4" in err
 
@@ -158,17 +165,20 @@ def test_summary_contract_and_values(summary, sweep_dir):
                                                   c["factors"]["reward.name"])], abs=1e-12)
         assert c["mean"] == pytest.approx(np.mean(c["seed_means"]), abs=1e-12)
         assert c["ci"][0] < c["mean"] < c["ci"][1]
-        assert set(c["behaviour"]) >= {"keywords_per_search", "zero_hit_rate",
-                                       "read_after_hit_rate", "answer_rate",
-                                       "fabricated_source_rate", "mean_turns"}
+        assert set(c["behaviour"]) >= {"keywords_per_search", "searches", "answer_rate",
+                                       "idk_rate", "fabricated_source_rate", "mean_turns"}
+        for v in c["behaviour"].values():
+            assert v["ci"][0] <= v["mean"] <= v["ci"][1]
         assert set(c["reward"]) == {"reward", "reward/process", "reward/witness",
                                     "reward/correctness"}
     for cmp in summary["comparisons"]:
         assert set(cmp) >= {"a", "b", "delta", "ci", "p", "p_adj", "family", "mde"}
-        assert cmp["p"] <= cmp["p_adj"] <= 1
-        assert cmp["verdict"] in {"significant", "inconclusive", "not significant"}
-        if cmp["verdict"] == "inconclusive":
-            assert abs(cmp["delta"]) < cmp["mde"] and cmp["p_adj"] >= 0.05
+        assert cmp["p"] <= cmp["p_adj"] <= 1 and cmp["n_questions"] == 30
+        assert cmp["verdict"] in {"better", "worse", "equivalent", "inconclusive"}
+        # one interval construction: significant exactly when the 95% CI excludes 0
+        assert (cmp["p"] < 0.05) == (cmp["ci"][0] > 0 or cmp["ci"][1] < 0)
+        if cmp["verdict"] in ("better", "worse"):
+            assert cmp["p_adj"] < 0.05 and (cmp["delta"] > 0) == (cmp["verdict"] == "better")
     fam = defaultdict(int)
     for cmp in summary["comparisons"]:
         fam[(cmp["family"], cmp["kind"])] += 1
@@ -177,31 +187,44 @@ def test_summary_contract_and_values(summary, sweep_dir):
     # the large shaped+dapo effect is detected against the baseline (dapo, naive)
     best = [c for c in summary["comparisons"] if c["family"] == "confirmatory"
             and c["a"] == {"algo.name": "dapo", "reward.name": "shaped"}][0]
-    assert best["delta"] > 0.15 and best["verdict"] == "significant"
+    assert best["delta"] > 0.15 and best["verdict"] == "better"
+    assert best["label"] == "reward=shaped" and best["vs"] == "reward=naive"
+    assert summary["baseline_source"] == "--baseline" and summary["sesoi"] == 0.03
 
 
 def test_identical_cells_through_the_pipeline(tmp_path):
     write_sweep(tmp_path, rewards=("naive", "shaped"), algos=("grpo",), seeds=(0, 1, 2),
                 n_questions=20, steps=(0, 3), identical=True)
-    s = analyse(collect([tmp_path]), B=500)
+    s = analyse(collect([tmp_path]), B=500, baseline={"reward": "naive"})
     (c,) = [c for c in s["comparisons"] if c["family"] == "confirmatory"]
-    assert c["delta"] == 0.0 and c["ci"] == [0.0, 0.0] and c["p"] == 1.0
-    assert c["verdict"] != "significant" and s["cells"][0]["ci"][1] > s["cells"][0]["ci"][0]
+    # the same data in two cells: no difference; seeds count as independent runs
+    assert c["delta"] == 0.0 and c["p"] == 1.0 and c["ci"][0] < 0 < c["ci"][1]
+    assert c["verdict"] in ("equivalent", "inconclusive")
 
 
 def test_baseline_option_and_swap(sweep_dir):
     sw = collect([sweep_dir])
     s = analyse(sw, B=500, baseline={"reward": "shaped", "algo": "grpo"}, with_curves=False)
     assert s["baseline_label"] == "algo=grpo, reward=shaped"
-    s0 = analyse(collect([sweep_dir]), B=500, with_curves=False)
+    s0 = analyse(collect([sweep_dir]), B=500, with_curves=False, baseline=BASE,
+                 all_pairs=True)
     d = {(c["a_label"], c["b_label"]): c for c in s["comparisons"]
          if c["family"] == "confirmatory" and c["kind"] == "cell"}
-    for c in s0["comparisons"]:
-        if c["family"] == "all_pairs" and (c["b_label"], c["a_label"]) in d:
-            o = d[(c["b_label"], c["a_label"])]
-            assert o["delta"] == -c["delta"] and o["ci"] == [-c["ci"][1], -c["ci"][0]]
+    n = 0
+    for c in s0["comparisons"]:        # the same pairs, computed for another baseline
+        if c["family"] == "all_pairs" and (c["a_label"], c["b_label"]) in d:
+            o = d[(c["a_label"], c["b_label"])]
+            assert o["delta"] == c["delta"] and o["ci"] == c["ci"] and o["p"] == c["p"]
+            n += 1
+    assert n == 3
     with pytest.raises(AnalysisError, match="matches 2 cells"):
         analyse(collect([sweep_dir]), B=100, baseline={"reward": "shaped"})
+    # no silent default: more than one cell and no baseline is an error
+    with pytest.raises(AnalysisError, match="no baseline"):
+        analyse(collect([sweep_dir]), B=100)
+    assert not [c for c in analyse(collect([sweep_dir]), B=100, baseline=BASE,
+                                   with_curves=False)["comparisons"]
+                if c["family"] == "all_pairs"]           # all pairs are opt-in
 
 
 # ---------------------------------------------------------------- rendered outputs
@@ -218,49 +241,72 @@ def test_cli_writes_all_files(cli_out):
 
 def test_report_numbers_equal_summary(cli_out, summary):
     text = (cli_out / "report.md").read_text()
+    assert "Baseline: **algo=dapo, reward=naive** (from --baseline)" in text
+    assert "SESOI): ±3.0 points" in text
     for c in summary["cells"]:
         line = [x for x in text.splitlines() if x.startswith(f"| {c['label']} |")][0]
-        assert fmt(c["mean"]) in line and fmt_ci(c["ci"]) in line
-        assert fmt_ci(c["ci_analytic"]) in line
+        assert f"| {c['n_seeds']} | {c['n_questions']} | {fmt(c['mean'])} | " \
+               f"{fmt_ci(c['ci'])}" in line
     for c in summary["comparisons"]:
         sentence = [x for x in text.splitlines()
-                    if x.lstrip("- *").startswith(f"{c['a_label']} vs {c['b_label']}:")]
-        assert sentence, c["a_label"]
+                    if x.startswith(f"- {c['label']} vs {c['vs']}:")]
+        assert sentence, c["label"]
         s = sentence[0]
         assert f"Δ = {fmt(c['delta'], True, True)}" in s
         assert f"95% CI {fmt(c['ci'][0], True, True)} to {fmt(c['ci'][1], True, True)}" in s
-        assert f"adjusted p = {fmt_p(c['p_adj'])}" in s
-        assert c["verdict"] in s
+        assert f"adjusted {p_is(c['p_adj'])}" in s and f"— {c['verdict']}:" in s
     for r in summary["mde_table"]["rows"]:
         assert f"| {r['seeds']} | " + " | ".join(fmt(v) for v in r["mde"]) + " |" in text
+    assert "## Behaviour" in text and "\"I don't know\" rate (%)" in text
+
+
+def _tex_rows(tex: str) -> list[list[str]]:
+    body = tex.split("\\midrule")[1].split("\\bottomrule")[0]
+    return [r.split(" & ") for r in body.strip().split(" \\\\\n") if r.strip()]
 
 
 def test_tables_numbers_equal_summary(cli_out, summary):
     with open(cli_out / "results.csv") as fh:
         rows = list(csv.DictReader(fh))
     tex = (cli_out / "results.tex").read_text()
-    assert r"\toprule" in tex and r"\bottomrule" in tex
-    best = max(c["mean"] for c in summary["cells"])
+    assert "\\toprule" in tex and "\\bottomrule" in tex and "Held-out accuracy" in tex
     for c, r in zip(summary["cells"], rows):
-        assert float(r["mean"]) == c["mean"]
+        assert float(r["mean"]) == c["mean"] and int(r["n_questions"]) == c["n_questions"]
         assert [float(r["ci_lo"]), float(r["ci_hi"])] == c["ci"]
-        assert f"{fmt(c['mean'])}" in tex and fmt_ci(c["ci"]) in tex
-        if c["mean"] == best:
-            assert rf"\textbf{{{fmt(c['mean'])}}}" in tex
+        assert tex_minus(stacked(fmt(c["mean"]), fmt_ci(c["ci"]))) in tex
     with open(cli_out / "comparisons.csv") as fh:
         crow = list(csv.DictReader(fh))
     assert len(crow) == len(summary["comparisons"])
     for c, r in zip(summary["comparisons"], crow):
         assert float(r["delta"]) == c["delta"] and float(r["p_adj"]) == c["p_adj"]
         assert [float(r["ci_lo"]), float(r["ci_hi"])] == c["ci"] and r["family"] == c["family"]
-    sig = [c for c in summary["comparisons"] if c["family"] == "confirmatory"
-           and c["kind"] == "cell" and c["p_adj"] < 0.05]
-    for c in sig:
-        assert f"{fmt(c['delta'], True, True)}$^{{" in tex
     with open(cli_out / "mde.csv") as fh:
         m = list(csv.reader(fh))[1:]
     assert [[float(x) for x in r[1:]] for r in m] == [r["mde"] for r in
                                                      summary["mde_table"]["rows"]]
+
+
+def test_latex_tables_are_well_formed_and_fit_a_column(cli_out, summary):
+    """Structural check (no TeX engine on the test machines): booktabs, one family per
+    comparison table, every row with the header's column count, braces balanced, and
+    comparison rows short enough for a single-column float (about 60 characters of
+    text at \\small)."""
+    for name in TABLES + ["comparisons_all_pairs"]:
+        tex = (cli_out / f"{name}.tex").read_text()
+        assert tex.count("{") - tex.count("\\{") == tex.count("}") - tex.count("\\}")
+        align = tex.split("\\begin{tabular}{")[1].split("}")[0]
+        header = tex.split("\\toprule\n")[1].split(" \\\\")[0].split(" & ")
+        assert len(header) == len(align), name
+        for row in _tex_rows(tex):
+            assert len(row) == len(align), (name, row)
+    conf = (cli_out / "comparisons.tex").read_text()
+    pairs = (cli_out / "comparisons_all_pairs.tex").read_text()
+    assert "\\begin{table}[t]" in conf and "Holm" in conf and "Benjamini" not in conf
+    assert "Benjamini" in pairs and len(_tex_rows(conf)) == 5 and len(_tex_rows(pairs)) == 6
+    for row in _tex_rows(conf):
+        assert sum(cell_width(c) + 1 for c in row) <= COLUMN_CHARS, row
+    body = conf.split("\\midrule")[1]
+    assert not re.search(r"(?<![$A-Za-z0-9.])-\d", body)       # minus signs, not hyphens
 
 
 def test_figures_plot_summary_numbers(summary, tmp_path):
@@ -268,21 +314,31 @@ def test_figures_plot_summary_numbers(summary, tmp_path):
     conf = [c for c in summary["comparisons"] if c["family"] == "confirmatory"]
     assert plotted["forest"]["delta"] == [c["delta"] for c in conf]
     assert plotted["forest"]["ci"] == [c["ci"] for c in conf]
-    assert plotted["forest"]["mde"] == [c["mde"] for c in conf]
+    assert plotted["forest"]["labels"] == [c["label"] for c in conf]
     for c in summary["cells"]:
         assert plotted["hops"][c["label"]]["mean"] == [c["by_hops"][h]["mean"]
                                                         for h in summary["hops"]]
-        assert plotted["learning_curves"][c["label"]]["mean"] == c["curve"]["mean"]
+        cur = plotted["learning_curves"][c["label"]]
+        assert cur["mean"] == c["curve"]["mean"] and cur["lo"] == c["curve"]["lo"]
+        # the last point of the curve is the table's estimate with the table's interval
         assert c["curve"]["mean"][-1] == pytest.approx(c["mean"], abs=1e-12)
-    assert set(plotted["behaviour"]) >= {"answer_rate", "mean_turns"}
+        assert [c["curve"]["lo"][-1], c["curve"]["hi"][-1]] == pytest.approx(c["ci"])
+    assert set(plotted["behaviour"]) >= {"answer_rate", "mean_turns", "idk_rate"}
     for c in summary["cells"]:
         assert plotted["training"][c["label"]] == c["train_curves"]["reward/mean"]["mean"]
-        assert len(c["train_curves"]["reward/mean"]["steps"]) == 10
     levels = plotted["factor_intervals"]["reward.name"]
     fl = {r["level"]: r for r in summary["factor_levels"] if r["factor"] == "reward.name"}
     assert levels["shaped"] == (fl["shaped"]["mean"], fl["shaped"]["ci"])
     assert math.isclose(fl["shaped"]["mean"], np.mean(
         [c["mean"] for c in summary["cells"] if c["factors"]["reward.name"] == "shaped"]))
+
+
+def test_parallel_figures_plot_the_same_numbers(summary, tmp_path):
+    seq = figures.write_all(summary, tmp_path / "seq", workers=1)
+    par = figures.write_all(summary, tmp_path / "par", workers=2)
+    assert par == seq
+    assert {p.name for p in (tmp_path / "par").iterdir()} == \
+        {p.name for p in (tmp_path / "seq").iterdir()}
 
 
 def test_plain_config_yaml_runs_and_single_cell(tmp_path):
@@ -313,7 +369,175 @@ def test_spec_file_sets_baseline_and_b(sweep_dir, tmp_path):
                      "--no-figures"]) == 0
     s = json.loads((out / "summary.json").read_text())
     assert s["baseline_label"] == "algo=grpo, reward=shaped"
+    assert s["baseline_source"] == str(spec)
     assert s["bootstrap"]["B"] == 300 and s["bootstrap"]["rng_seed"] == 4
     assert cli.main([str(sweep_dir), "--out", str(out), "--spec", str(spec), "--B", "200",
                      "--no-figures"]) == 0
     assert json.loads((out / "summary.json").read_text())["bootstrap"]["B"] == 200
+
+
+# ---------------------------------------------------------------- inputs, shared questions
+def _rows(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def _write_rows(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_string_values_are_errors_naming_file_and_line(tmp_path, capsys):
+    write_sweep(tmp_path, rewards=("naive",), algos=("grpo", "dapo"), seeds=(0, 1),
+                n_questions=6, steps=(0,))
+    bad = tmp_path / "reward=naive,algo=dapo,seed=1" / "eval.jsonl"
+    rows = _rows(bad)
+    rows[4]["correct"] = "yes"
+    _write_rows(bad, rows)
+    with pytest.raises(AnalysisError, match=r"eval\.jsonl:5: 'correct' is 'yes' \(str\)"):
+        analyse(collect([tmp_path]), B=100, baseline={"algo": "grpo"})
+    assert cli.main([str(tmp_path), "--out", str(tmp_path / "o"), "--baseline", "algo=grpo",
+                     "--no-figures"]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:5" in err and "Traceback" not in err
+
+
+def test_empty_eval_file_is_listed_not_fatal(tmp_path):
+    write_sweep(tmp_path, rewards=("naive",), algos=("grpo", "dapo"), seeds=(0, 1, 2),
+                n_questions=8, steps=(0,))
+    empty = tmp_path / "reward=naive,algo=dapo,seed=2" / "eval.jsonl"
+    empty.write_text("")
+    s = analyse(collect([tmp_path]), B=100, baseline={"algo": "grpo"}, with_curves=False)
+    assert [f["reason"] for f in s["failed"]] == ["eval.jsonl is empty"]
+    assert s["failed"][0]["path"] == str(empty.parent)
+    assert [c["n_seeds"] for c in s["cells"]] == [2, 3]
+
+
+def test_unequal_question_sets_use_the_intersection_with_a_warning(tmp_path):
+    write_sweep(tmp_path, rewards=("naive",), algos=("grpo", "dapo"), seeds=(0, 1, 2),
+                n_questions=20, steps=(0,))
+    for s in (0, 1, 2):                    # dapo evaluated only the first 12 questions
+        f = tmp_path / f"reward=naive,algo=dapo,seed={s}" / "eval.jsonl"
+        _write_rows(f, [r for r in _rows(f) if int(r["task_id"][1:]) < 12])
+    s = analyse(collect([tmp_path]), B=100, baseline={"algo": "grpo"}, with_curves=False)
+    assert [c["n_questions"] for c in s["cells"]] == [12, 20]
+    (c,) = s["comparisons"]
+    assert c["n_questions"] == 12 and "different question sets (12 vs 20)" in c["warnings"][0]
+    grpo = [_rows(tmp_path / f"reward=naive,algo=grpo,seed={k}" / "eval.jsonl")
+            for k in (0, 1, 2)]
+    dapo = [_rows(tmp_path / f"reward=naive,algo=dapo,seed={k}" / "eval.jsonl")
+            for k in (0, 1, 2)]
+
+    def mean(runs):   # per question over samples, then questions, then seeds
+        out = []
+        for rows in runs:
+            per_q = defaultdict(list)
+            for r in rows:
+                if int(r["task_id"][1:]) < 12:
+                    per_q[r["task_id"]].append(float(r["correct"]))
+            out.append(np.mean([np.mean(v) for v in per_q.values()]))
+        return np.mean(out)
+    assert c["delta"] == pytest.approx(mean(dapo) - mean(grpo), abs=1e-12)
+    report = __import__("analysis.report", fromlist=["render"]).render(s)
+    assert "## Warnings" in report and "different question sets" in report
+
+
+def test_disjoint_question_sets_are_never_compared(tmp_path):
+    write_sweep(tmp_path, rewards=("naive",), algos=("grpo", "dapo"), seeds=(0, 1),
+                n_questions=10, steps=(0,))
+    for s in (0, 1):
+        f = tmp_path / f"reward=naive,algo=dapo,seed={s}" / "eval.jsonl"
+        _write_rows(f, [{**r, "task_id": "other-" + r["task_id"]} for r in _rows(f)])
+    s = analyse(collect([tmp_path]), B=100, baseline={"algo": "grpo"}, with_curves=False)
+    (c,) = s["comparisons"]
+    assert c["delta"] is None and c["p"] is None and c["verdict"] is None
+    assert c["n_questions"] == 0 and "no shared questions" in " ".join(s["warnings"])
+
+
+def test_mixed_evaluation_settings_warn(tmp_path):
+    rng = np.random.default_rng(0)
+    for k, samples in ((0, 2), (1, 4)):
+        for s in (0, 1):
+            cfg = base_config(s, "shaped", "grpo")
+            cfg["eval"]["samples"] = samples
+            write_run(tmp_path / f"k{samples}_s{s}", cfg, rng, np.zeros(8), np.ones(8, int),
+                      steps=(0,), K=samples)
+    s = analyse(collect([tmp_path]), B=100, baseline={"eval.samples": 2}, with_curves=False)
+    text = " ".join(s["warnings"])
+    assert "cells differ in evaluation settings (eval.samples)" in text
+    assert "different samples per question (eval.samples 4 vs 2)" in text
+
+
+def test_mixed_experiments_and_bad_sesoi_are_named(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    for name in ("enronhop_rewards", "enronhop_paper"):
+        cfg = base_config(0, "shaped", "grpo")
+        cfg["experiment"] = name
+        write_run(tmp_path / name, cfg, rng, np.zeros(6), np.ones(6, int), steps=(0,))
+    sw = collect([tmp_path])
+    assert "runs of different experiments are mixed" in sw.warnings[0]
+    assert str(tmp_path / "enronhop_paper" / ".hydra" / "config.yaml") in sw.warnings[0]
+    spec = tmp_path / "analysis.yaml"
+    spec.write_text("sesoi: three points\n")
+    assert cli.main([str(tmp_path), "--out", str(tmp_path / "o"), "--spec", str(spec),
+                     "--no-figures"]) == 2
+    err = capsys.readouterr().err
+    assert f"{spec}: sesoi (or --sesoi) is 'three points'" in err
+
+
+def test_seeds_at_different_steps_warn(tmp_path):
+    write_sweep(tmp_path, rewards=("naive",), algos=("grpo", "dapo"), seeds=(0, 1),
+                n_questions=8, steps=(0, 4))
+    f = tmp_path / "reward=naive,algo=dapo,seed=1" / "eval.jsonl"
+    _write_rows(f, [r for r in _rows(f) if r["step"] == 0])
+    s = analyse(collect([tmp_path]), B=100, baseline={"algo": "grpo"}, with_curves=False)
+    text = " ".join(s["warnings"])
+    assert "algo=dapo: its seeds are analysed at different steps (0/4)" in text
+    assert "evaluated at different steps (0/4 vs 4)" in text
+    aligned = analyse(collect([tmp_path]), B=100, baseline={"algo": "grpo"}, step=0,
+                      with_curves=False)
+    assert not [w for w in aligned["warnings"] if "step" in w]
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no TeX engine installed")
+def test_latex_tables_compile(cli_out, tmp_path):
+    doc = tmp_path / "tables.tex"
+    inputs = "".join(f"\\input{{{cli_out / t}.tex}}\n"
+                     for t in TABLES + ["comparisons_all_pairs"])
+    doc.write_text("\\documentclass[twocolumn]{article}\n\\usepackage{booktabs}\n"
+                   "\\begin{document}\n" + inputs + "\\end{document}\n")
+    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error",
+                           doc.name], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "Overfull \\hbox" not in proc.stdout        # every table fits its float
+
+
+def test_experiment_analysis_yaml_is_found_from_the_runs(tmp_path):
+    """Runs of +experiment=enronhop_rewards take baseline and SESOI from
+    experiments/enronhop_rewards/analysis.yaml, and the report says so."""
+    write_sweep(tmp_path, rewards=("naive", "shaped"), algos=("grpo",), seeds=(0, 1),
+                n_questions=6, steps=(0,))
+    for cfg in tmp_path.glob("*/.hydra/config.yaml"):
+        cfg.write_text(cfg.read_text().replace("experiment: null",
+                                               "experiment: enronhop_rewards"))
+    out = tmp_path / "o"
+    assert cli.main([str(tmp_path), "--out", str(out), "--no-figures"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    spec = REPO / "experiments" / "enronhop_rewards" / "analysis.yaml"
+    assert s["baseline_source"] == str(spec) and s["baseline_label"] == "reward=shaped"
+    assert s["sesoi"] == 0.03 and f"(from {spec})" in (out / "report.md").read_text()
+
+
+def test_run_still_writing_is_read_up_to_its_last_full_line(tmp_path):
+    write_sweep(tmp_path, rewards=("naive",), algos=("grpo", "dapo"), seeds=(0, 1),
+                n_questions=5, steps=(0,))
+    run = tmp_path / "reward=naive,algo=dapo,seed=1"
+    (run / "COMPLETE").unlink()
+    text = (run / "eval.jsonl").read_text()
+    (run / "eval.jsonl").write_text(text + text.splitlines()[0][:30])   # half a line
+    sw = collect([tmp_path], include_incomplete=True)
+    assert any("still being written" in w for w in sw.warnings)
+    s = analyse(sw, B=100, baseline={"algo": "grpo"}, with_curves=False)
+    assert [c["n_seeds"] for c in s["cells"]] == [2, 2]
+    (run / "COMPLETE").write_text("")          # a finished run must not be truncated
+    with pytest.raises(AnalysisError, match=r"line 11 is not valid JSON"):
+        collect([tmp_path])

@@ -1,16 +1,15 @@
-"""Statistics of the analysis package: coverage, pairing, multiplicity, small formulas."""
+"""Statistics of the analysis package: estimators, intervals, verdicts, multiplicity,
+planning (calibration against simulated truths: test_analysis_calibration.py)."""
 import math
 
 import numpy as np
 import pytest
 from scipy import stats as sps
-from scipy.special import expit
 from statsmodels.stats.multitest import multipletests
 
 from analysis import stats as st
-from analysis.bootstrap import (CellData, lower_quantile, percentile_interval,
-                                question_weights, two_level_replicates)
-from analysis.compare import Contrasts
+from analysis.compare import evaluate, simultaneous
+from analysis.estimates import CellData
 
 P_VECTORS = [
     np.array([0.01, 0.04, 0.03, 0.005, 0.2, 0.5, 0.04, 1.0]),
@@ -36,153 +35,126 @@ def test_holm_and_bh_handle_empty():
     assert st.holm([]).size == 0 and st.benjamini_hochberg([]).size == 0
 
 
-# ---------------------------------------------------------------- coverage
-def _simulate(rng, R, S=5, Q=200, K=1, beta=0.0, sa=0.5, sb=1.5):
-    """R independent cells; truth = E over seeds and questions of expit(beta + a + b)."""
-    x, w = np.polynomial.hermite_e.hermegauss(80)
-    truth = float((w * expit(beta + math.hypot(sa, sb) * x)).sum() / w.sum())
-    cells = []
-    for r in range(R):
-        a, b = rng.normal(0, sa, S), rng.normal(0, sb, Q)
-        y = rng.binomial(K, expit(beta + b[:, None] + a[None, :])) / K
-        cells.append(CellData(y=y.astype(float), seeds=tuple(range(r * S, (r + 1) * S))))
-    return cells, truth
+# ---------------------------------------------------------------- estimators
+def _y(rng, Q=200, S=4, sa=0.05, sq=0.15, se=0.2):
+    return 0.5 + rng.normal(0, sq, (Q, 1)) + rng.normal(0, sa, S) + rng.normal(0, se, (Q, S))
 
 
-def _coverage(cells, truth, B, seed_level=True):
-    reps = two_level_replicates(cells, B=B, rng_seed=1, seed_level=seed_level,
-                                progress=False)
-    con = Contrasts(cells, reps)
-    boot = analytic = 0
-    for i in range(len(cells)):
-        r = con.evaluate({i: 1.0})
-        boot += r["ci"][0] <= truth <= r["ci"][1]
-        analytic += r["ci_analytic"][0] <= truth <= r["ci_analytic"][1]
-    return boot / len(cells), analytic / len(cells)
+def test_cell_variance_is_the_anova_unbiased_combination():
+    """Var-hat of a cell mean = (MS_seed + MS_question - MS_resid) / (S Q), the expected-
+    mean-square combination that counts the residual once."""
+    y = _y(np.random.default_rng(0))
+    Q, S = y.shape
+    ms_s, ms_e = st.mean_squares(y)
+    ms_q = S * np.var(y.mean(axis=1), ddof=1)
+    e = st.contrast([y], [1.0])
+    assert float(e.var) == pytest.approx((ms_s + ms_q - ms_e) / (S * Q), rel=1e-12)
+    assert float(e.estimate) == pytest.approx(y.mean()) and e.seed_df == S - 1
 
 
-def test_two_level_intervals_cover_truth_question_only_does_not():
-    # seeds carry real variance (logit sd 0.5), as in DESIGN.md sec. 4: 5 seeds x 200 q
-    cells, truth = _simulate(np.random.default_rng(2024), R=400)
-    two_level, analytic = _coverage(cells, truth, B=1000)
-    reps = two_level_replicates(cells, B=1000, rng_seed=1, seed_level=False,
-                                progress=False)
-    lo, hi = percentile_interval(reps, 0.025)
-    question_only = float(np.mean((lo <= truth) & (truth <= hi)))
-    # Monte Carlo SE of a coverage near 0.95 over 400 replications is about 0.011
-    assert two_level >= 0.93, two_level
-    assert analytic >= 0.93, analytic
-    assert question_only <= 0.80, question_only
-    assert two_level - question_only >= 0.15
+def test_components_recover_simulated_variances():
+    rng = np.random.default_rng(11)
+    y = 0.5 + rng.normal(0, 0.1, 400)[:, None] + rng.normal(0, 0.05, 8) \
+        + rng.normal(0, 0.2, (400, 8))
+    c = st.components(y)
+    assert c["sigma2_question"] == pytest.approx(0.01, rel=0.25)
+    assert c["sigma2_resid"] == pytest.approx(0.04, rel=0.05)
+    assert 0 < c["sigma2_seed"] < 0.01
 
 
-@pytest.mark.heavy
-def test_coverage_heavy_cells_and_differences():
-    rng = np.random.default_rng(7)
-    cells, truth = _simulate(rng, R=2000)
-    two_level, analytic = _coverage(cells, truth, B=2000)
-    assert two_level >= 0.93 and analytic >= 0.93
-    # paired difference of two cells with equal truth, same questions, different seeds
-    hits = 0
-    for r in range(400):
-        b = rng.normal(0, 1.5, 200)
-        pair = []
-        for k in range(2):
-            a = rng.normal(0, 0.5, 5)
-            y = rng.binomial(1, expit(b[:, None] + a[None, :])).astype(float)
-            pair.append(CellData(y=y, seeds=tuple(range(5 * k, 5 * k + 5))))
-        con = Contrasts(pair, two_level_replicates(pair, B=1000, rng_seed=r, progress=False))
-        lo, hi = con.evaluate({0: 1.0, 1: -1.0})["ci"]
-        hits += lo <= 0 <= hi
-    assert hits / 400 >= 0.93
+def test_variance_is_unbiased_in_repeated_sampling():
+    """Mean of Var-hat over 2000 replications equals the true variance of the estimate,
+    sigma2_e/(QS) + sigma2_seed/S + sigma2_question/Q (a two-level bootstrap counts the
+    residual about three times)."""
+    rng = np.random.default_rng(3)
+    R, Q, S = 2000, 100, 3
+    y = rng.normal(0, 0.3, (R, Q, S)) + rng.normal(0, 0.05, (R, 1, S)) \
+        + rng.normal(0, 0.2, (R, Q, 1))
+    e = st.contrast([y], [1.0])
+    true = 0.3 ** 2 / (Q * S) + 0.05 ** 2 / S + 0.2 ** 2 / Q
+    assert np.mean(e.var) == pytest.approx(true, rel=0.04)
+    assert np.var(e.estimate) == pytest.approx(true, rel=0.1)
 
 
-# ---------------------------------------------------------------- pairing
-def _cells(rng, identical_pair=True):
-    Q, S = 60, 4
-    b = rng.normal(0, 1, Q)
-    ys = [rng.binomial(2, expit(b[:, None] + rng.normal(0, .4, S))) / 2 for _ in range(3)]
-    if identical_pair:
-        ys[1] = ys[0].copy()
-    return [CellData(y=y, seeds=(0, 1, 2, 3)) for y in ys]
-
-
-def test_identical_cells_give_exact_zero_and_zero_width():
-    cells = _cells(np.random.default_rng(0))
-    con = Contrasts(cells, two_level_replicates(cells, B=2000, rng_seed=5, progress=False))
-    r = con.evaluate({0: 1.0, 1: -1.0})
-    assert r["estimate"] == 0.0
-    assert r["ci"] == [0.0, 0.0] and r["ci_analytic"] == [0.0, 0.0]
-    assert r["se_boot"] == 0.0 and r["p"] == 1.0 and r["p_boot"] == 1.0
-    other = con.evaluate({0: 1.0, 2: -1.0})
-    assert other["ci"][1] - other["ci"][0] > 0.01
+def _cell(y, qs=None, seeds=None):
+    Q, S = y.shape
+    return CellData(y=y, questions=list(range(Q)) if qs is None else qs,
+                    seeds=tuple(range(S)) if seeds is None else seeds)
 
 
 def test_swapping_a_and_b_flips_the_sign_only():
-    cells = _cells(np.random.default_rng(1), identical_pair=False)
-    cells[2] = CellData(y=cells[2].y[:, :3], seeds=(5, 6, 7))     # unpaired seeds too
-    con = Contrasts(cells, two_level_replicates(cells, B=3000, rng_seed=9, progress=False))
-    for a, b in ((0, 1), (0, 2)):
-        ab, ba = con.evaluate({a: 1.0, b: -1.0}), con.evaluate({b: 1.0, a: -1.0})
-        assert ab["estimate"] != 0 and ba["estimate"] == -ab["estimate"]
-        assert ba["ci"] == [-ab["ci"][1], -ab["ci"][0]]
-        assert ba["ci_analytic"] == pytest.approx([-ab["ci_analytic"][1],
-                                                   -ab["ci_analytic"][0]], abs=1e-15)
-        for k in ("p", "p_boot", "se_boot", "se_analytic", "df", "mde"):
-            assert ba[k] == ab[k], k
+    rng = np.random.default_rng(1)
+    data = [_cell(_y(rng, S=3)), _cell(_y(rng, S=4))]
+    ab, ba = evaluate(data, {0: 1.0, 1: -1.0}), evaluate(data, {1: 1.0, 0: -1.0})
+    assert ab["estimate"] == pytest.approx(-ba["estimate"], abs=1e-15)
+    assert ab["ci"] == pytest.approx([-ba["ci"][1], -ba["ci"][0]], abs=1e-14)
+    for k in ("p", "se", "df"):
+        assert ab[k] == pytest.approx(ba[k], rel=1e-12)
 
 
-def test_question_weights_are_shared_and_paired():
-    """A constant shift of one cell on every question and seed has a zero-width interval:
-    the comparison is paired on questions and on seeds."""
+def test_interval_and_p_value_never_disagree():
+    rng = np.random.default_rng(5)
+    est, se = rng.normal(0, 1, 5000), rng.uniform(0.1, 1, 5000)
+    df = rng.choice([1.5, 3.0, 8.0, 60.0, np.inf], 5000)
+    lo, hi = st.interval(est, se, df, 0.05)
+    p = st.p_value(est, se, df)
+    np.testing.assert_array_equal(p < 0.05, (lo > 0) | (hi < 0))
+
+
+def test_zero_se_gives_no_p_unless_no_difference():
+    assert np.isnan(st.p_value(0.1, 0.0, 5.0)) and st.p_value(0.0, 0.0, 5.0) == 1.0
+
+
+def test_one_seed_gives_question_only_interval_and_no_p():
+    rng = np.random.default_rng(2)
+    data = [_cell(_y(rng, S=1)), _cell(_y(rng, S=3))]
+    r = evaluate(data, {0: 1.0, 1: -1.0})
+    assert not r["inferential"] and r["p"] is None and r["ci"][0] < r["ci"][1]
+    assert st.verdict(r["estimate"], r["se"], r["df"], r["p"], 0.03) is None
+
+
+def test_disjoint_questions_are_not_compared_and_unequal_use_the_intersection():
     rng = np.random.default_rng(4)
-    y = rng.binomial(1, 0.5, (80, 3)).astype(float) * 0.5
-    cells = [CellData(y=y, seeds=(0, 1, 2)), CellData(y=y + 0.25, seeds=(0, 1, 2))]
-    con = Contrasts(cells, two_level_replicates(cells, B=1000, progress=False))
-    r = con.evaluate({1: 1.0, 0: -1.0})
-    assert r["estimate"] == pytest.approx(0.25)
-    assert r["ci"] == pytest.approx([0.25, 0.25], abs=1e-6)
+    a, b = _y(rng, Q=40, S=3), _y(rng, Q=40, S=3)
+    data = [_cell(a, qs=list(range(40))), _cell(b, qs=list(range(40, 80)))]
+    assert evaluate(data, {0: 1.0, 1: -1.0}) == {"estimate": None, "n_questions": 0,
+                                                 "inferential": False}
+    data = [_cell(a, qs=list(range(40))), _cell(b, qs=list(range(20, 60)))]
+    r = evaluate(data, {0: 1.0, 1: -1.0})
+    assert r["n_questions"] == 20
+    assert r["estimate"] == pytest.approx(a[20:].mean() - b[:20].mean())
 
 
-def test_seed_inflation_makes_seed_variance_unbiased():
-    """No question noise: Var* of the cell mean equals s^2/S with the sqrt(S/(S-1))
-    inflation and (S-1)/S s^2/S without it."""
-    seeds = np.array([0.2, 0.5, 0.35, 0.6])
-    y = np.tile(seeds, (50, 1))
-    c = [CellData(y=y, seeds=(0, 1, 2, 3))]
-    target = seeds.var(ddof=1) / 4
-    v = two_level_replicates(c, B=40000, rng_seed=0, progress=False)[:, 0].var()
-    v0 = two_level_replicates(c, B=40000, rng_seed=0, inflate=False, progress=False)[:, 0].var()
-    assert v == pytest.approx(target, rel=0.03)
-    assert v0 == pytest.approx(target * 3 / 4, rel=0.03)
+@pytest.mark.parametrize("est,se,p_adj,expected", [
+    (0.05, 0.01, 0.001, "better"), (-0.05, 0.01, 0.001, "worse"),
+    (0.001, 0.005, 0.8, "equivalent"), (0.01, 0.02, 0.6, "inconclusive"),
+    (0.02, 0.01, 0.2, "inconclusive")])
+def test_verdicts(est, se, p_adj, expected):
+    assert st.verdict(est, se, 30.0, p_adj, sesoi=0.03) == expected
 
 
-def test_single_seed_bootstrap_is_question_only():
-    y = np.random.default_rng(2).binomial(1, 0.4, (100, 1)).astype(float)
-    c = [CellData(y=y, seeds=(0,))]
-    a = two_level_replicates(c, B=500, rng_seed=3, progress=False)
-    b = two_level_replicates(c, B=500, rng_seed=3, seed_level=False, progress=False)
-    np.testing.assert_array_equal(a, b)
-    comps = st.cell_components(y)
-    assert len(comps) == 1 and comps[0][1] == 99
-
-
-def test_missing_questions_use_present_ones():
-    y = np.array([[1.0, 0.0], [np.nan, 1.0], [0.0, 0.0]])
-    reps = two_level_replicates([CellData(y=y, seeds=(0, 1))], B=200, progress=False)
-    assert np.isfinite(reps).all()
-    con = Contrasts([CellData(y=y, seeds=(0, 1))], reps)
-    assert con.means[0] == pytest.approx((0.5 + 1 / 3) / 2)
+def test_simultaneous_intervals_between_marginal_and_bonferroni():
+    rng = np.random.default_rng(8)
+    base = _y(rng, S=5)
+    data = [_cell(base)] + [_cell(_y(rng, S=5)) for _ in range(4)]
+    rows = []
+    for i in range(1, 5):
+        r = evaluate(data, {i: 1.0, 0: -1.0})
+        rows.append({**r, "delta": r["estimate"], "ia": i})
+    sim = simultaneous(rows, data, 0, 0.05, 20000, 0)
+    df = min(r["df"] for r in rows)              # the family's reference df
+    for r, s in zip(rows, sim):
+        marginal = r["ci"][1] - r["ci"][0]
+        bonf = 2 * float(st.t_quantile(1 - 0.05 / 8, df)) * r["se"]
+        assert marginal < s[1] - s[0] < bonf * 1.01
 
 
 # ---------------------------------------------------------------- small formulas
 def test_satterthwaite_equals_welch_df():
     a, b = np.array([1, 2, 3.5, 2.2]), np.array([2, 5, 6, 9, 4.1])
-    v, df = st.satterthwaite([(a.var(ddof=1) / a.size, a.size - 1),
-                              (b.var(ddof=1) / b.size, b.size - 1)])
-    t = sps.ttest_ind(a, b, equal_var=False)
-    assert df == pytest.approx(t.df, rel=1e-12)
-    assert (a.mean() - b.mean()) / math.sqrt(v) == pytest.approx(t.statistic, rel=1e-12)
+    df = st.satterthwaite([(a.var(ddof=1) / a.size, a.size - 1),
+                           (b.var(ddof=1) / b.size, b.size - 1)])
+    assert float(df) == pytest.approx(sps.ttest_ind(a, b, equal_var=False).df, rel=1e-12)
 
 
 def test_prob_improvement_is_mann_whitney():
@@ -193,28 +165,45 @@ def test_prob_improvement_is_mann_whitney():
 
 
 def test_mde_and_p_values():
-    assert st.mde(0.01, math.inf) == pytest.approx((1.959964 + 0.841621) * 0.01, rel=1e-6)
-    assert st.mde(0.01, 4) == pytest.approx((2.776445 + 0.940965) * 0.01, rel=1e-6)
-    assert st.p_value(0.0196, 0.01, math.inf) == pytest.approx(0.05, rel=1e-3)
-    assert st.p_value(0.02776445, 0.01, 4) == pytest.approx(0.05, rel=1e-5)
-    assert st.t_scale(0.05, math.inf) == 1.0 and st.t_scale(0.05, 4) > 1.4
+    assert float(st.mde(0.01, math.inf)) == pytest.approx((1.959964 + 0.841621) * 0.01,
+                                                          rel=1e-6)
+    assert float(st.mde(0.01, 4)) == pytest.approx((2.776445 + 0.940965) * 0.01, rel=1e-6)
+    assert float(st.p_value(0.0196, 0.01, math.inf)) == pytest.approx(0.05, rel=1e-3)
+    assert float(st.p_value(0.02776445, 0.01, 4)) == pytest.approx(0.05, rel=1e-5)
 
 
-def test_quantiles_match_numpy_and_weights_sum_to_q():
-    x = np.random.default_rng(0).normal(size=(1001, 3))
-    s = np.sort(x, axis=0)
-    p = np.array([0.025, 0.5, 0.9])
-    np.testing.assert_allclose(lower_quantile(s, p),
-                               [np.quantile(x[:, j], p[j]) for j in range(3)], rtol=1e-12)
-    w = question_weights(np.random.default_rng(0), 50, 37)
-    assert w.shape == (50, 37) and (w.sum(axis=1) == 37).all()
+# ---------------------------------------------------------------- planning
+COMPS = [{"sigma2_seed": 1e-3, "tau2": 0.02, "sigma2_resid": 0.15},
+         {"sigma2_seed": 1e-5, "tau2": 0.03, "sigma2_resid": 0.2},
+         {"sigma2_seed": 4e-3, "tau2": 0.0, "sigma2_resid": 0.1}]
 
 
-def test_anova_components_recover_simulated_variances():
-    rng = np.random.default_rng(11)
-    y = 0.5 + rng.normal(0, 0.1, 400)[:, None] + rng.normal(0, 0.05, 8) \
-        + rng.normal(0, 0.2, (400, 8))
-    c = st.anova_components(y)
-    assert c["sigma2_question"] == pytest.approx(0.01, rel=0.25)
-    assert c["sigma2_resid"] == pytest.approx(0.04, rel=0.05)
-    assert 0 < c["sigma2_seed"] < 0.01
+@pytest.mark.parametrize("comps", COMPS)
+def test_planning_tables_are_monotone(comps):
+    seeds, qs = [2, 3, 5, 10, 20], [50, 100, 200, 500, 1000, 5000]
+    m = st.mde_grid(seeds, qs, comps)
+    assert (np.diff(m, axis=0) <= 0).all() and (np.diff(m, axis=1) <= 0).all()
+    need = [st.seeds_needed(0.05, q, comps) or 99 for q in qs]
+    assert all(a >= b for a, b in zip(need, need[1:]))
+    qneed = [st.questions_needed(0.05, s, comps) or 10 ** 9 for s in seeds]
+    assert all(a >= b for a, b in zip(qneed, qneed[1:]))
+
+
+def test_planned_variance_matches_simulation():
+    """planned() is the variance of a two-cell difference under the components."""
+    rng = np.random.default_rng(9)
+    R, Q, S = 4000, 50, 3
+    c = {"sigma2_seed": 0.002, "tau2": 0.01, "sigma2_resid": 0.05}
+    u = rng.normal(0, math.sqrt(c["tau2"]), (R, Q, 1))
+    ya = rng.normal(0, math.sqrt(c["sigma2_seed"]), (R, 1, S)) + u \
+        + rng.normal(0, math.sqrt(c["sigma2_resid"]), (R, Q, S))
+    yb = rng.normal(0, math.sqrt(c["sigma2_seed"]), (R, 1, S)) \
+        + rng.normal(0, math.sqrt(c["sigma2_resid"]), (R, Q, S))
+    d = ya.mean(axis=(1, 2)) - yb.mean(axis=(1, 2))
+    assert st.planned(S, Q, c)[0] == pytest.approx(np.var(d), rel=0.06)
+
+
+def test_constant_cells_that_differ_get_no_p_value():
+    data = [_cell(np.ones((20, 3))), _cell(np.zeros((20, 3)))]
+    r = evaluate(data, {0: 1.0, 1: -1.0})
+    assert r["estimate"] == 1.0 and r["se"] == 0.0 and r["p"] is None

@@ -1,0 +1,61 @@
+"""Short names for factors and cells: a factor is named by the shortest dotted suffix of
+its config key (without `.name`) that no other factor shares; a comparison by the
+factors in which its cells differ."""
+from __future__ import annotations
+
+METRIC_WORDS = {"correct": "held-out accuracy", "reward": "held-out reward",
+                "answered": "answer rate", "turns": "turns per episode"}
+
+
+def metric_words(metric: str) -> str:
+    return METRIC_WORDS.get(metric, metric.replace("_", " ").replace("/", " "))
+
+
+def short_names(factors: list[str]) -> dict:
+    """config key -> shortest unambiguous dotted suffix ('reward.name' -> 'reward')."""
+    parts = {f: f.removesuffix(".name").split(".") for f in factors}
+    out = {}
+    for f, p in parts.items():
+        for n in range(1, len(p) + 1):
+            cand = ".".join(p[-n:])
+            if sum(".".join(q[-n:]) == cand for q in parts.values() if len(q) >= n) == 1:
+                out[f] = cand
+                break
+        else:
+            out[f] = f
+    return out
+
+
+def value(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def cell_name(factors: dict, names: dict, keys=None) -> str:
+    keys = list(factors) if keys is None else keys
+    if not keys:
+        return "all"
+    return ", ".join(f"{names.get(k, k)}={value(factors[k])}" for k in keys)
+
+
+def differing(a: dict, b: dict) -> list[str]:
+    return [k for k in a if k in b and str(a[k]) != str(b[k])]
+
+
+def legend(names: dict) -> str:
+    """'reward = reward.name; lora = learner.lora.enable' for the factors renamed."""
+    return "; ".join(f"{s} = {k}" for k, s in names.items() if s != k)
+
+
+def compact(factors: dict, names: dict, keys: list) -> str:
+    """'algo=dapo' for one differing factor, else the values in factor order
+    ('dapo/shaped'), for table rows that must fit a single column."""
+    if len(keys) == 1:
+        return cell_name(factors, names, keys)
+    return "/".join(value(factors[k]) for k in keys)
+
+
+def pair_label(a: dict, b: dict, keys: list, same: list) -> str:
+    """'dapo vs grpo (naive)': values of the differing factors, then of the shared ones."""
+    def vals(f, ks):
+        return "/".join(value(f[k]) for k in ks)
+    return f"{vals(a, keys)} vs {vals(b, keys)}" + (f" ({vals(a, same)})" if same else "")
