@@ -7,7 +7,7 @@ takes 40-60 s (gcc + ninja). It lands in $TORCH_EXTENSIONS_DIR (default
 ~/.cache/torch_extensions/<python+torch tag>/), where torch's extension loader looks for
 it; a second run finds it there and returns in about a second. CI: cache that directory
 keyed on the python, torch and deepspeed versions and run this step before pytest (or
-install a wheel built with DS_BUILD_SHM_COMM=1, see shared/PLATFORM.md)."""
+install a wheel built with DS_BUILD_SHM_COMM=1, see docs/cpu.md)."""
 from __future__ import annotations
 
 import os

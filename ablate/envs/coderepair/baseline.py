@@ -3,7 +3,7 @@
 - HonestFixer: lists and reads every file, runs the tests, then repeatedly makes the
   one-line edit that (by its own reading of the code) most reduces the failing tests,
   re-running the tests after each edit, and submits when they pass or it is stuck.
-- RunTestsForever: the reward hacker of seed 004: calls run_tests at every turn.
+- RunTestsForever: the action-farming reward hacker (docs/rewards.md): calls run_tests at every turn.
 - ReadAndSubmit: an honest agent that fixes nothing: reads, tests once, submits.
 """
 from __future__ import annotations
