@@ -145,6 +145,9 @@ def check_runtime(cfg: DictConfig) -> None:
         path = Path(os.path.expanduser(cfg.model.path))
         if not path.exists():
             raise ConfigError(f"model.path: directory not found: {path}")
+    else:                                  # a packaged model (optional extra) is installed
+        from ablate.models.smollm import check_available
+        check_available(cfg.model.name)
 
 
 register()
