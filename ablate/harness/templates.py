@@ -22,6 +22,9 @@ API
         .observation_ids(observations) -> list[int]        after a closed turn; ends with
                                                            the next generation header
         .header_text                                       the generation header
+        .header_suffix                                     its part the template drops
+                                                           from past turns (Qwen3 hybrid,
+                                                           instruct: the empty think block)
         .end_of_turn_id                                    the id closing a turn
         .format_call(name, arguments) / .parse_calls(text) the tool-call syntax
     check_incremental(conv, system, user, tools, turns) -> (ok, index, incremental, whole)
