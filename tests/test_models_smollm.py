@@ -110,3 +110,31 @@ def test_real_smollm2_loads_fp32_and_answers():
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=8, do_sample=False)
     assert "Paris" in tok.decode(out[0, ids.shape[1]:])
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(not _installed(), reason="the smollm extra is not installed")
+def test_smollm2_grpo_cell_lora_zero3_logprobs_agree(tmp_path):
+    """2 GRPO steps, LoRA under the ZeRO-3 learner, masks on, through the real CLI. Before
+    the first optimizer step of each update the ratio exp(learner - sampler logprob) is 1
+    up to the recomputation error: fp32 target |log ratio| < 1e-4 on every token."""
+    import json
+    import math
+    env = dict(os.environ, WANDB_MODE="disabled", PYTHONPATH=str(REPO))
+    args = ["model=smollm2_135m", "trainer.max_steps=2", "trainer.tasks_per_step=1",
+            "trainer.group_size=2", "eval.num_tasks=2", "eval.every=2", "env.num_inboxes=4",
+            "env.emails_per_inbox=40", "env.train_tasks=20", "env.test_tasks=4",
+            "harness.max_new_tokens_per_turn=48", "harness.max_tokens_per_episode=160",
+            "env.max_turns=3", "run.num_trajectories=2", f"hydra.run.dir={tmp_path / 'cell'}",
+            f"env.cache_dir={tmp_path / 'cache'}"]
+    r = subprocess.run([sys.executable, "-m", "ablate", *args], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    cell = tmp_path / "cell"
+    assert (cell / "COMPLETE").exists()
+    rows = [json.loads(x) for x in (cell / "metrics.jsonl").read_text().splitlines() if x]
+    assert [row["step"] for row in rows] == [1, 2]
+    for row in rows:
+        assert row["update/micro_batches"] == 1 and row["update/train_tokens"] > 0
+        worst = max(abs(math.log(row["update/ratio_max"])), abs(math.log(row["update/ratio_min"])))
+        assert worst < 1e-4, row

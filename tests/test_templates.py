@@ -118,3 +118,13 @@ def test_missing_template_names_the_key(tiny):
         ChatConventions.from_tokenizer(bare)
     with pytest.raises(ChatTemplateError, match="model.tool_format='xml'"):
         ChatConventions.from_tokenizer(tiny, tool_format="xml")
+
+
+def test_demonstration_mask_covers_exactly_the_turns(tiny):
+    from ablate.harness.templates import demonstration
+    conv = ChatConventions.from_tokenizer(tiny, enable_thinking=True)
+    turns = _turns(conv)
+    ids, mask = demonstration(conv, SYSTEM, USER, TOOL_SCHEMAS, turns)
+    trained = [i for i, m in zip(ids, mask) if m]
+    expect = [t for text, _ in turns for t in conv.encode(text) + [conv.end_of_turn_id]]
+    assert trained == expect and len(ids) == len(mask)

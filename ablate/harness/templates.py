@@ -27,6 +27,7 @@ API
                                                            instruct: the empty think block)
         .end_of_turn_id                                    the id closing a turn
         .format_call(name, arguments) / .parse_calls(text) the tool-call syntax
+    demonstration(conv, system, user, tools, turns) -> (ids, loss_mask)   SFT data
     check_incremental(conv, system, user, tools, turns) -> (ok, index, incremental, whole)
         turns: [(assistant_text, [observation, ...]), ...]
     ChatTemplateError: a model without a chat template (message names model.chat_template)
@@ -241,14 +242,25 @@ def _end_of_turn(tokenizer, template: str) -> str:
 
 
 # ------------------------------------------------------------------ the exactness check
+def demonstration(conv: ChatConventions, system, user, tools, turns):
+    """(ids, loss_mask) of a scripted episode as a rollout builds it: prompt + Σ (turn +
+    end-of-turn + observation piece); mask 1 on each turn's ids and its end-of-turn."""
+    ids = conv.prompt_ids(system, user, tools)
+    mask = [0] * len(ids)
+    for text, obs in turns:
+        turn = conv.encode(text) + [conv.end_of_turn_id]
+        ids += turn
+        mask += [1] * len(turn)
+        if obs:
+            piece = conv.observation_ids(obs)
+            ids += piece
+            mask += [0] * len(piece)
+    return ids, mask
+
+
 def incremental_ids(conv: ChatConventions, system, user, tools, turns) -> list[int]:
     """prompt + Σ (generated turn + end-of-turn + observation piece), as a rollout builds it."""
-    ids = conv.prompt_ids(system, user, tools)
-    for text, obs in turns:
-        ids += conv.encode(text) + [conv.end_of_turn_id]
-        if obs:
-            ids += conv.observation_ids(obs)
-    return ids
+    return demonstration(conv, system, user, tools, turns)[0]
 
 
 def whole_ids(conv: ChatConventions, system, user, tools, turns) -> list[int]:
