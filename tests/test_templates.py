@@ -128,3 +128,11 @@ def test_demonstration_mask_covers_exactly_the_turns(tiny):
     trained = [i for i, m in zip(ids, mask) if m]
     expect = [t for text, _ in turns for t in conv.encode(text) + [conv.end_of_turn_id]]
     assert trained == expect and len(ids) == len(mask)
+
+
+def test_from_config_reads_the_model_keys(tiny):
+    from ablate.cli import compose_config
+    cfg = compose_config(["model.tool_format=json_text", "mode=thinking"])
+    conv = ChatConventions.from_config(tiny, cfg.model, cfg.mode)
+    assert conv.fmt.name == "json_text" and conv.enable_thinking and not conv.renders_tools
+    _assert_exact(conv)                 # tools in the system prompt, Qwen3 template: exact

@@ -18,6 +18,7 @@ API
     detect_tool_format(template) -> str    "hermes" | "llama3_json" | "json_text"
     ChatConventions.from_tokenizer(tokenizer, tool_format="auto", chat_template=None,
                                    enable_thinking=False)
+    ChatConventions.from_config(tokenizer, model_cfg, mode_cfg)   the same, from a cell config
         .prompt_ids(system, user, tools) -> list[int]      ends with the generation header
         .observation_ids(observations) -> list[int]        after a closed turn; ends with
                                                            the next generation header
@@ -155,6 +156,14 @@ class ChatConventions:
         renders = _template_renders_tools(template) and not fmt.tools_in_system
         return cls(tokenizer, template, fmt, enable_thinking, renders,
                    _end_of_turn(tokenizer, template))
+
+    @classmethod
+    def from_config(cls, tokenizer, model_cfg, mode_cfg):
+        """The conventions a cell uses: model.tool_format, model.chat_template and
+        mode.enable_thinking (ablate/models/config.py, ablate/harness/config.py)."""
+        return cls.from_tokenizer(tokenizer, getattr(model_cfg, "tool_format", "auto"),
+                                  getattr(model_cfg, "chat_template", None),
+                                  bool(getattr(mode_cfg, "enable_thinking", False)))
 
     # -- rendering
     def _render(self, messages, tools=None, gen=True) -> str:
