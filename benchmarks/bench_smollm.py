@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct (model=smollm2_135m, the `smollm` extra) on CPU, in one process:
 
-    python benchmarks/bench_smollm.py [--tasks 4] [--group 2] [--new 48] [--turns 2]
+    python benchmarks/bench_smollm.py [--tasks 4] [--group 2] [--new 48] [--turns 2] [--threads 1]
 
 1. Tool-call habit with the harness masks OFF, on a small synthetic mailbox, through the
    real rollout (ablate.harness.rollout): the rate of turns whose first call is
@@ -143,9 +143,10 @@ def main(argv=None):
     ap.add_argument("--group", type=int, default=2)
     ap.add_argument("--new", type=int, default=48)
     ap.add_argument("--turns", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)   # 1: as run.num_threads (shared CPU)
     ap.add_argument("--skip-off", action="store_true")
     a = ap.parse_args(argv)
-    torch.set_num_threads(2)
+    torch.set_num_threads(a.threads)
     cfg = compose_config(["model=smollm2_135m"])
     work = Path(tempfile.mkdtemp(prefix="bench-smollm-"))
     paths = generate(work, seed=0, num_inboxes=4, emails_per_inbox=40, train_tasks=20,
