@@ -81,10 +81,12 @@ def test_conversion_is_atomic_and_keyed_by_hash(tmp_path, monkeypatch):
     src = _fake_source(tmp_path, monkeypatch, killed)
     with pytest.raises(KeyboardInterrupt):
         smollm.converted_dir("smollm2_135m", root)
-    assert list(root.iterdir()) == []           # nothing a later run could trust
+    assert [p.name for p in root.iterdir()] == [".smollm2_135m.lock"]   # nothing to trust
     stale = root / ".tmp-smollm2_135m-abc"      # a SIGKILL leaves its temp dir behind
     stale.mkdir()
     (stale / "config.json").write_text("{}")
+    half = root / f"smollm2_135m-{smollm.sha256_of(src)[:16]}"   # renamed by hand, no mark
+    half.mkdir()
     calls = []
     monkeypatch.setattr(smollm, "_convert", lambda s, o: calls.append(o) or
                         (o / "config.json").write_text('{"ok": 1}'))

@@ -40,6 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+import jinja2
+from jinja2 import meta
+
+# _parse_one: the JSON-body validation of a call (same errors as the hermes parser)
 from ablate.harness.chat import ParsedCall, _parse_one, format_tool_call, parse_tool_calls
 
 SENTINEL = "\u2063ABLATE{}\u2063"      # an invisible separator no template writes itself
@@ -119,8 +123,7 @@ def detect_tool_format(template: str) -> str:
 
 
 def _template_renders_tools(template: str) -> bool:
-    import jinja2
-    from jinja2 import meta
+    """Does the template read the `tools` variable (else tools go in the system prompt)?"""
     return "tools" in meta.find_undeclared_variables(jinja2.Environment().parse(template))
 
 

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from ablate.env.bundle import file_lock
 from ablate.models.loading import ModelNotFoundError
 
 DONE_MARK = "ablate_converted.json"      # written last, inside the temp dir, before rename
@@ -89,34 +93,37 @@ def cache_root() -> Path:
 
 
 def converted_dir(name: str, root: Path | None = None) -> str:
-    """The converted directory of `name` (see module docstring); converts on first use."""
+    """The converted directory of `name` (see module docstring); converts on first use.
+    Concurrent runs (parallel cells) serialise on a lock file; the first converts."""
     src = gguf_path(name)
     root = Path(root) if root is not None else cache_root()
     final = root / f"{name}-{sha256_of(src)[:16]}"
     if (final / DONE_MARK).is_file():
         return str(final)
-    root.mkdir(parents=True, exist_ok=True)
+    with file_lock(root / f".{name}.lock"):
+        if not (final / DONE_MARK).is_file():
+            _convert_into(src, root, final, name)
+    return str(final)
+
+
+def _convert_into(src: Path, root: Path, final: Path, name: str) -> None:
     for stale in root.glob(f".tmp-{name}-*"):          # a killed earlier conversion
         shutil.rmtree(stale, ignore_errors=True)
+    if final.exists():                                 # no DONE_MARK: not to be trusted
+        shutil.rmtree(final)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root))
     try:
         _convert(src, tmp)
-        (tmp / DONE_MARK).write_text(f'{{"gguf": "{src.name}", "sha256": '
-                                     f'"{sha256_of(src)}"}}\n')
-        try:
-            os.rename(tmp, final)
-        except OSError:                                # a concurrent run won the race
-            if not (final / DONE_MARK).is_file():
-                raise
+        (tmp / DONE_MARK).write_text(json.dumps({"gguf": src.name,
+                                                 "sha256": sha256_of(src)}) + "\n")
+        os.rename(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return str(final)
 
 
 def _convert(src: Path, out: Path) -> None:
     """De-quantise the GGUF to fp32 safetensors plus its tokenizer and chat template."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer   # lazy: the preflight
     tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
     model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name,
                                                  dtype=torch.float32)
