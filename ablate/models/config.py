@@ -7,8 +7,11 @@ from typing import Optional
 
 @dataclass
 class ModelConfig:
-    name: str = "tiny"                   # tiny | qwen3_4b | qwen3_4b_thinking | qwen3_30b_a3b
+    name: str = "tiny"                   # tiny | qwen3_* | smollm2_135m | any name + path
     path: Optional[str] = None           # local directory or HF cache id; tiny: shipped checkpoint
     dtype: str = "float32"               # float32 | bfloat16
     trust_remote_code: bool = False      # let transformers run the model repo's own code
     hf_id: Optional[str] = None          # Hugging Face repo id looked up in the local cache
+    tool_format: str = "auto"            # auto | hermes | llama3_json | json_text
+    #   (ablate.harness.templates.TOOL_FORMATS; auto: detected from the chat template)
+    chat_template: Optional[str] = None  # a .jinja file for a tokenizer that has none

@@ -1,6 +1,8 @@
-"""Policy loading (`model=`): the embedded tiny model, or Qwen3 weights from a local
-directory / the local Hugging Face cache. Nothing is downloaded here: a cluster node
-often has no network, and a silent multi-GB download inside a run is a bad surprise."""
+"""Policy loading (`model=`): the embedded tiny model, Qwen3 weights from a local
+directory / the local Hugging Face cache, or a packaged GGUF model (ablate.models.smollm:
+SmolLM2-135M-Instruct, converted once to a cached local directory). Nothing is downloaded
+here: a cluster node often has no network, and a silent multi-GB download inside a run
+is a bad surprise."""
 from __future__ import annotations
 
 import os
@@ -29,6 +31,11 @@ def _hub_cache() -> str:
         return os.path.join(os.environ.get("HF_HOME", "~/.cache/huggingface"), "hub")
 
 
+def _packaged():
+    from ablate.models.smollm import PACKAGED
+    return PACKAGED
+
+
 def resolve_weights(model_cfg) -> str:
     """A local directory holding config.json + weights for model_cfg, or a clear error."""
     name = model_cfg.name
@@ -45,6 +52,9 @@ def resolve_weights(model_cfg) -> str:
                 f"model.path={path} has no config.json: point model.path at a directory "
                 f"holding the Hugging Face files of {repo or name} (config.json, tokenizer, "
                 "*.safetensors)")
+    if name in _packaged():
+        from ablate.models.smollm import converted_dir
+        return converted_dir(name)
     if repo is None:
         raise ModelNotFoundError(f"model.name={name!r} has no known repo id; set model.path")
     try:

@@ -1,0 +1,303 @@
+"""Chat conventions read from a model's own chat template, and tool-call formats.
+
+The rollout builds each episode incrementally: the prompt, then per turn the generated
+ids (closed by the model's end-of-turn token), then an observation piece that ends with
+the next generation header. Every piece here is rendered by the model's chat template
+(`tokenizer.apply_chat_template`) on a conversation whose assistant turns are sentinels,
+and cut at those sentinels, so nothing assumes ChatML or Qwen3. `check_incremental`
+verifies the pieces token-exactly against one render of the whole conversation.
+
+API
+---
+    TOOL_FORMATS: name -> ToolFormat       the registry of tool-call syntaxes
+        hermes       Qwen3 / Hermes: <tool_call>\\n{"name", "arguments"}\\n</tool_call>
+        llama3_json  Llama 3.1/3.2: {"name": …, "parameters": {…}} as the whole turn,
+                     results in "ipython" turns
+        json_text    fallback for templates without tool support: tools described in the
+                     system prompt, the call a JSON object anywhere in the text
+    detect_tool_format(template) -> str    "hermes" | "llama3_json" | "json_text"
+    ChatConventions.from_tokenizer(tokenizer, tool_format="auto", chat_template=None,
+                                   enable_thinking=False)
+    ChatConventions.from_config(tokenizer, model_cfg, mode_cfg)   the same, from a cell config
+        .prompt_ids(system, user, tools) -> list[int]      ends with the generation header
+        .observation_ids(observations) -> list[int]        after a closed turn; ends with
+                                                           the next generation header
+        .header_text                                       the generation header
+        .header_suffix                                     its part the template drops
+                                                           from past turns (Qwen3 hybrid,
+                                                           instruct: the empty think block)
+        .end_of_turn_id                                    the id closing a turn
+        .format_call(name, arguments) / .parse_calls(text) the tool-call syntax
+    demonstration(conv, system, user, tools, turns) -> (ids, loss_mask)   SFT data
+    check_incremental(conv, system, user, tools, turns) -> (ok, index, incremental, whole)
+        turns: [(assistant_text, [observation, ...]), ...]
+    ChatTemplateError: a model without a chat template (message names model.chat_template)
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import jinja2
+from jinja2 import meta
+
+# _parse_one: the JSON-body validation of a call (same errors as the hermes parser)
+from ablate.harness.chat import ParsedCall, _parse_one, format_tool_call, parse_tool_calls
+
+SENTINEL = "\u2063ABLATE{}\u2063"      # an invisible separator no template writes itself
+
+
+class ChatTemplateError(ValueError):
+    """The tokenizer has no usable chat template; the message names the key to set."""
+
+
+# ------------------------------------------------------------------ tool-call formats
+def _json_objects(text: str):
+    """Every top-level JSON object in `text`, in order, with its span."""
+    dec, i = json.JSONDecoder(), 0
+    while (i := text.find("{", i)) >= 0:
+        try:
+            obj, end = dec.raw_decode(text, i)
+        except (json.JSONDecodeError, RecursionError):
+            i += 1
+            continue
+        yield obj, text[i:end]
+        i = end
+
+
+def _parse_json_text(text: str) -> list[ParsedCall]:
+    """Calls written as bare JSON objects with a "name" (json_text, llama3_json)."""
+    body = text.replace("<|python_tag|>", "")
+    calls = [_parse_one(raw) for obj, raw in _json_objects(body)
+             if isinstance(obj, dict) and "name" in obj]
+    return calls or [ParsedCall("", None, 'Error: no tool call found. Call a tool with a '
+                                          'JSON object {"name": ..., "arguments": {...}}.',
+                                text)]
+
+
+def _format_llama3(name: str, arguments: dict) -> str:
+    # Llama 3.1 model card, "JSON based tool calling": {"name": ..., "parameters": ...}
+    return json.dumps({"name": name, "parameters": arguments}, ensure_ascii=False)
+
+
+def _format_json_text(name: str, arguments: dict) -> str:
+    return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+
+
+def _json_text_system(system: str, tools: Sequence[dict]) -> str:
+    lines = [system, "", "You can call these tools (JSON schemas):"]
+    lines += [json.dumps(t, ensure_ascii=False) for t in tools]
+    lines += ["", 'To call a tool, answer with only a JSON object: '
+                  '{"name": <tool name>, "arguments": {<argument>: <value>}}']
+    return "\n".join(lines).lstrip("\n")
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    name: str
+    format_call: Callable[[str, dict], str]
+    parse_calls: Callable[[str], list]
+    observation_role: str = "tool"
+    detect_marks: tuple = ()            # template substrings that select this format
+    tools_in_system: bool = False       # True: we describe tools in the system prompt
+
+
+TOOL_FORMATS = {
+    "hermes": ToolFormat("hermes", format_tool_call, parse_tool_calls, "tool",
+                         ("<tool_call>",)),
+    "llama3_json": ToolFormat("llama3_json", _format_llama3, _parse_json_text, "ipython",
+                              ("<|python_tag|>", "ipython")),
+    "json_text": ToolFormat("json_text", _format_json_text, _parse_json_text, "user",
+                            (), tools_in_system=True),
+}
+
+
+def detect_tool_format(template: str) -> str:
+    """The first registered format whose marks appear in the template; else json_text."""
+    for fmt in TOOL_FORMATS.values():
+        if fmt.detect_marks and any(m in template for m in fmt.detect_marks):
+            return fmt.name
+    return "json_text"
+
+
+def _template_renders_tools(template: str) -> bool:
+    """Does the template read the `tools` variable (else tools go in the system prompt)?"""
+    return "tools" in meta.find_undeclared_variables(jinja2.Environment().parse(template))
+
+
+# ------------------------------------------------------------------ conventions
+@dataclass
+class ChatConventions:
+    tokenizer: object
+    template: str
+    fmt: ToolFormat
+    enable_thinking: bool = False
+    renders_tools: bool = False
+    end_of_turn: str = ""
+    _header: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, tool_format: str = "auto",
+                       chat_template: str | None = None, enable_thinking: bool = False):
+        template = chat_template or getattr(tokenizer, "chat_template", None)
+        if chat_template and "{{" not in chat_template and "{%" not in chat_template:
+            template = Path(chat_template).read_text()        # a .jinja file
+        if isinstance(template, dict):               # named templates: the default one
+            template = template.get("default")
+        if not template:
+            raise ChatTemplateError(
+                f"the tokenizer of {getattr(tokenizer, 'name_or_path', '?') or '?'} has no "
+                "chat template; set model.chat_template=/path/to/template.jinja")
+        if tool_format == "auto":
+            tool_format = detect_tool_format(template)
+        if tool_format not in TOOL_FORMATS:
+            raise ChatTemplateError(f"model.tool_format={tool_format!r}; choose one of "
+                                    f"{['auto', *TOOL_FORMATS]}")
+        fmt = TOOL_FORMATS[tool_format]
+        renders = _template_renders_tools(template) and not fmt.tools_in_system
+        return cls(tokenizer, template, fmt, enable_thinking, renders,
+                   _end_of_turn(tokenizer, template))
+
+    @classmethod
+    def from_config(cls, tokenizer, model_cfg, mode_cfg):
+        """The conventions a cell uses: model.tool_format, model.chat_template and
+        mode.enable_thinking (ablate/models/config.py, ablate/harness/config.py)."""
+        return cls.from_tokenizer(tokenizer, getattr(model_cfg, "tool_format", "auto"),
+                                  getattr(model_cfg, "chat_template", None),
+                                  bool(getattr(mode_cfg, "enable_thinking", False)))
+
+    # -- rendering
+    def _render(self, messages, tools=None, gen=True) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tools=list(tools) if tools and self.renders_tools else None,
+            tokenize=False, add_generation_prompt=gen, chat_template=self.template,
+            enable_thinking=self.enable_thinking)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def head_messages(self, system: str | None, user: str, tools=()) -> list[dict]:
+        if tools and not self.renders_tools:
+            system = _json_text_system(system or "", tools)
+        msgs = [{"role": "system", "content": system}] if system else []
+        return msgs + [{"role": "user", "content": user}]
+
+    def tool_messages(self, observations: Sequence[str]) -> list[dict]:
+        return [{"role": self.fmt.observation_role, "content": o} for o in observations]
+
+    def prompt_text(self, system, user, tools=()) -> str:
+        return self._render(self.head_messages(system, user, tools), tools)
+
+    def observation_text(self, observations: Sequence[str]) -> str:
+        """What follows a closed turn: the observation turn(s) and the next header, cut
+        out of a render of [user, assistant(sentinel), observations] + generation header."""
+        s = SENTINEL.format(0)
+        text = self._render([{"role": "user", "content": "q"},
+                             {"role": "assistant", "content": s},
+                             *self.tool_messages(observations)])
+        rest = text[text.index(s) + len(s):]
+        if not rest.startswith(self.end_of_turn):
+            raise ChatTemplateError(f"the chat template does not close an assistant turn "
+                                    f"with {self.end_of_turn!r}; set model.chat_template")
+        return rest[len(self.end_of_turn):]
+
+    @property
+    def header_text(self) -> str:
+        """The generation header (e.g. "<|im_start|>assistant\\n" + Qwen3's empty think
+        block in instruct mode): the tail that add_generation_prompt appends."""
+        if self._header is None:
+            msgs = [{"role": "user", "content": "q"}]
+            self._header = self._render(msgs, gen=True)[len(self._render(msgs, gen=False)):]
+        return self._header
+
+    @property
+    def header_suffix(self) -> str:
+        """The part of the generation header that the template drops when it renders the
+        same assistant turn in history (Qwen3 hybrids in instruct mode: the empty think
+        block). The harness keeps it (prefix extension), so whole-conversation references
+        put it back (whole_ids)."""
+        s = SENTINEL.format(0)
+        msgs = [{"role": "user", "content": "q"}]
+        hist = self._render(msgs + [{"role": "assistant", "content": s}], gen=False)
+        head = hist[len(self._render(msgs, gen=False)):hist.index(s)]
+        return self.header_text[len(head):] if self.header_text.startswith(head) else ""
+
+    @property
+    def end_of_turn_id(self) -> int:
+        return self.tokenizer.convert_tokens_to_ids(self.end_of_turn)
+
+    def prompt_ids(self, system, user, tools=()) -> list[int]:
+        return self.encode(self.prompt_text(system, user, tools))
+
+    def observation_ids(self, observations: Sequence[str]) -> list[int]:
+        return self.encode(self.observation_text(observations))
+
+    def format_call(self, name: str, arguments: dict) -> str:
+        return self.fmt.format_call(name, arguments)
+
+    def parse_calls(self, text: str) -> list:
+        return self.fmt.parse_calls(text)
+
+
+def _end_of_turn(tokenizer, template: str) -> str:
+    """The token that closes an assistant turn in this template: <|im_end|> (ChatML),
+    <|eot_id|> (Llama 3), else the tokenizer's eos token."""
+    for tok in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"):
+        if tok in template and tokenizer.convert_tokens_to_ids(tok) is not None:
+            return tok
+    if not tokenizer.eos_token:
+        raise ChatTemplateError("the tokenizer has no eos token and its chat template no "
+                                "known end-of-turn token; set model.chat_template")
+    return tokenizer.eos_token
+
+
+# ------------------------------------------------------------------ the exactness check
+def demonstration(conv: ChatConventions, system, user, tools, turns):
+    """(ids, loss_mask) of a scripted episode as a rollout builds it: prompt + Σ (turn +
+    end-of-turn + observation piece); mask 1 on each turn's ids and its end-of-turn."""
+    ids = conv.prompt_ids(system, user, tools)
+    mask = [0] * len(ids)
+    for text, obs in turns:
+        turn = conv.encode(text) + [conv.end_of_turn_id]
+        ids += turn
+        mask += [1] * len(turn)
+        if obs:
+            piece = conv.observation_ids(obs)
+            ids += piece
+            mask += [0] * len(piece)
+    return ids, mask
+
+
+def incremental_ids(conv: ChatConventions, system, user, tools, turns) -> list[int]:
+    """prompt + Σ (generated turn + end-of-turn + observation piece), as a rollout builds it."""
+    return demonstration(conv, system, user, tools, turns)[0]
+
+
+def whole_ids(conv: ChatConventions, system, user, tools, turns) -> list[int]:
+    """One render of the whole conversation (with conv.header_suffix put back after each
+    assistant header where the template drops it): a generation header after the last
+    observation; after a final turn without observations, cut at its end-of-turn token
+    (what the template writes after it belongs to no generated piece)."""
+    suffix, mark = conv.header_suffix, SENTINEL.format("s")
+    msgs = conv.head_messages(system, user, tools)
+    for text, obs in turns:
+        msgs.append({"role": "assistant", "content": (mark if suffix else "") + text})
+        msgs += conv.tool_messages(obs)
+    open_end = bool(turns) and not turns[-1][1]
+    text = conv._render(msgs, tools, gen=not open_end).replace(mark, suffix)
+    if open_end:
+        text = text[:text.rindex(conv.end_of_turn) + len(conv.end_of_turn)]
+    return conv.encode(text)
+
+
+def check_incremental(conv: ChatConventions, system, user, tools, turns):
+    """(ok, first differing index or -1, incremental ids, whole ids)."""
+    inc, whole = incremental_ids(conv, system, user, tools, turns), \
+        whole_ids(conv, system, user, tools, turns)
+    if inc == whole:
+        return True, -1, inc, whole
+    i = next((k for k, (a, b) in enumerate(zip(inc, whole)) if a != b), min(len(inc),
+                                                                            len(whole)))
+    return False, i, inc, whole
