@@ -125,8 +125,8 @@ def check_weights(cfg: DictConfig) -> Path | None:
         return path
     try:
         return Path(resolve_weights(m))
-    except ModelNotFoundError as exc:
-        raise ConfigError(f"model={m.name}: {exc}") from None
+    except ModelNotFoundError as exc:     # its messages name model.path / model=NAME
+        raise ConfigError(str(exc)) from None
 
 
 def context_length(model_dir: Path) -> int | None:
