@@ -3,10 +3,23 @@
 Our own decode loop rather than `model.generate`, because the learner needs, for every
 sampled id, the log-probability under exactly the distribution it was drawn from (after
 the request's logits processor, divided by the temperature), per-request logits
-processors and per-request token limits. The loop is the standard one: left-padded prompt
-batch, one prefill, then one token per step with the KV cache (DynamicCache); rows that
-finish are dropped from the batch and the cache, so long and short turns do not cost each
-other.
+processors and per-request token limits. The loop is the standard one: one prefill of the
+batch, then one token per step with the KV cache (DynamicCache); rows that finish are
+dropped from the batch and the cache, so long and short turns do not cost each other.
+
+KV reuse across calls (the role vLLM's automatic prefix caching plays for VLLMSampler):
+when a row finishes, its keys and values are kept with the ids they belong to (prompt +
+generated, the last sampled id excepted, which was never fed). The next call matches
+every prompt against the kept entries by longest common token prefix and encodes only
+the rest, so an agent turn costs its observation and header, not the whole history.
+Thinking mode's stripped history simply matches up to where it diverges. `share_prefix`
+pins a prefix common to every upcoming prompt (system prompt + tool schemas), encoded
+once per weight version. Kept entries live until the next call (live episodes are in
+it; an episode that ended is not, so its cache is freed then); `load_weights` drops all.
+A batch with different reused lengths is packed as [pad | reused prefix | pad | new ids]
+with an explicit 2D attention mask and position ids from the mask's cumsum, so each row
+sees exactly its own sequence at its own positions. `kv_reuse=False` re-encodes every
+prompt from token 0 (the old engine; benchmarks compare the two).
 
 Determinism: sampling draws from a torch.Generator seeded by `seed`, so the same prompts,
 weights and seed give the same completions on CPU.
@@ -14,19 +27,39 @@ weights and seed give the same completions on CPU.
 from __future__ import annotations
 
 import inspect
-
-from typing import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from ablate.samplers.base import Completion, Sampler, per_prompt
 
 
+@dataclass
+class _Entry:
+    """Keys and values of `ids` (per layer [1, kv_heads, len(ids), head_dim])."""
+    ids: list[int]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def prefix_lengths(pool: list[_Entry], prompts: list[list[int]]) -> torch.Tensor:
+    """[prompts, entries]: length of the common prefix of each prompt with each entry."""
+    L = max(len(e.ids) for e in pool)
+    table = torch.full((len(pool), L), -1, dtype=torch.long)   # -1 matches no id
+    for j, e in enumerate(pool):
+        table[j, :len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
+    out = torch.zeros((len(prompts), len(pool)), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        n = min(L, len(p))
+        eq = table[:, :n] == torch.tensor(p[:n], dtype=torch.long)
+        out[i] = eq.long().cumprod(1).sum(1)
+    return out
+
+
 class HFSampler(Sampler):
     name = "hf"
 
     def __init__(self, model_or_path, tokenizer, device: str = "cpu",
-                 dtype: torch.dtype | None = None):
+                 dtype: torch.dtype | None = None, kv_reuse: bool = True):
         if isinstance(model_or_path, (str, bytes)) or hasattr(model_or_path, "__fspath__"):
             from transformers import AutoModelForCausalLM
             model_or_path = AutoModelForCausalLM.from_pretrained(
@@ -37,6 +70,14 @@ class HFSampler(Sampler):
         self.device = torch.device(device)
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
+        self.kv_reuse = kv_reuse
+        self._entries: list[_Entry] = []        # rows of the last call
+        self._pinned: _Entry | None = None      # the shared prefix (share_prefix)
+        self.stats = {"encoded_tokens": 0, "reused_tokens": 0, "prompt_tokens": 0}
+
+    @property
+    def max_context(self) -> int | None:
+        return getattr(self.model.config, "max_position_embeddings", None)
 
     # ------------------------------------------------------------------ weights
     @torch.no_grad()
@@ -49,6 +90,38 @@ class HFSampler(Sampler):
         if missing or unexpected:
             raise ValueError(f"load_weights: missing {missing[:5]}, unexpected "
                              f"{unexpected[:5]}")
+        self.clear_cache()                      # kept keys/values are of the old weights
+
+    def clear_cache(self) -> None:
+        self._entries, self._pinned = [], None
+
+    # ------------------------------------------------------------------ KV store
+    @torch.no_grad()
+    def share_prefix(self, ids) -> None:
+        """Encode `ids` once (per weight version) for the prompts that start with them."""
+        ids = [int(t) for t in ids]
+        if not self.kv_reuse or len(ids) < 2:
+            return
+        if self._pinned is not None and self._pinned.ids == ids:
+            return
+        prev = [self._pinned] if self._pinned is not None else []
+        self._pinned = None
+        _, attn, cache = self._prefill([ids], prev)
+        self._pinned = self._extract(cache, attn, 0, ids)
+
+    @staticmethod
+    def _match(prompts, pool) -> list[tuple[_Entry | None, int]]:
+        """Per prompt the kept entry sharing the longest prefix with it, and that length
+        (at least one prompt id is left to encode: its logits start the completion)."""
+        if not pool:
+            return [(None, 0)] * len(prompts)
+        lengths = prefix_lengths(pool, prompts)
+        out = []
+        for p, row in zip(prompts, lengths):
+            j = int(row.argmax())
+            n = min(int(row[j]), len(p) - 1)
+            out.append((pool[j], n) if n > 0 else (None, 0))
+        return out
 
     # ------------------------------------------------------------------ sampling
     def _forward(self, ids, attn, pos, cache):
@@ -62,6 +135,62 @@ class HFSampler(Sampler):
                          use_cache=True, logits_to_keep=1, **{self._cache_kw: cache})
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         return out.logits[:, -1, :].float(), cache
+
+    def _new_cache(self, kv):
+        from transformers import DynamicCache
+        cache = DynamicCache(config=self.model.config)
+        for layer, (k, v) in enumerate(kv):
+            cache.update(k, v, layer)
+        return cache
+
+    def _prefill(self, prompts, pool):
+        """One forward over the prompts, each reusing its best kept prefix from `pool`:
+        (logits at each prompt's last id, attention mask, cache)."""
+        matches = self._match(prompts, pool)
+        B = len(prompts)
+        C = max(n for _, n in matches)
+        N = max(len(p) - n for p, (_, n) in zip(prompts, matches))
+        ids = torch.full((B, N), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, C + N), dtype=torch.long)
+        for r, (p, (_, n)) in enumerate(zip(prompts, matches)):
+            new = len(p) - n
+            ids[r, N - new:] = torch.tensor(p[n:], dtype=torch.long)
+            attn[r, C - n:C] = 1
+            attn[r, C + N - new:] = 1
+            self.stats["encoded_tokens"] += new
+            self.stats["reused_tokens"] += n
+            self.stats["prompt_tokens"] += len(p)
+        cache = self._new_cache(self._pack(matches, C)) if C > 0 else None
+        ids, attn = ids.to(self.device), attn.to(self.device)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, C:]
+        logits, cache = self._forward(ids, attn, pos, cache)
+        return logits, attn, cache
+
+    def _pack(self, matches, C):
+        """Per layer [B, kv_heads, C, head_dim]: row r's reused keys/values right-aligned."""
+        ref = next(e for e, n in matches if n > 0).kv
+        out = []
+        for layer, (k0, v0) in enumerate(ref):
+            k = k0.new_zeros((len(matches), k0.shape[1], C, k0.shape[3]))
+            v = v0.new_zeros((len(matches), v0.shape[1], C, v0.shape[3]))
+            for r, (e, n) in enumerate(matches):
+                if n:
+                    k[r, :, C - n:] = e.kv[layer][0][0, :, :n]
+                    v[r, :, C - n:] = e.kv[layer][1][0, :, :n]
+            out.append((k, v))
+        return out
+
+    @staticmethod
+    def _extract(cache, attn, r, ids) -> _Entry:
+        """Row r's keys and values (the positions its mask attends to), for `ids`."""
+        idx = attn[r].nonzero().view(-1)
+        kv = []
+        for layer in cache.layers:
+            kv.append((layer.keys[r:r + 1].index_select(2, idx),
+                       layer.values[r:r + 1].index_select(2, idx)))
+        if len(idx) != len(ids):
+            raise RuntimeError(f"KV store: {len(idx)} cached positions for {len(ids)} ids")
+        return _Entry(list(ids), kv)
 
     @torch.no_grad()
     def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0,
@@ -82,28 +211,20 @@ class HFSampler(Sampler):
         live = [i for i in range(n) if limits[i] > 0]
         if not live:
             return [Completion([], [], "length") for _ in range(n)]
-        L = max(len(prompts[i]) for i in live)
-        ids = torch.full((len(live), L), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((len(live), L), dtype=torch.long)
-        for r, i in enumerate(live):
-            p = list(prompts[i])
-            if not p:
-                raise ValueError("empty prompt")
-            ids[r, L - len(p):] = torch.tensor(p, dtype=torch.long)
-            attn[r, L - len(p):] = 1
-        ids, attn = ids.to(self.device), attn.to(self.device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        logits, cache = self._forward(ids, attn, pos, None)
-        next_pos = pos[:, -1] + 1
+        rows = [[int(t) for t in prompts[i]] for i in live]
+        if not all(rows):
+            raise ValueError("empty prompt")
+        pool = (self._entries + ([self._pinned] if self._pinned else [])) \
+            if self.kv_reuse else []
+        self._entries = []                        # ended episodes are not asked again
+        logits, attn, cache = self._prefill(rows, pool)
+        del pool
+        next_pos = attn.sum(-1)
+        kept: list[_Entry] = []
 
         while live:
-            rows = []
-            for r, i in enumerate(live):
-                row = logits[r]
-                if procs[i] is not None:
-                    row = procs[i](out_ids[i], row)
-                rows.append(row)
-            proc = torch.stack(rows)
+            proc = torch.stack([procs[i](out_ids[i], logits[r]) if procs[i] is not None
+                                else logits[r] for r, i in enumerate(live)])
             toks, lps = _sample(proc, temperature, top_p, gen)
             keep = []
             for r, i in enumerate(live):
@@ -114,17 +235,23 @@ class HFSampler(Sampler):
                     reasons[i] = "stop"
                 elif len(out_ids[i]) < limits[i]:
                     keep.append(r)
+                    continue
+                if self.kv_reuse:      # finished: keep what it encoded for the next call
+                    kept.append(self._extract(cache, attn, r,
+                                              rows[r] + out_ids[i][:-1]))
             if not keep:
                 break
             if len(keep) < len(live):   # drop finished rows from batch and cache
                 idx = torch.tensor(keep, device=self.device)
                 cache.batch_select_indices(idx)
                 attn, next_pos, toks = attn[idx], next_pos[idx], toks[idx]
-                live = [live[r] for r in keep]
+                live, rows = [live[r] for r in keep], [rows[r] for r in keep]
             attn = torch.cat([attn, attn.new_ones((len(live), 1))], dim=1)
+            self.stats["encoded_tokens"] += len(live)
             logits, cache = self._forward(toks.view(-1, 1).to(self.device), attn,
                                           next_pos.view(-1, 1), cache)
             next_pos = next_pos + 1
+        self._entries = kept
         return [Completion(out_ids[i], out_lp[i], reasons[i]) for i in range(n)]
 
 
