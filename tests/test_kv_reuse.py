@@ -137,8 +137,12 @@ def test_tokens_encoded_per_episode(tiny, runs, mode):
     ratios = {}
     for reuse in (False, True):
         eps, s = runs(mode, 1.0, reuse)
-        own = sum(_own_length(tiny[1], e, mode.enable_thinking) for e in eps)
-        ratios[reuse] = s.stats["encoded_tokens"] / own
+        own = [_own_length(tiny[1], e, mode.enable_thinking) for e in eps]
+        ratios[reuse] = s.stats["encoded_tokens"] / sum(own)
+        # the per-episode counts add up to the sampler's (shared prefix included)
+        assert sum(e.encoded_tokens for e in eps) == pytest.approx(s.stats["encoded_tokens"])
+        if reuse:
+            assert all(e.encoded_tokens <= 1.2 * n for e, n in zip(eps, own))
     assert ratios[True] <= 1.2 < 2.0 < ratios[False], ratios
 
 

@@ -139,12 +139,16 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
     prompts = [chat.render_prompt(tokenizer, task, tools_schema, mode_cfg, system_prompt)
                for task in tasks]
     share = getattr(sampler, "share_prefix", None)   # optional (a duck-typed sampler)
+    shared_cost = 0.0
     if prompts and share is not None:
+        before = _encoded(sampler)
         share(prompts[0][:_common_prefix(prompts)])
+        shared_cost = (_encoded(sampler) - before) / (len(prompts) * group_size)
     cap = getattr(sampler, "max_context", None)
     for g, (task, prompt) in enumerate(zip(tasks, prompts)):
         for k in range(group_size):
             ep = Episode(task=task, group=g, sample=k, max_turns=max_turns)
+            ep.encoded_tokens = shared_cost
             s = _Live(ep=ep, toolbox=make_toolbox(task), context=list(prompt),
                       t0=time.perf_counter())
             if not thinking:
@@ -184,6 +188,7 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
                 s.seg.logprobs += list(out.logprobs)
                 s.seg.allowed.update({offset + p: a for p, a in allowed.items()})
             s.generated += len(ids)
+            s.ep.encoded_tokens += out.extra.get("encoded_tokens", 0)
             text = tokenizer.decode(ids, skip_special_tokens=False)
             t = Turn(text=text, completion_tokens=len(ids),
                      think_tokens=_think_tokens(ids, think_open, think_close, op))
@@ -219,6 +224,10 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
             for seg in s.ep.segments:
                 seg.allowed = None
     return [s.ep for s in states]
+
+
+def _encoded(sampler) -> int:
+    return getattr(sampler, "stats", {}).get("encoded_tokens", 0)
 
 
 def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:

@@ -35,6 +35,7 @@ class Completion:
     ids: list[int]                   # generated ids, the stop token included when hit
     logprobs: list[float]            # one per id (see module docstring)
     finish_reason: str               # "stop" (a stop token) | "length" (max_new_tokens)
+    # back-end details, e.g. HFSampler's encoded_tokens / reused_tokens for this row
     extra: dict = field(default_factory=dict)
 
 

@@ -164,6 +164,7 @@ class HFSampler(Sampler):
         ids, attn = ids.to(self.device), attn.to(self.device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, C:]
         logits, cache = self._forward(ids, attn, pos, cache)
+        self._reused = [n for _, n in matches]
         return logits, attn, cache
 
     def _pack(self, matches, C):
@@ -214,6 +215,7 @@ class HFSampler(Sampler):
         rows = [[int(t) for t in prompts[i]] for i in live]
         if not all(rows):
             raise ValueError("empty prompt")
+        live0, prompts0 = list(live), list(rows)
         pool = (self._entries + ([self._pinned] if self._pinned else [])) \
             if self.kv_reuse else []
         self._entries = []                        # ended episodes are not asked again
@@ -252,7 +254,11 @@ class HFSampler(Sampler):
                                           next_pos.view(-1, 1), cache)
             next_pos = next_pos + 1
         self._entries = kept
-        return [Completion(out_ids[i], out_lp[i], reasons[i]) for i in range(n)]
+        outs = [Completion(out_ids[i], out_lp[i], reasons[i]) for i in range(n)]
+        for i, p, reused in zip(live0, prompts0, self._reused):
+            outs[i].extra.update(reused_tokens=reused, encoded_tokens=len(p) - reused +
+                                 max(len(out_ids[i]) - 1, 0))
+        return outs
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_p: float,
