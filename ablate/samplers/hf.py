@@ -30,6 +30,7 @@ import inspect
 from dataclasses import dataclass
 
 import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from ablate.samplers.base import Completion, Sampler, per_prompt
 
@@ -137,9 +138,12 @@ class HFSampler(Sampler):
         return out.logits[:, -1, :].float(), cache
 
     def _new_cache(self, kv):
-        from transformers import DynamicCache
+        """A DynamicCache holding `kv` (None: empty); full-attention layers append into
+        spare capacity (_GrowingLayer) instead of copying the whole cache every step."""
         cache = DynamicCache(config=self.model.config)
-        for layer, (k, v) in enumerate(kv):
+        cache.layers = [_GrowingLayer() if type(layer) is DynamicLayer else layer
+                        for layer in cache.layers]
+        for layer, (k, v) in enumerate(kv or []):
             cache.update(k, v, layer)
         return cache
 
@@ -160,7 +164,7 @@ class HFSampler(Sampler):
             self.stats["encoded_tokens"] += new
             self.stats["reused_tokens"] += n
             self.stats["prompt_tokens"] += len(p)
-        cache = self._new_cache(self._pack(matches, C)) if C > 0 else None
+        cache = self._new_cache(self._pack(matches, C) if C > 0 else None)
         ids, attn = ids.to(self.device), attn.to(self.device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, C:]
         logits, cache = self._forward(ids, attn, pos, cache)
@@ -259,6 +263,36 @@ class HFSampler(Sampler):
             outs[i].extra.update(reused_tokens=reused, encoded_tokens=len(p) - reused +
                                  max(len(out_ids[i]) - 1, 0))
         return outs
+
+
+class _GrowingLayer(DynamicLayer):
+    """DynamicLayer whose keys/values are views of a buffer with spare capacity: a
+    decoding step writes its one position instead of concatenating the whole cache."""
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self.buf = None
+        old = 0 if self.buf is None else self.keys.shape[-2]
+        need = old + key_states.shape[-2]
+        if self.buf is None or need > self.buf[0].shape[-2]:
+            shape = (*key_states.shape[:2], need + max(64, need // 2))
+            buf = (key_states.new_empty((*shape, key_states.shape[-1])),
+                   value_states.new_empty((*shape, value_states.shape[-1])))
+            if old:
+                buf[0][..., :old, :] = self.keys
+                buf[1][..., :old, :] = self.values
+            self.buf = buf
+        self.buf[0][..., old:need, :] = key_states
+        self.buf[1][..., old:need, :] = value_states
+        self.keys, self.values = self.buf[0][..., :need, :], self.buf[1][..., :need, :]
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices):
+        if self.get_seq_length() > 0:
+            n = self.keys.shape[-2]
+            self.buf = (self.buf[0][indices], self.buf[1][indices])
+            self.keys, self.values = self.buf[0][..., :n, :], self.buf[1][..., :n, :]
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_p: float,
