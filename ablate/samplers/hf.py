@@ -16,10 +16,11 @@ Thinking mode's stripped history simply matches up to where it diverges. `share_
 pins a prefix common to every upcoming prompt (system prompt + tool schemas), encoded
 once per weight version. Kept entries live until the next call (live episodes are in
 it; an episode that ended is not, so its cache is freed then); `load_weights` drops all.
-A batch with different reused lengths is packed as [pad | reused prefix | pad | new ids]
-with an explicit 2D attention mask and position ids from the mask's cumsum, so each row
-sees exactly its own sequence at its own positions. `kv_reuse=False` re-encodes every
-prompt from token 0 (the old engine; benchmarks compare the two).
+Each prompt's new suffix is encoded alone (rows of different lengths would pay for their
+padding), then the rows are packed right-aligned, [pad | prompt], with an explicit 2D
+attention mask and position ids from the mask's cumsum for the batched decoding, so each
+row sees exactly its own sequence at its own positions. `kv_reuse=False` is the old
+engine (one left-padded prefill of every whole prompt), kept as the benchmarks' baseline.
 
 Determinism: sampling draws from a torch.Generator seeded by `seed`, so the same prompts,
 weights and seed give the same completions on CPU.
@@ -107,8 +108,7 @@ class HFSampler(Sampler):
             return
         prev = [self._pinned] if self._pinned is not None else []
         self._pinned = None
-        _, attn, cache = self._prefill([ids], prev)
-        self._pinned = self._extract(cache, attn, 0, ids)
+        self._pinned = self._encode_one(ids, prev)[1]
 
     @staticmethod
     def _match(prompts, pool) -> list[tuple[_Entry | None, int]]:
@@ -171,6 +171,29 @@ class HFSampler(Sampler):
         self._reused = [n for _, n in matches]
         return logits, attn, cache
 
+    def _encode_one(self, prompt, pool) -> tuple[torch.Tensor, _Entry]:
+        """One prompt alone (no padding): its last logits and its keys/values."""
+        logits, _, cache = self._prefill([prompt], pool)
+        return logits[0], _Entry(list(prompt), [(la.keys, la.values) for la in cache.layers])
+
+    def _prefill_rows(self, rows, pool):
+        """Each prompt encoded alone, reusing its best kept prefix (a batched prefill
+        would pay for every row's padding to the longest new suffix and cached prefix),
+        then packed right-aligned for decoding: (logits, attention mask, cache)."""
+        logits, entries, reused = [], [], []
+        for p in rows:
+            lg, e = self._encode_one(p, pool)
+            logits.append(lg)
+            entries.append(e)
+            reused += self._reused
+        self._reused = reused
+        L = max(map(len, rows))
+        attn = torch.zeros((len(rows), L), dtype=torch.long, device=self.device)
+        for r, p in enumerate(rows):
+            attn[r, L - len(p):] = 1
+        cache = self._new_cache(self._pack([(e, len(e.ids)) for e in entries], L))
+        return torch.stack(logits), attn, cache
+
     def _pack(self, matches, C):
         """Per layer [B, kv_heads, C, head_dim]: row r's reused keys/values right-aligned."""
         ref = next(e for e, n in matches if n > 0).kv
@@ -223,7 +246,10 @@ class HFSampler(Sampler):
         pool = (self._entries + ([self._pinned] if self._pinned else [])) \
             if self.kv_reuse else []
         self._entries = []                        # ended episodes are not asked again
-        logits, attn, cache = self._prefill(rows, pool)
+        if self.kv_reuse:
+            logits, attn, cache = self._prefill_rows(rows, pool)
+        else:                                     # the old engine: one padded prefill
+            logits, attn, cache = self._prefill(rows, pool)
         del pool
         next_pos = attn.sum(-1)
         kept: list[_Entry] = []
