@@ -144,6 +144,7 @@ def test_tokens_encoded_per_episode(tiny, runs, mode):
         if reuse:
             assert all(e.encoded_tokens <= 1.2 * n for e, n in zip(eps, own))
     assert ratios[True] <= 1.2 < 2.0 < ratios[False], ratios
+    assert s._entries == [] and s._pinned is not None   # episodes freed, the prefix kept
 
 
 def test_rows_with_different_cached_lengths(tok):

@@ -217,6 +217,9 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
                     s.seg.mask += [0] * len(obs)
                     s.seg.logprobs += [0.0] * len(obs)
                     s.context = list(s.seg.ids)
+    release = getattr(sampler, "release_episodes", None)
+    if release is not None:
+        release()                             # every episode is over: free their caches
     for s in states:
         if not s.done:
             _end(s, "max_turns")

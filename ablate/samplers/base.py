@@ -16,7 +16,7 @@ Multi-turn prompts extend earlier ones: a back end may keep the keys and values 
 it encoded and reuse them for a later prompt with the same token prefix (HFSampler's KV
 store, vLLM's automatic prefix caching). That never changes results, only cost.
 `share_prefix(ids)` announces a prefix every upcoming prompt starts with (system prompt +
-tool schemas); `max_context` is the longest sequence (prompt + completion) the model
+tool schemas), `release_episodes()` that the episodes so far are over; `max_context` is the longest sequence (prompt + completion) the model
 takes, None when unknown; `stats` counts tokens: `encoded_tokens` fed through the model
 (prompt ids not served from a cache, plus one per decoding step), `reused_tokens` served
 from a cache, `prompt_tokens` asked for.
@@ -56,6 +56,9 @@ class Sampler(ABC):
 
     def share_prefix(self, ids: Sequence[int]) -> None:
         """Upcoming prompts start with `ids` (a hint: a back end may encode it once)."""
+
+    def release_episodes(self) -> None:
+        """No earlier prompt will be extended again: per-episode caches may be freed."""
 
     @property
     def max_context(self) -> int | None:

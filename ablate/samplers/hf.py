@@ -97,6 +97,9 @@ class HFSampler(Sampler):
     def clear_cache(self) -> None:
         self._entries, self._pinned = [], None
 
+    def release_episodes(self) -> None:
+        self._entries = []
+
     # ------------------------------------------------------------------ KV store
     @torch.no_grad()
     def share_prefix(self, ids) -> None:
