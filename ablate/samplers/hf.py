@@ -152,7 +152,7 @@ class HFSampler(Sampler):
 
     def _prefill(self, prompts, pool):
         """One forward over the prompts, each reusing its best kept prefix from `pool`:
-        (logits at each prompt's last id, attention mask, cache)."""
+        (logits at each prompt's last id, attention mask, cache, reused lengths)."""
         matches = self._match(prompts, pool)
         B = len(prompts)
         C = max(n for _, n in matches)
@@ -171,31 +171,30 @@ class HFSampler(Sampler):
         ids, attn = ids.to(self.device), attn.to(self.device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, C:]
         logits, cache = self._forward(ids, attn, pos, cache)
-        self._reused = [n for _, n in matches]
-        return logits, attn, cache
+        return logits, attn, cache, [n for _, n in matches]
 
-    def _encode_one(self, prompt, pool) -> tuple[torch.Tensor, _Entry]:
-        """One prompt alone (no padding): its last logits and its keys/values."""
-        logits, _, cache = self._prefill([prompt], pool)
-        return logits[0], _Entry(list(prompt), [(la.keys, la.values) for la in cache.layers])
+    def _encode_one(self, prompt, pool) -> tuple[torch.Tensor, _Entry, int]:
+        """One prompt alone (no padding): last logits, keys/values, reused length."""
+        logits, _, cache, (n,) = self._prefill([prompt], pool)
+        kv = [(la.keys, la.values) for la in cache.layers]
+        return logits[0], _Entry(list(prompt), kv), n
 
     def _prefill_rows(self, rows, pool):
         """Each prompt encoded alone, reusing its best kept prefix (a batched prefill
         would pay for every row's padding to the longest new suffix and cached prefix),
-        then packed right-aligned for decoding: (logits, attention mask, cache)."""
+        then packed right-aligned for decoding: as _prefill."""
         logits, entries, reused = [], [], []
         for p in rows:
-            lg, e = self._encode_one(p, pool)
+            lg, e, n = self._encode_one(p, pool)
             logits.append(lg)
             entries.append(e)
-            reused += self._reused
-        self._reused = reused
+            reused.append(n)
         L = max(map(len, rows))
         attn = torch.zeros((len(rows), L), dtype=torch.long, device=self.device)
         for r, p in enumerate(rows):
             attn[r, L - len(p):] = 1
         cache = self._new_cache(self._pack([(e, len(e.ids)) for e in entries], L))
-        return torch.stack(logits), attn, cache
+        return torch.stack(logits), attn, cache, reused
 
     def _pack(self, matches, C):
         """Per layer [B, kv_heads, C, head_dim]: row r's reused keys/values right-aligned."""
@@ -232,66 +231,66 @@ class HFSampler(Sampler):
         limits = [int(m) for m in per_prompt(max_new_tokens, n, "max_new_tokens")]
         procs = per_prompt(logits_processors, n, "logits_processors") \
             if logits_processors is not None else [None] * n
-        stops = set(int(s) for s in stop_token_ids)
-        gen = torch.Generator(device="cpu")
-        gen.manual_seed(int(seed) if seed is not None else torch.seed())
-        out_ids: list[list[int]] = [[] for _ in range(n)]
-        out_lp: list[list[float]] = [[] for _ in range(n)]
-        reasons = ["length"] * n
-
+        outs = [Completion([], [], "length") for _ in range(n)]
         live = [i for i in range(n) if limits[i] > 0]
         if not live:
-            return [Completion([], [], "length") for _ in range(n)]
+            return outs
         rows = [[int(t) for t in prompts[i]] for i in live]
         if not all(rows):
             raise ValueError("empty prompt")
-        live0, prompts0 = list(live), list(rows)
         pool = (self._entries + ([self._pinned] if self._pinned else [])) \
             if self.kv_reuse else []
         self._entries = []                        # ended episodes are not asked again
         if self.kv_reuse:
-            logits, attn, cache = self._prefill_rows(rows, pool)
+            start = self._prefill_rows(rows, pool)
         else:                                     # the old engine: one padded prefill
-            logits, attn, cache = self._prefill(rows, pool)
+            start = self._prefill(rows, pool)
         del pool
-        next_pos = attn.sum(-1)
-        kept: list[_Entry] = []
+        gen = torch.Generator(device="cpu")
+        gen.manual_seed(int(seed) if seed is not None else torch.seed())
+        self._decode(start, rows, [outs[i] for i in live], [limits[i] for i in live],
+                     [procs[i] for i in live], dict(temperature=temperature, top_p=top_p,
+                                                    gen=gen), set(map(int, stop_token_ids)))
+        return outs
 
+    def _decode(self, start, rows, outs, limits, procs, sampling, stops) -> None:
+        """Sample one token per live row per step into `outs` until each stops or hits
+        its limit; finished rows leave the batch (their keys/values are kept)."""
+        logits, attn, cache, reused = start
+        for o, p, n in zip(outs, rows, reused):
+            o.extra.update(reused_tokens=n, encoded_tokens=len(p) - n)
+        live, next_pos, kept = list(range(len(rows))), attn.sum(-1), []
         while live:
-            proc = torch.stack([procs[i](out_ids[i], logits[r]) if procs[i] is not None
+            proc = torch.stack([procs[i](outs[i].ids, logits[r]) if procs[i] is not None
                                 else logits[r] for r, i in enumerate(live)])
-            toks, lps = _sample(proc, temperature, top_p, gen)
+            toks, lps = _sample(proc, gen=sampling["gen"], temperature=sampling[
+                "temperature"], top_p=sampling["top_p"])
             keep = []
             for r, i in enumerate(live):
-                t = int(toks[r])
-                out_ids[i].append(t)
-                out_lp[i].append(float(lps[r]))
+                o, t = outs[i], int(toks[r])
+                o.ids.append(t)
+                o.logprobs.append(float(lps[r]))
                 if t in stops:
-                    reasons[i] = "stop"
-                elif len(out_ids[i]) < limits[i]:
+                    o.finish_reason = "stop"
+                elif len(o.ids) < limits[i]:
                     keep.append(r)
                     continue
+                o.extra["encoded_tokens"] += len(o.ids) - 1   # the last id is never fed
                 if self.kv_reuse:      # finished: keep what it encoded for the next call
-                    kept.append(self._extract(cache, attn, r,
-                                              rows[r] + out_ids[i][:-1]))
+                    kept.append(self._extract(cache, attn, r, rows[i] + o.ids[:-1]))
             if not keep:
                 break
             if len(keep) < len(live):   # drop finished rows from batch and cache
                 idx = torch.tensor(keep, device=self.device)
                 cache.batch_select_indices(idx)
                 attn, next_pos, toks = attn[idx], next_pos[idx], toks[idx]
-                live, rows = [live[r] for r in keep], [rows[r] for r in keep]
+                live = [live[r] for r in keep]
             attn = torch.cat([attn, attn.new_ones((len(live), 1))], dim=1)
             self.stats["encoded_tokens"] += len(live)
             logits, cache = self._forward(toks.view(-1, 1).to(self.device), attn,
                                           next_pos.view(-1, 1), cache)
             next_pos = next_pos + 1
         self._entries = kept
-        outs = [Completion(out_ids[i], out_lp[i], reasons[i]) for i in range(n)]
-        for i, p, reused in zip(live0, prompts0, self._reused):
-            outs[i].extra.update(reused_tokens=reused, encoded_tokens=len(p) - reused +
-                                 max(len(out_ids[i]) - 1, 0))
-        return outs
 
 
 class _GrowingLayer(DynamicLayer):
