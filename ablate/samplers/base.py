@@ -16,10 +16,11 @@ Multi-turn prompts extend earlier ones: a back end may keep the keys and values 
 it encoded and reuse them for a later prompt with the same token prefix (HFSampler's KV
 store, vLLM's automatic prefix caching). That never changes results, only cost.
 `share_prefix(ids)` announces a prefix every upcoming prompt starts with (system prompt +
-tool schemas), `release_episodes()` that the episodes so far are over; `max_context` is the longest sequence (prompt + completion) the model
-takes, None when unknown; `stats` counts tokens: `encoded_tokens` fed through the model
-(prompt ids not served from a cache, plus one per decoding step), `reused_tokens` served
-from a cache, `prompt_tokens` asked for.
+tool schemas), `release_episodes()` that the episodes so far are over; `max_context` is
+the longest sequence (prompt + completion) the model takes, None when unknown. HFSampler
+also counts tokens in `stats`: `encoded_tokens` fed through the model (prompt ids not
+served from its cache, plus one per decoding step), `reused_tokens` served from the
+cache, `prompt_tokens` asked for; per row in `Completion.extra`.
 """
 from __future__ import annotations
 
