@@ -289,6 +289,7 @@ def train_step(cfg, policy, env, judge, objective, step: int) -> dict:
     sampler = DynamicSampler(t.tasks_per_step,
                              a.dynamic_sampling.max_batches if a.dynamic_sampling.enable else 0)
     seen_rewards, comps_sum, correct, answered, n_eps, generated = [], {}, 0, 0, 0, 0
+    encoded = 0.0                        # tokens the sampler fed through the model
     kept_all: list = []
     round_ = 0
     while True:
@@ -307,6 +308,7 @@ def train_step(cfg, policy, env, judge, objective, step: int) -> dict:
         correct += sum(bool(e.correct) for e in episodes)
         answered += sum(e.answered for e in episodes)
         generated += sum(e.response_tokens for e in episodes)
+        encoded += sum(e.encoded_tokens for e in episodes)
         seen_rewards.append(rewards)
         groups = [e.group for e in episodes]
         if a.dynamic_sampling.enable:
@@ -323,7 +325,8 @@ def train_step(cfg, policy, env, judge, objective, step: int) -> dict:
     row = {"step": step, "reward/mean": float(rewards_all.mean()),
            "reward/std": float(rewards_all.std()) if len(rewards_all) > 1 else 0.0,
            "accuracy": correct / max(n_eps, 1), "answered": answered / max(n_eps, 1),
-           "episodes": n_eps, "generated_tokens": generated, "rollout_s": rollout_s}
+           "episodes": n_eps, "generated_tokens": generated, "rollout_s": rollout_s,
+           "sampler/encoded_tokens": encoded}
     row.update({f"reward/{k}": v / max(n_eps, 1) for k, v in comps_sum.items()})
     if a.dynamic_sampling.enable:
         eps, rewards, groups = sampler.batch()

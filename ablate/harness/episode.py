@@ -65,6 +65,9 @@ class Episode:
     max_turns: int = 10
     correct: bool | None = None     # judge verdict, filled after the rollout
     seconds: float = 0.0
+    # tokens the sampler fed through the model for this episode (its share of the shared
+    # prompt prefix included), when the sampler reports them (HFSampler); 0 otherwise
+    encoded_tokens: float = 0.0
 
     # --- derived views used by rewards and metrics -----------------------------------
     @property

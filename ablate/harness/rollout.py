@@ -17,9 +17,22 @@ results seen so far in the episode, at most `max_masked_keywords` per search). T
 answer ends the episode; calls and text after it in the same turn are ignored.
 
 End reasons: "answer", "max_turns", "max_tokens" (a turn hit its token limit without a
-stop token, or the episode budget is spent), "malformed".
+stop token, or the episode budget is spent), "malformed", "max_context" (the model's
+context is full: the next prompt, i.e. history + observation, would leave no room to
+generate, or a turn was cut where prompt + completion reached the context length).
 A turn cut by its token limit still has its complete calls executed and logged (it may
 even answer), but the episode ends there: a cut turn has no well-defined continuation.
+
+Context length: the model is never fed more than `sampler.max_context` tokens. Each
+turn's max_new_tokens is capped so prompt + completion <= max_context; an observation
+that would fill the context is not appended (the episode ends "max_context"), and an
+episode whose first prompt already fills it ends before any generation, with no segment.
+
+Cost: every turn's prompt extends the previous one (instruct), or shares it up to where
+earlier thinking was stripped (thinking); samplers reuse the encoded prefix (HFSampler's
+KV store, vLLM's prefix caching), so a turn encodes its observation and header, not the
+history. The prefix shared by all first prompts (system prompt + tool schemas) is
+announced once per call with `sampler.share_prefix`.
 """
 from __future__ import annotations
 
@@ -123,10 +136,19 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
     marks = (think_open, think_close, tokenizer.convert_tokens_to_ids(chat.IM_START))
 
     states: list[_Live] = []
-    for g, task in enumerate(tasks):
-        prompt = chat.render_prompt(tokenizer, task, tools_schema, mode_cfg, system_prompt)
+    prompts = [chat.render_prompt(tokenizer, task, tools_schema, mode_cfg, system_prompt)
+               for task in tasks]
+    share = getattr(sampler, "share_prefix", None)   # optional (a duck-typed sampler)
+    shared_cost = 0.0
+    if prompts and share is not None:
+        before = _encoded(sampler)
+        share(prompts[0][:_common_prefix(prompts)])
+        shared_cost = (_encoded(sampler) - before) / (len(prompts) * group_size)
+    cap = getattr(sampler, "max_context", None)
+    for g, (task, prompt) in enumerate(zip(tasks, prompts)):
         for k in range(group_size):
             ep = Episode(task=task, group=g, sample=k, max_turns=max_turns)
+            ep.encoded_tokens = shared_cost
             s = _Live(ep=ep, toolbox=make_toolbox(task), context=list(prompt),
                       t0=time.perf_counter())
             if not thinking:
@@ -136,11 +158,14 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
             states.append(s)
 
     for turn in range(max_turns):
+        for s in states:
+            if not s.done and cap is not None and len(s.context) >= cap:
+                _end(s, "max_context")        # only a first prompt can be this long
+                s.ep.segments = []
         live = [s for s in states if not s.done]
         if not live:
             break
-        budgets = [min(harness_cfg.max_new_tokens_per_turn,
-                       harness_cfg.max_tokens_per_episode - s.generated) for s in live]
+        budgets = [_budget(s, harness_cfg, cap) for s in live]
         masks = [_mask_for(s, tools_schema, harness_cfg, mode_cfg, vocab, marks) for s in live]
         opened = [_open_think(s.context, *marks) for s in live]
         outs = sampler.generate(
@@ -163,13 +188,17 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
                 s.seg.logprobs += list(out.logprobs)
                 s.seg.allowed.update({offset + p: a for p, a in allowed.items()})
             s.generated += len(ids)
+            s.ep.encoded_tokens += out.extra.get("encoded_tokens", 0)
             text = tokenizer.decode(ids, skip_special_tokens=False)
             t = Turn(text=text, completion_tokens=len(ids),
                      think_tokens=_think_tokens(ids, think_open, think_close, op))
             s.ep.turns.append(t)
             _act(s, t, text, harness_cfg)
             if not s.done:
-                if out.finish_reason != "stop" or s.generated >= \
+                full = cap is not None and offset + len(ids) >= cap
+                if out.finish_reason != "stop" and full:
+                    _end(s, "max_context")
+                elif out.finish_reason != "stop" or s.generated >= \
                         harness_cfg.max_tokens_per_episode:
                     _end(s, "max_tokens")
                 elif turn + 1 >= max_turns:
@@ -178,13 +207,19 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
                 obs = chat.observation_ids(tokenizer, [c.observation for c in t.calls],
                                            mode_cfg, turn_closed=bool(ids) and
                                            ids[-1] == im_end)
-                if thinking:
-                    s.context = s.context + chat.strip_thinking_ids(tokenizer, ids) + obs
+                head = chat.strip_thinking_ids(tokenizer, ids) if thinking else ids
+                if cap is not None and offset + len(head) + len(obs) >= cap:
+                    _end(s, "max_context")    # no room left to answer the observation
+                elif thinking:
+                    s.context = s.context + head + obs
                 else:
                     s.seg.ids += obs
                     s.seg.mask += [0] * len(obs)
                     s.seg.logprobs += [0.0] * len(obs)
                     s.context = list(s.seg.ids)
+    release = getattr(sampler, "release_episodes", None)
+    if release is not None:
+        release()                             # every episode is over: free their caches
     for s in states:
         if not s.done:
             _end(s, "max_turns")
@@ -192,6 +227,29 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
             for seg in s.ep.segments:
                 seg.allowed = None
     return [s.ep for s in states]
+
+
+def _encoded(sampler) -> int:
+    return getattr(sampler, "stats", {}).get("encoded_tokens", 0)
+
+
+def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest prefix all sequences share."""
+    first, n = seqs[0], min(len(q) for q in seqs)
+    for q in seqs[1:]:
+        i = 0
+        while i < n and q[i] == first[i]:
+            i += 1
+        n = i
+    return n
+
+
+def _budget(s: _Live, harness_cfg, cap: int | None) -> int:
+    """This turn's max_new_tokens: per-turn and per-episode limits, and the room left
+    in the model's context (prompt + completion <= cap)."""
+    n = min(harness_cfg.max_new_tokens_per_turn,
+            harness_cfg.max_tokens_per_episode - s.generated)
+    return n if cap is None else min(n, cap - len(s.context))
 
 
 def _end(s: _Live, reason: str) -> None:

@@ -11,6 +11,16 @@ the temperature, log-softmaxed. Greedy decoding (temperature 0) reports the proc
 logits at temperature 1. top_p < 1 truncates the sampling distribution but the reported
 logprob is that of the un-truncated (tempered, masked) distribution, which is what a
 learner can recompute; RL runs use top_p = 1.
+
+Multi-turn prompts extend earlier ones: a back end may keep the keys and values of what
+it encoded and reuse them for a later prompt with the same token prefix (HFSampler's KV
+store, vLLM's automatic prefix caching). That never changes results, only cost.
+`share_prefix(ids)` announces a prefix every upcoming prompt starts with (system prompt +
+tool schemas), `release_episodes()` that the episodes so far are over; `max_context` is
+the longest sequence (prompt + completion) the model takes, None when unknown. HFSampler
+also counts tokens in `stats`: `encoded_tokens` fed through the model (prompt ids not
+served from its cache, plus one per decoding step), `reused_tokens` served from the
+cache, `prompt_tokens` asked for; per row in `Completion.extra`.
 """
 from __future__ import annotations
 
@@ -26,6 +36,7 @@ class Completion:
     ids: list[int]                   # generated ids, the stop token included when hit
     logprobs: list[float]            # one per id (see module docstring)
     finish_reason: str               # "stop" (a stop token) | "length" (max_new_tokens)
+    # back-end details, e.g. HFSampler's encoded_tokens / reused_tokens for this row
     extra: dict = field(default_factory=dict)
 
 
@@ -43,6 +54,16 @@ class Sampler(ABC):
     @abstractmethod
     def load_weights(self, state_dict) -> None:
         """Replace the policy weights (names as the HF model's state_dict)."""
+
+    def share_prefix(self, ids: Sequence[int]) -> None:
+        """Upcoming prompts start with `ids` (a hint: a back end may encode it once)."""
+
+    def release_episodes(self) -> None:
+        """No earlier prompt will be extended again: per-episode caches may be freed."""
+
+    @property
+    def max_context(self) -> int | None:
+        return None
 
     def close(self) -> None:
         pass

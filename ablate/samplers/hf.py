@@ -3,10 +3,24 @@
 Our own decode loop rather than `model.generate`, because the learner needs, for every
 sampled id, the log-probability under exactly the distribution it was drawn from (after
 the request's logits processor, divided by the temperature), per-request logits
-processors and per-request token limits. The loop is the standard one: left-padded prompt
-batch, one prefill, then one token per step with the KV cache (DynamicCache); rows that
-finish are dropped from the batch and the cache, so long and short turns do not cost each
-other.
+processors and per-request token limits. The loop is the standard one: one prefill of the
+batch, then one token per step with the KV cache (DynamicCache); rows that finish are
+dropped from the batch and the cache, so long and short turns do not cost each other.
+
+KV reuse across calls (the role vLLM's automatic prefix caching plays for VLLMSampler):
+when a row finishes, its keys and values are kept with the ids they belong to (prompt +
+generated, the last sampled id excepted, which was never fed). The next call matches
+every prompt against the kept entries by longest common token prefix and encodes only
+the rest, so an agent turn costs its observation and header, not the whole history.
+Thinking mode's stripped history simply matches up to where it diverges. `share_prefix`
+pins a prefix common to every upcoming prompt (system prompt + tool schemas), encoded
+once per weight version. Kept entries live until the next call (live episodes are in
+it; an episode that ended is not, so its cache is freed then); `load_weights` drops all.
+Each prompt's new suffix is encoded alone (rows of different lengths would pay for their
+padding), then the rows are packed right-aligned, [pad | prompt], with an explicit 2D
+attention mask and position ids from the mask's cumsum for the batched decoding, so each
+row sees exactly its own sequence at its own positions. `kv_reuse=False` is the old
+engine (one left-padded prefill of every whole prompt), kept as the benchmarks' baseline.
 
 Determinism: sampling draws from a torch.Generator seeded by `seed`, so the same prompts,
 weights and seed give the same completions on CPU.
@@ -14,19 +28,40 @@ weights and seed give the same completions on CPU.
 from __future__ import annotations
 
 import inspect
-
-from typing import Sequence
+from dataclasses import dataclass
 
 import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from ablate.samplers.base import Completion, Sampler, per_prompt
+
+
+@dataclass
+class _Entry:
+    """Keys and values of `ids` (per layer [1, kv_heads, len(ids), head_dim])."""
+    ids: list[int]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def prefix_lengths(pool: list[_Entry], prompts: list[list[int]]) -> torch.Tensor:
+    """[prompts, entries]: length of the common prefix of each prompt with each entry."""
+    L = max(len(e.ids) for e in pool)
+    table = torch.full((len(pool), L), -1, dtype=torch.long)   # -1 matches no id
+    for j, e in enumerate(pool):
+        table[j, :len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
+    out = torch.zeros((len(prompts), len(pool)), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        n = min(L, len(p))
+        eq = table[:, :n] == torch.tensor(p[:n], dtype=torch.long)
+        out[i] = eq.long().cumprod(1).sum(1)
+    return out
 
 
 class HFSampler(Sampler):
     name = "hf"
 
     def __init__(self, model_or_path, tokenizer, device: str = "cpu",
-                 dtype: torch.dtype | None = None):
+                 dtype: torch.dtype | None = None, kv_reuse: bool = True):
         if isinstance(model_or_path, (str, bytes)) or hasattr(model_or_path, "__fspath__"):
             from transformers import AutoModelForCausalLM
             model_or_path = AutoModelForCausalLM.from_pretrained(
@@ -37,6 +72,14 @@ class HFSampler(Sampler):
         self.device = torch.device(device)
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
+        self.kv_reuse = kv_reuse
+        self._entries: list[_Entry] = []        # rows of the last call
+        self._pinned: _Entry | None = None      # the shared prefix (share_prefix)
+        self.stats = {"encoded_tokens": 0, "reused_tokens": 0, "prompt_tokens": 0}
+
+    @property
+    def max_context(self) -> int | None:
+        return getattr(self.model.config, "max_position_embeddings", None)
 
     # ------------------------------------------------------------------ weights
     @torch.no_grad()
@@ -49,6 +92,40 @@ class HFSampler(Sampler):
         if missing or unexpected:
             raise ValueError(f"load_weights: missing {missing[:5]}, unexpected "
                              f"{unexpected[:5]}")
+        self.clear_cache()                      # kept keys/values are of the old weights
+
+    def clear_cache(self) -> None:
+        self._entries, self._pinned = [], None
+
+    def release_episodes(self) -> None:
+        self._entries = []
+
+    # ------------------------------------------------------------------ KV store
+    @torch.no_grad()
+    def share_prefix(self, ids) -> None:
+        """Encode `ids` once (per weight version) for the prompts that start with them."""
+        ids = [int(t) for t in ids]
+        if not self.kv_reuse or len(ids) < 2:
+            return
+        if self._pinned is not None and self._pinned.ids == ids:
+            return
+        prev = [self._pinned] if self._pinned is not None else []
+        self._pinned = None
+        self._pinned = self._encode_one(ids, prev)[1]
+
+    @staticmethod
+    def _match(prompts, pool) -> list[tuple[_Entry | None, int]]:
+        """Per prompt the kept entry sharing the longest prefix with it, and that length
+        (at least one prompt id is left to encode: its logits start the completion)."""
+        if not pool:
+            return [(None, 0)] * len(prompts)
+        lengths = prefix_lengths(pool, prompts)
+        out = []
+        for p, row in zip(prompts, lengths):
+            j = int(row.argmax())
+            n = min(int(row[j]), len(p) - 1)
+            out.append((pool[j], n) if n > 0 else (None, 0))
+        return out
 
     # ------------------------------------------------------------------ sampling
     def _forward(self, ids, attn, pos, cache):
@@ -63,6 +140,88 @@ class HFSampler(Sampler):
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         return out.logits[:, -1, :].float(), cache
 
+    def _new_cache(self, kv):
+        """A DynamicCache holding `kv` (None: empty); full-attention layers append into
+        spare capacity (_GrowingLayer) instead of copying the whole cache every step."""
+        cache = DynamicCache(config=self.model.config)
+        cache.layers = [_GrowingLayer() if type(layer) is DynamicLayer else layer
+                        for layer in cache.layers]
+        for layer, (k, v) in enumerate(kv or []):
+            cache.update(k, v, layer)
+        return cache
+
+    def _prefill(self, prompts, pool):
+        """One forward over the prompts, each reusing its best kept prefix from `pool`:
+        (logits at each prompt's last id, attention mask, cache, reused lengths)."""
+        matches = self._match(prompts, pool)
+        B = len(prompts)
+        C = max(n for _, n in matches)
+        N = max(len(p) - n for p, (_, n) in zip(prompts, matches))
+        ids = torch.full((B, N), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, C + N), dtype=torch.long)
+        for r, (p, (_, n)) in enumerate(zip(prompts, matches)):
+            new = len(p) - n
+            ids[r, N - new:] = torch.tensor(p[n:], dtype=torch.long)
+            attn[r, C - n:C] = 1
+            attn[r, C + N - new:] = 1
+            self.stats["encoded_tokens"] += new
+            self.stats["reused_tokens"] += n
+            self.stats["prompt_tokens"] += len(p)
+        cache = self._new_cache(self._pack(matches, C) if C > 0 else None)
+        ids, attn = ids.to(self.device), attn.to(self.device)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, C:]
+        logits, cache = self._forward(ids, attn, pos, cache)
+        return logits, attn, cache, [n for _, n in matches]
+
+    def _encode_one(self, prompt, pool) -> tuple[torch.Tensor, _Entry, int]:
+        """One prompt alone (no padding): last logits, keys/values, reused length."""
+        logits, _, cache, (n,) = self._prefill([prompt], pool)
+        kv = [(la.keys, la.values) for la in cache.layers]
+        return logits[0], _Entry(list(prompt), kv), n
+
+    def _prefill_rows(self, rows, pool):
+        """Each prompt encoded alone, reusing its best kept prefix (a batched prefill
+        would pay for every row's padding to the longest new suffix and cached prefix),
+        then packed right-aligned for decoding: as _prefill."""
+        logits, entries, reused = [], [], []
+        for p in rows:
+            lg, e, n = self._encode_one(p, pool)
+            logits.append(lg)
+            entries.append(e)
+            reused.append(n)
+        L = max(map(len, rows))
+        attn = torch.zeros((len(rows), L), dtype=torch.long, device=self.device)
+        for r, p in enumerate(rows):
+            attn[r, L - len(p):] = 1
+        cache = self._new_cache(self._pack([(e, len(e.ids)) for e in entries], L))
+        return torch.stack(logits), attn, cache, reused
+
+    def _pack(self, matches, C):
+        """Per layer [B, kv_heads, C, head_dim]: row r's reused keys/values right-aligned."""
+        ref = next(e for e, n in matches if n > 0).kv
+        out = []
+        for layer, (k0, v0) in enumerate(ref):
+            k = k0.new_zeros((len(matches), k0.shape[1], C, k0.shape[3]))
+            v = v0.new_zeros((len(matches), v0.shape[1], C, v0.shape[3]))
+            for r, (e, n) in enumerate(matches):
+                if n:
+                    k[r, :, C - n:] = e.kv[layer][0][0, :, :n]
+                    v[r, :, C - n:] = e.kv[layer][1][0, :, :n]
+            out.append((k, v))
+        return out
+
+    @staticmethod
+    def _extract(cache, attn, r, ids) -> _Entry:
+        """Row r's keys and values (the positions its mask attends to), for `ids`."""
+        idx = attn[r].nonzero().view(-1)
+        kv = []
+        for layer in cache.layers:
+            kv.append((layer.keys[r:r + 1].index_select(2, idx),
+                       layer.values[r:r + 1].index_select(2, idx)))
+        if len(idx) != len(ids):
+            raise RuntimeError(f"KV store: {len(idx)} cached positions for {len(ids)} ids")
+        return _Entry(list(ids), kv)
+
     @torch.no_grad()
     def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0,
                  stop_token_ids=(), logits_processors=None, seed=None) -> list[Completion]:
@@ -72,48 +231,53 @@ class HFSampler(Sampler):
         limits = [int(m) for m in per_prompt(max_new_tokens, n, "max_new_tokens")]
         procs = per_prompt(logits_processors, n, "logits_processors") \
             if logits_processors is not None else [None] * n
-        stops = set(int(s) for s in stop_token_ids)
-        gen = torch.Generator(device="cpu")
-        gen.manual_seed(int(seed) if seed is not None else torch.seed())
-        out_ids: list[list[int]] = [[] for _ in range(n)]
-        out_lp: list[list[float]] = [[] for _ in range(n)]
-        reasons = ["length"] * n
-
+        outs = [Completion([], [], "length") for _ in range(n)]
         live = [i for i in range(n) if limits[i] > 0]
         if not live:
-            return [Completion([], [], "length") for _ in range(n)]
-        L = max(len(prompts[i]) for i in live)
-        ids = torch.full((len(live), L), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((len(live), L), dtype=torch.long)
-        for r, i in enumerate(live):
-            p = list(prompts[i])
-            if not p:
-                raise ValueError("empty prompt")
-            ids[r, L - len(p):] = torch.tensor(p, dtype=torch.long)
-            attn[r, L - len(p):] = 1
-        ids, attn = ids.to(self.device), attn.to(self.device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        logits, cache = self._forward(ids, attn, pos, None)
-        next_pos = pos[:, -1] + 1
+            return outs
+        rows = [[int(t) for t in prompts[i]] for i in live]
+        if not all(rows):
+            raise ValueError("empty prompt")
+        pool = (self._entries + ([self._pinned] if self._pinned else [])) \
+            if self.kv_reuse else []
+        self._entries = []                        # ended episodes are not asked again
+        if self.kv_reuse:
+            start = self._prefill_rows(rows, pool)
+        else:                                     # the old engine: one padded prefill
+            start = self._prefill(rows, pool)
+        del pool
+        gen = torch.Generator(device="cpu")
+        gen.manual_seed(int(seed) if seed is not None else torch.seed())
+        self._decode(start, rows, [outs[i] for i in live], [limits[i] for i in live],
+                     [procs[i] for i in live], dict(temperature=temperature, top_p=top_p,
+                                                    gen=gen), set(map(int, stop_token_ids)))
+        return outs
 
+    def _decode(self, start, rows, outs, limits, procs, sampling, stops) -> None:
+        """Sample one token per live row per step into `outs` until each stops or hits
+        its limit; finished rows leave the batch (their keys/values are kept)."""
+        logits, attn, cache, reused = start
+        for o, p, n in zip(outs, rows, reused):
+            o.extra.update(reused_tokens=n, encoded_tokens=len(p) - n)
+        live, next_pos, kept = list(range(len(rows))), attn.sum(-1), []
         while live:
-            rows = []
-            for r, i in enumerate(live):
-                row = logits[r]
-                if procs[i] is not None:
-                    row = procs[i](out_ids[i], row)
-                rows.append(row)
-            proc = torch.stack(rows)
-            toks, lps = _sample(proc, temperature, top_p, gen)
+            proc = torch.stack([procs[i](outs[i].ids, logits[r]) if procs[i] is not None
+                                else logits[r] for r, i in enumerate(live)])
+            toks, lps = _sample(proc, gen=sampling["gen"], temperature=sampling[
+                "temperature"], top_p=sampling["top_p"])
             keep = []
             for r, i in enumerate(live):
-                t = int(toks[r])
-                out_ids[i].append(t)
-                out_lp[i].append(float(lps[r]))
+                o, t = outs[i], int(toks[r])
+                o.ids.append(t)
+                o.logprobs.append(float(lps[r]))
                 if t in stops:
-                    reasons[i] = "stop"
-                elif len(out_ids[i]) < limits[i]:
+                    o.finish_reason = "stop"
+                elif len(o.ids) < limits[i]:
                     keep.append(r)
+                    continue
+                o.extra["encoded_tokens"] += len(o.ids) - 1   # the last id is never fed
+                if self.kv_reuse:      # finished: keep what it encoded for the next call
+                    kept.append(self._extract(cache, attn, r, rows[i] + o.ids[:-1]))
             if not keep:
                 break
             if len(keep) < len(live):   # drop finished rows from batch and cache
@@ -122,10 +286,41 @@ class HFSampler(Sampler):
                 attn, next_pos, toks = attn[idx], next_pos[idx], toks[idx]
                 live = [live[r] for r in keep]
             attn = torch.cat([attn, attn.new_ones((len(live), 1))], dim=1)
+            self.stats["encoded_tokens"] += len(live)
             logits, cache = self._forward(toks.view(-1, 1).to(self.device), attn,
                                           next_pos.view(-1, 1), cache)
             next_pos = next_pos + 1
-        return [Completion(out_ids[i], out_lp[i], reasons[i]) for i in range(n)]
+        self._entries = kept
+
+
+class _GrowingLayer(DynamicLayer):
+    """DynamicLayer whose keys/values are views of a buffer with spare capacity: a
+    decoding step writes its one position instead of concatenating the whole cache."""
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self.buf = None
+        old = 0 if self.buf is None else self.keys.shape[-2]
+        need = old + key_states.shape[-2]
+        if self.buf is None or need > self.buf[0].shape[-2]:
+            shape = (*key_states.shape[:2], need + max(64, need // 2))
+            buf = (key_states.new_empty((*shape, key_states.shape[-1])),
+                   value_states.new_empty((*shape, value_states.shape[-1])))
+            if old:
+                buf[0][..., :old, :] = self.keys
+                buf[1][..., :old, :] = self.values
+            self.buf = buf
+        self.buf[0][..., old:need, :] = key_states
+        self.buf[1][..., old:need, :] = value_states
+        self.keys, self.values = self.buf[0][..., :need, :], self.buf[1][..., :need, :]
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices):
+        if self.get_seq_length() > 0:
+            n = self.keys.shape[-2]
+            self.buf = (self.buf[0][indices], self.buf[1][indices])
+            self.keys, self.values = self.buf[0][..., :n, :], self.buf[1][..., :n, :]
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_p: float,

@@ -34,6 +34,8 @@
   `lm_head.quant_method.process_weights_after_loading(lm_head)` (tied embeddings keep a
   stale repacked head otherwise); `lm_head.weight` is left out of the push when tied.
   The prefix cache is reset after a push (its keys/values came from the old weights).
+  Prefix caching (enable_prefix_caching=True) is the engine's KV reuse across turns and
+  for the shared system prompt: `share_prefix` needs no action here.
   Verified: after a push, samples and logprobs equal those of an engine started on the
   new weights (same seeds), exactly.
 """
@@ -159,6 +161,13 @@ class VLLMSampler(Sampler):
         _check_cpu_head_dim(model_path)
         self.llm = vllm.LLM(**kwargs)
         self._vllm = vllm
+
+    @property
+    def max_context(self) -> int | None:
+        try:
+            return int(self.llm.llm_engine.model_config.max_model_len)
+        except AttributeError:            # engine internals moved: no cap known
+            return None
 
     def load_weights(self, state_dict) -> None:
         from safetensors.torch import save

@@ -1,0 +1,113 @@
+"""Default cell wall time: today's engine vs the full-recompute sampler, in one process.
+
+    python benchmarks/bench_cell.py [--order new,old] [-- hydra overrides...]
+
+Runs `run_cell` on the composed default config (what `python -m ablate` runs, plus any
+overrides after `--`) once per engine, in the order given:
+  new: HFSampler as built by make_sampler (KV reuse across turns, shared prefix);
+  old: the same sampler with kv_reuse=False, every prompt re-encoded from token 0 (the
+       engine before KV reuse; kept only as this baseline).
+Prints, as JSON, each run's wall time, rollout/update/eval seconds (from metrics.jsonl
+and eval.jsonl), the sampler's token counters, the ratio old/new of the wall times and
+of the rollout seconds, and whether the two cells' metric and eval rows are identical
+apart from timing fields (the engines must produce the same episodes). Warm caches: the
+environment is built before the first timed run. Both runs share one process and one
+machine state, so the ratios are comparable even on a busy machine; absolute seconds
+are not.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+TIMING = ("rollout_s", "update_s", "step_s", "seconds", "tokens_per_s")
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] \
+        if path.exists() else []
+
+
+def _untimed(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not any(k.endswith(t) for t in TIMING)}
+            for r in rows]
+
+
+def _differences(a: list[dict], b: list[dict], rtol: float = 1e-4) -> dict:
+    """Fields (timing excluded) whose values differ beyond rtol, with the largest gap."""
+    out: dict = {}
+    if len(a) != len(b):
+        return {"rows": [len(a), len(b)]}
+    for x, y in zip(_untimed(a), _untimed(b)):
+        for k in (set(x) | set(y)) - {"sampler/encoded_tokens"}:   # differs by design
+            u, v = x.get(k), y.get(k)
+            if isinstance(u, float) and isinstance(v, float):
+                if abs(u - v) > rtol * max(1.0, abs(u), abs(v)):
+                    out[k] = max(out.get(k, 0.0), abs(u - v))
+            elif u != v:
+                out[k] = "differs"
+    return out
+
+
+def run(engine: str, overrides: list[str], out: Path) -> dict:
+    import ablate.samplers as samplers
+    from ablate.cell import run_cell
+    from ablate.cli import compose_config
+
+    made = []
+    original = samplers.make_sampler
+
+    def make(*a, **kw):
+        s = original(*a, **kw)
+        if engine == "old":
+            s.kv_reuse = False
+        made.append(s)
+        return s
+
+    samplers.make_sampler = make
+    try:
+        cfg = compose_config(overrides + ["run.quiet=true"])
+        t0 = time.perf_counter()
+        summary = run_cell(cfg, out)
+        wall = time.perf_counter() - t0
+    finally:
+        samplers.make_sampler = original
+    metrics, evals = _rows(out / "metrics.jsonl"), _rows(out / "eval.jsonl")
+    res = {"wall_s": round(wall, 1),
+           "rollout_s": round(sum(r["rollout_s"] for r in metrics), 1),
+           "update_s": round(sum(r["update_s"] for r in metrics), 1),
+           "final_accuracy": summary.get("final_accuracy"),
+           "encoded_tokens_per_step": [r.get("sampler/encoded_tokens") for r in metrics],
+           "metrics": metrics, "evals": evals}
+    if made and hasattr(made[0], "stats"):
+        res["sampler"] = dict(made[0].stats)
+    return res
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--order", default="new,old")
+    ap.add_argument("overrides", nargs="*")
+    a = ap.parse_args(argv)
+    from ablate.cli import compose_config
+    from ablate.env.bundle import build_env
+    build_env(compose_config(a.overrides))          # warm: mailbox, tasks, FTS5 index
+    work = Path(tempfile.mkdtemp(prefix="bench-cell-"))
+    res = {}
+    for engine in a.order.split(","):
+        res[engine] = run(engine, a.overrides, work / engine)
+    new, old = res["new"], res["old"]
+    diff = _differences(new.pop("metrics"), old.pop("metrics"))
+    diff_eval = _differences(new.pop("evals"), old.pop("evals"))
+    print(json.dumps({
+        "overrides": a.overrides, "order": a.order, "new": new, "old": old,
+        "wall_ratio_old_over_new": round(old["wall_s"] / new["wall_s"], 2),
+        "rollout_ratio_old_over_new": round(old["rollout_s"] / max(new["rollout_s"], 1e-9), 2),
+        "metrics_fields_differing": diff, "eval_fields_differing": diff_eval}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
