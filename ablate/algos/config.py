@@ -3,7 +3,7 @@ any mix of GRPO / DAPO / Dr.GRPO / GRPO-TCR ingredients is expressible from the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 
 @dataclass
@@ -24,14 +24,21 @@ class DynamicSamplingConfig:
 
 @dataclass
 class AlgoConfig:
-    name: str = "grpo"
-    adv_estimator: str = "grpo"          # grpo | dr_grpo (no std) -- see ablate.algos.advantages
+    name: str = "grpo"                   # the preset's label (conf/algo/<name>.yaml)
+    # every name below is looked up in a registry of ablate.algos (docs/algorithms.md)
+    algorithm: str = "pg"                # ALGORITHMS: pg (group-relative policy gradient)
+    adv_estimator: str = "grpo"          # ADVANTAGE_ESTIMATORS: grpo | dr_grpo | rloo | ...
+    policy_loss: str = "clip"            # POLICY_LOSSES: clip | gspo | cispo
+    rollout_correction: str = "none"     # none | ROLLOUT_CORRECTIONS: token-tis | seq-tis | ...
+    correction_cap: float = 2.0          # C: TIS truncation / mask bound [1/C, C]
+    plugins: list[Any] = field(default_factory=list)   # modules imported to register more
     norm_std: bool = True                # GRPO divides by the group std; Dr.GRPO does not
     std_eps: float = 1e-6                # TRL uses 1e-4, verl 1e-6: logged with the run
     eps_low: float = 0.2
     eps_high: float = 0.2
     clip_c: Optional[float] = None       # dual-clip constant (Ye et al., 2020), > 1
-    loss_agg: str = "seq-mean-token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
+    loss_agg: str = "seq-mean-token-mean"  # LOSS_AGGREGATIONS: token-mean | seq-mean-token-mean
+    #                                        | seq-mean-token-sum-norm (Dr.GRPO)
     entropy_coef: float = 0.0
     kl_coef: float = 0.0                 # k3 estimator to a frozen reference; 0 = no reference
     ppo_epochs: int = 1                  # optimisation passes over each batch
