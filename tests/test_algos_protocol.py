@@ -148,3 +148,30 @@ def test_rollout_correction_logs_mismatch_every_step(tmp_path, monkeypatch):
         assert 0 <= r["rollout_correction/clipped_frac"] <= 1
         # the learner recomputed old logprobs: the PPO ratio at the first pass is exactly 1
         assert r["update/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_docs_list_every_registered_name_and_preset():
+    text = (TESTS.parent / "docs" / "algorithms.md").read_text()
+    for reg in (ADVANTAGE_ESTIMATORS, POLICY_LOSSES, LOSS_AGGREGATIONS, ROLLOUT_CORRECTIONS):
+        for name in reg:
+            if reg[name].__module__.startswith("ablate."):
+                assert f"`{name}`" in text, name
+    for preset in (TESTS.parent / "conf" / "algo").glob("*.yaml"):
+        assert f"`{preset.stem}`" in text, preset.stem
+
+
+@pytest.mark.parametrize("preset,expect", [
+    ("rloo", dict(adv_estimator="rloo", policy_loss="clip", loss_agg="seq-mean-token-sum-norm")),
+    ("reinforce_pp", dict(adv_estimator="reinforce_pp_baseline", loss_agg="token-mean")),
+    ("gspo", dict(policy_loss="gspo", eps_low=3e-4, eps_high=4e-4,
+                  loss_agg="seq-mean-token-mean")),
+    ("cispo", dict(policy_loss="cispo", loss_agg="token-mean", eps_high=4.0)),
+])
+def test_new_presets_compose_with_any_mode_and_reward(preset, expect):
+    cfg = compose_config(normalise_overrides([f"+algo={preset}", "+mode=thinking",
+                                              "+reward=naive"]))
+    validate(cfg)
+    assert cfg.algo.name == preset
+    objective = build_algorithm(cfg.algo, max_len=256).objective
+    for key, value in expect.items():
+        assert getattr(objective, key) == value, key
