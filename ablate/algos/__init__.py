@@ -36,13 +36,15 @@ from ablate.algos.objective import Objective, build_objective
 from ablate.algos.overlong import overlong_penalty
 from ablate.algos.protocol import (Algorithm, Needs, PolicyGradient, TrainingBatch,
                                    build_algorithm)
+from ablate.algos.gigpo import GiGPO, enronhop_state_keys
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS", "ALGORITHMS", "LOSS_AGGREGATIONS", "POLICY_LOSSES",
-    "ROLLOUT_CORRECTIONS", "Algorithm", "DynamicSampler", "Needs", "Objective",
+    "ROLLOUT_CORRECTIONS", "Algorithm", "DynamicSampler", "GiGPO", "Needs", "Objective",
     "PolicyGradient", "Registry", "TrainingBatch", "aggregate", "batch_counts",
     "build_algorithm", "build_objective", "cispo_loss", "compute_advantages",
     "correction_weights", "dr_grpo_advantages", "dynamic_sampling_filter", "entropy_bonus",
+    "enronhop_state_keys",
     "gae", "grpo_advantages", "gspo_loss", "import_plugins", "kl_k3", "overlong_penalty",
     "policy_loss", "reinforce_pp_baseline_advantages", "rloo_advantages", "token_entropy",
     "value_loss",

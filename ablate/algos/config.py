@@ -23,10 +23,18 @@ class DynamicSamplingConfig:
 
 
 @dataclass
+class GiGPOConfig:
+    # GiGPO turn-level credit (Feng et al., 2025, arXiv:2505.10978 §4.2-4.3), algorithm=gigpo
+    gamma: float = 0.95      # discount of the return from a turn (ROLL and the paper: 0.95)
+    omega: float = 1.0       # weight of the step-level advantage (paper: 1)
+    norm_std: bool = True    # divide step advantages by the anchor group's std
+
+
+@dataclass
 class AlgoConfig:
     name: str = "grpo"                   # the preset's label (conf/algo/<name>.yaml)
     # every name below is looked up in a registry of ablate.algos (docs/algorithms.md)
-    algorithm: str = "pg"                # ALGORITHMS: pg (group-relative policy gradient)
+    algorithm: str = "pg"                # ALGORITHMS: pg (group-relative policy gradient) | gigpo
     adv_estimator: str = "grpo"          # ADVANTAGE_ESTIMATORS: grpo | dr_grpo | rloo | ...
     policy_loss: str = "clip"            # POLICY_LOSSES: clip | gspo | cispo
     rollout_correction: str = "none"     # none | ROLLOUT_CORRECTIONS: token-tis | seq-tis | ...
@@ -44,3 +52,4 @@ class AlgoConfig:
     ppo_epochs: int = 1                  # optimisation passes over each batch
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    gigpo: GiGPOConfig = field(default_factory=GiGPOConfig)
