@@ -246,7 +246,9 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
         return summary
 
     from ablate.algos import build_algorithm
-    algorithm = build_algorithm(cfg.algo, max_len=cfg.harness.max_tokens_per_episode)
+    algorithm = build_algorithm(cfg.algo, max_len=cfg.harness.max_tokens_per_episode, cfg=cfg)
+    if start > 0:   # an algorithm's own state (e.g. PPO's critic) resumes with the learner
+        algorithm.load(cell.ckpt, start)
     # every setting of the algorithm, implicit defaults included, beside the config
     import json
     cell.write_text("objective.json", json.dumps(algorithm.describe(), indent=2))
@@ -268,6 +270,7 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
             ck = cfg.learner.checkpoint_every
             if (ck and step % ck == 0) or step == max_steps:
                 policy.learner.save(step, {"step": step})
+                algorithm.save(cell.ckpt, step)
     finally:
         progress.close()
 

@@ -37,10 +37,12 @@ from ablate.algos.overlong import overlong_penalty
 from ablate.algos.protocol import (Algorithm, Needs, PolicyGradient, TrainingBatch,
                                    build_algorithm)
 from ablate.algos.gigpo import GiGPO, enronhop_state_keys
+from ablate.algos.ppo import PPO
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS", "ALGORITHMS", "LOSS_AGGREGATIONS", "POLICY_LOSSES",
     "ROLLOUT_CORRECTIONS", "Algorithm", "DynamicSampler", "GiGPO", "Needs", "Objective",
+    "PPO",
     "PolicyGradient", "Registry", "TrainingBatch", "aggregate", "batch_counts",
     "build_algorithm", "build_objective", "cispo_loss", "compute_advantages",
     "correction_weights", "dr_grpo_advantages", "dynamic_sampling_filter", "entropy_bonus",

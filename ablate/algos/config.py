@@ -31,10 +31,21 @@ class GiGPOConfig:
 
 
 @dataclass
+class PPOConfig:
+    # PPO with a critic (Schulman et al., 2017; GAE: Schulman et al., 2015), algorithm=ppo
+    gamma: float = 1.0       # discount (1.0 for LLM RL, as verl / OpenRLHF)
+    lam: float = 0.95        # GAE λ (OpenRLHF default)
+    value_clip: Optional[float] = 0.5   # clip of V - V_old in the value loss (verl default)
+    critic_lr: float = 1e-5
+    critic_epochs: int = 1   # critic optimiser steps per batch
+    whiten: bool = True      # whiten GAE advantages over the batch's policy tokens
+
+
+@dataclass
 class AlgoConfig:
     name: str = "grpo"                   # the preset's label (conf/algo/<name>.yaml)
     # every name below is looked up in a registry of ablate.algos (docs/algorithms.md)
-    algorithm: str = "pg"                # ALGORITHMS: pg (group-relative policy gradient) | gigpo
+    algorithm: str = "pg"                # ALGORITHMS: pg (group-relative policy gradient) | gigpo | ppo
     adv_estimator: str = "grpo"          # ADVANTAGE_ESTIMATORS: grpo | dr_grpo | rloo | ...
     policy_loss: str = "clip"            # POLICY_LOSSES: clip | gspo | cispo
     rollout_correction: str = "none"     # none | ROLLOUT_CORRECTIONS: token-tis | seq-tis | ...
@@ -53,3 +64,4 @@ class AlgoConfig:
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     gigpo: GiGPOConfig = field(default_factory=GiGPOConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)

@@ -102,7 +102,7 @@ class GiGPO(PolicyGradient):
         self.gamma, self.omega, self.norm_std = float(gamma), float(omega), bool(norm_std)
 
     @classmethod
-    def from_config(cls, algo_cfg: Any, *, max_len=None) -> "GiGPO":
+    def from_config(cls, algo_cfg: Any, *, max_len=None, cfg=None) -> "GiGPO":
         g = algo_cfg.gigpo
         return cls(build_objective(algo_cfg, max_len=max_len), gamma=g.gamma, omega=g.omega,
                    norm_std=g.norm_std)

@@ -86,6 +86,8 @@ class Algorithm(Protocol):
     def shape_rewards(self, rewards, episodes) -> torch.Tensor: ...
     def prepare(self, episodes, rewards, group_ids, learner) -> TrainingBatch: ...
     def loss_fn(self, batch: TrainingBatch) -> Callable: ...
+    def save(self, ckpt_dir, step: int) -> None: ...     # state beside a learner checkpoint
+    def load(self, ckpt_dir, step: int) -> None: ...
 
 
 def flatten_segments(episodes) -> tuple[list, list[int], list[int]]:
@@ -148,6 +150,12 @@ class PolicyGradient:
             [s.mask for s in batch.segments], batch.episode_of, cap=o.correction_cap)
         batch.metrics.update(metrics)
 
+    def save(self, ckpt_dir, step: int) -> None:
+        """Nothing to save: the policy gradient keeps no state of its own."""
+
+    def load(self, ckpt_dir, step: int) -> None:
+        """Nothing to restore."""
+
     def loss_fn(self, batch: TrainingBatch) -> Callable:
         objective = self.objective
 
@@ -169,10 +177,12 @@ class PolicyGradient:
         return loss_fn
 
 
-def build_algorithm(algo_cfg: Any, *, max_len: Optional[int] = None) -> Algorithm:
-    """The registered algorithm `algo.algorithm` (default `pg`) built from the config."""
+def build_algorithm(algo_cfg: Any, *, max_len: Optional[int] = None,
+                    cfg: Any = None) -> Algorithm:
+    """The registered algorithm `algo.algorithm` (default `pg`) built from the config
+    (`cfg`, the whole config, for an algorithm that loads a model of its own)."""
     name = str(getattr(algo_cfg, "algorithm", "pg"))
     cls = ALGORITHMS.get_checked(name)
     if hasattr(cls, "from_config"):
-        return cls.from_config(algo_cfg, max_len=max_len)
+        return cls.from_config(algo_cfg, max_len=max_len, cfg=cfg)
     return cls(build_objective(algo_cfg, max_len=max_len))
