@@ -45,7 +45,7 @@ class PPOConfig:
 class AlgoConfig:
     name: str = "grpo"                   # the preset's label (conf/algo/<name>.yaml)
     # every name below is looked up in a registry of ablate.algos (docs/algorithms.md)
-    algorithm: str = "pg"                # ALGORITHMS: pg (group-relative policy gradient) | gigpo | ppo
+    algorithm: str = "pg"                # ALGORITHMS: pg (group-relative PG) | gigpo | ppo
     adv_estimator: str = "grpo"          # ADVANTAGE_ESTIMATORS: grpo | dr_grpo | rloo | ...
     policy_loss: str = "clip"            # POLICY_LOSSES: clip | gspo | cispo
     rollout_correction: str = "none"     # none | ROLLOUT_CORRECTIONS: token-tis | seq-tis | ...
