@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-import pytest
 import torch
 
 from ablate.algos import gae

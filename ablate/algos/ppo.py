@@ -117,9 +117,8 @@ class PPO(PolicyGradient):
             total = 0.0
             for mb in mbs:
                 v = self.critic(mb.ids)
-                rows = lambda xs: _rows(xs, mb.index, v)   # noqa: E731
-                loss = value_loss(v, rows(old_values), rows(returns), mb.mask,
-                                  clip_range=self.value_clip, agg="token-mean",
+                loss = value_loss(v, _rows(old_values, mb.index, v), _rows(returns, mb.index, v),
+                                  mb.mask, clip_range=self.value_clip, agg="token-mean",
                                   num_tokens=max(num_tokens, 1.0))
                 loss.backward()
                 total += float(loss.detach())
