@@ -6,7 +6,8 @@ process.
 One batch of the default cell's first step is generated once (default config: tiny model,
 4 tasks x 4 rollouts, DeepSpeed ZeRO-3 learner); then, round-robin over the presets so
 that load from other processes hits all alike, each preset's `prepare` + `learner.update`
-(what train_step does after the rollout) runs on that batch. Rollouts are the same for
+(what train_step does after the rollout) runs on that batch; the order rotates every
+round. Rollouts are the same for
 every preset except DAPO's dynamic-sampling refills, so the update is where presets
 differ. `grpo+token-tis` adds the rollout correction's extra learner pass. Prints one
 JSON line: median seconds and the ratio to grpo per preset, and GiGPO's anchor-state
@@ -62,8 +63,8 @@ def main() -> None:
         algos = {n: build_algorithm(preset_cfg(n).algo,
                                     max_len=cfg.harness.max_tokens_per_episode) for n in names}
         times: dict[str, list[float]] = {n: [] for n in names}
-        for _ in range(args.repeats):
-            for n in names:
+        for rep in range(args.repeats):
+            for n in names[rep % len(names):] + names[: rep % len(names)]:   # rotate
                 t0 = time.perf_counter()
                 a = algos[n]
                 rewards = a.shape_rewards(scores, episodes)
