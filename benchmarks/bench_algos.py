@@ -7,9 +7,9 @@ One batch of the default cell's first step is generated once (default config: ti
 4 tasks x 4 rollouts, DeepSpeed ZeRO-3 learner); then, round-robin over the presets so
 that load from other processes hits all alike, each preset's `prepare` + `learner.update`
 (what train_step does after the rollout) runs on that batch; the order rotates every
-round. Rollouts are the same for
-every preset except DAPO's dynamic-sampling refills, so the update is where presets
-differ. `grpo+token-tis` adds the rollout correction's extra learner pass. Prints one
+round. Rollouts are the same for every preset except DAPO's dynamic-sampling refills, so
+the update is where presets differ. `grpo+token-tis` adds the rollout correction's extra
+learner pass; `ppo` its critic's forward and optimiser step. Prints one
 JSON line: median seconds and the ratio to grpo per preset, and GiGPO's anchor-state
 coverage (fraction of turns sharing their state with another turn) on that batch."""
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ablate.env.bundle import build_env  # noqa: E402
 from ablate.env.judge import make_judge  # noqa: E402
 
 PRESETS = ("grpo", "dapo", "dr_grpo", "grpo_tcr", "rloo", "reinforce_pp", "gspo", "cispo",
-           "gigpo", "grpo+token-tis")
+           "gigpo", "ppo", "grpo+token-tis")
 
 
 def preset_cfg(name: str):
@@ -60,7 +60,7 @@ def main() -> None:
         policy = ModelPolicy(env, cfg, Path(d))
         episodes, scores = first_batch(cfg, policy, env, judge)
         groups = [e.group for e in episodes]
-        algos = {n: build_algorithm(preset_cfg(n).algo,
+        algos = {n: build_algorithm(preset_cfg(n).algo, cfg=preset_cfg(n),
                                     max_len=cfg.harness.max_tokens_per_episode) for n in names}
         times: dict[str, list[float]] = {n: [] for n in names}
         for rep in range(args.repeats):
