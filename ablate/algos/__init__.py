@@ -9,11 +9,14 @@ Chosen defaults, and why (all logged through `Objective.describe()`):
 - std eps 1e-6 (verl) rather than TRL's 1e-4: with 0/1 rewards and G = 8 the group std is
   >= 0.35, so either is negligible; 1e-6 keeps advantages closest to the paper formula.
   All-equal or singleton groups get advantage 0 exactly, never NaN.
-- Importance correction: the "old" logprobs are the SAMPLER's (vLLM / HF), never
-  recomputed by the learner, so the PPO ratio π_θ / π_sampler also absorbs any
-  sampler/learner numerical mismatch and is clipped like any off-policy drift. No
-  separate truncated-IS weight is applied (TRL offers one for vLLM sampling; verl's
-  rollout IS is off by default); ratio statistics are logged so a mismatch is visible.
+- Importance correction (algo.rollout_correction, default none): the "old" logprobs are
+  the SAMPLER's (vLLM / HF), not recomputed by the learner, so the PPO ratio
+  π_θ / π_sampler also absorbs any sampler/learner numerical mismatch and is clipped like
+  any off-policy drift (verl's rollout IS is off by default too); ratio statistics are
+  logged so a mismatch is visible. token-tis / seq-tis / token-mask / seq-mask recompute
+  π_old with the learner and weight each token (ablate.algos.correction).
+- "Sequence" in the seq-* aggregations and the Dr.GRPO normaliser means an episode, in
+  every mode (ablate.algos.losses).
 - The log-ratio is clamped to ±20 before exp (as verl) for numerical safety.
 - Group std is unbiased (torch.std), as both verl and TRL.
 - KL to the reference uses Schulman's k3 estimator, coefficient 0 by default (no
