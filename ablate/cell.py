@@ -245,11 +245,13 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
             on_eval(step, summary)
         return summary
 
-    from ablate.algos import build_objective
-    objective = build_objective(cfg.algo, max_len=cfg.harness.max_tokens_per_episode)
-    # every setting of the objective, implicit defaults included, beside the config
+    from ablate.algos import build_algorithm
+    algorithm = build_algorithm(cfg.algo, max_len=cfg.harness.max_tokens_per_episode, cfg=cfg)
+    if start > 0:   # an algorithm's own state (e.g. PPO's critic) resumes with the learner
+        algorithm.load(cell.ckpt, start)
+    # every setting of the algorithm, implicit defaults included, beside the config
     import json
-    cell.write_text("objective.json", json.dumps(objective.describe(), indent=2))
+    cell.write_text("objective.json", json.dumps(algorithm.describe(), indent=2))
     max_steps = cfg.trainer.max_steps if policy.learns else 0
     last_eval = None
     if start == 0 and (cfg.eval.at_start or max_steps == 0):
@@ -258,7 +260,7 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
     progress = Progress(max_steps, cfg.run.quiet, tracker.name)
     try:
         for step in range(start + 1, max_steps + 1):
-            row = train_step(cfg, policy, env, judge, objective, step)
+            row = train_step(cfg, policy, env, judge, algorithm, step)
             cell.append("metrics.jsonl", row)
             tracker.log(row, step)
             progress.update(step, f"reward {row['reward/mean']:.3f} acc {row['accuracy']:.2f}")
@@ -268,6 +270,7 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
             ck = cfg.learner.checkpoint_every
             if (ck and step % ck == 0) or step == max_steps:
                 policy.learner.save(step, {"step": step})
+                algorithm.save(cell.ckpt, step)
     finally:
         progress.close()
 
@@ -279,8 +282,9 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
     return summary
 
 
-def train_step(cfg, policy, env, judge, objective, step: int) -> dict:
-    """One optimizer step: rollouts (with dynamic-sampling refills), rewards, update."""
+def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
+    """One optimizer step: rollouts (with dynamic-sampling refills), rewards, then the
+    algorithm's training batch and loss (ablate.algos.protocol) for the learner's update."""
     from ablate.algos import DynamicSampler
 
     a, t = cfg.algo, cfg.trainer
@@ -299,8 +303,7 @@ def train_step(cfg, policy, env, judge, objective, step: int) -> dict:
                               seed=derived_seed(cfg.seed, step, round_))
         scored = score(episodes, judge, cfg.reward)
         # DAPO eq. 13 overlong penalty joins the task reward (a no-op unless enabled)
-        rewards = objective.shape_rewards([r for r, _ in scored],
-                                          [e.response_tokens for e in episodes])
+        rewards = algorithm.shape_rewards([r for r, _ in scored], episodes)
         for _, comps in scored:
             for k, v in comps.items():
                 comps_sum[k] = comps_sum.get(k, 0.0) + float(v)
@@ -343,22 +346,11 @@ def train_step(cfg, policy, env, judge, objective, step: int) -> dict:
 
     tu = time.time()
     if eps:
-        adv = objective.advantages(rewards, groups)
-        segments, seg_adv = [], []
-        for e, adv_e in zip(eps, adv.tolist()):
-            for seg in e.segments:
-                segments.append(seg)
-                seg_adv.append(adv_e)
-        row.update({"adv/abs_mean": float(adv.abs().mean()), "adv/max": float(adv.max()),
-                    "adv/min": float(adv.min())})
-
-        def loss_fn(x):
-            return objective.loss(x.logprobs, x.old_logprobs, x.advantages, x.mask,
-                                  entropy=x.entropy, ref_logprobs=x.ref_logprobs,
-                                  num_tokens=x.num_tokens, num_seqs=x.num_seqs)
-
+        batch = algorithm.prepare(eps, rewards, groups, policy.learner)
+        row.update(batch.metrics)
+        loss_fn = algorithm.loss_fn(batch)
         for epoch in range(a.ppo_epochs):
-            stats = policy.learner.update(segments, torch.tensor(seg_adv), loss_fn)
+            stats = policy.learner.update(batch.segments, batch.advantages, loss_fn)
         row.update({f"update/{k}": v for k, v in stats.items()})
         policy.push_weights()
     else:

@@ -13,11 +13,14 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from ablate.algos.config import AlgoConfig
+from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, ALGORITHMS, LOSS_AGGREGATIONS,
+                                   POLICY_LOSSES, ROLLOUT_CORRECTIONS, import_plugins)
 from ablate.env.config import EnvConfig, JudgeConfig
 from ablate.harness.config import HarnessConfig, ModeConfig
 from ablate.learners.config import LearnerConfig
 from ablate.models.config import ModelConfig
 from ablate.rewards.config import RewardConfig
+from ablate.rewards.schemes import REWARDS
 from ablate.samplers.config import SamplerConfig
 
 
@@ -69,11 +72,15 @@ class AblateConfig:
 
 
 # Options each group accepts by name (the `name` field of the group's yaml); the yaml
-# files in conf/<group>/ are the source, this table makes the error message.
+# files in conf/<group>/ are the source, this table makes the error message. Registries
+# (live dicts: names registered later by a user's module count) for rewards and algos.
 ALLOWED = {
-    "reward.name": ("shaped", "naive", "outcome"),
-    "algo.adv_estimator": ("grpo", "dr_grpo"),
-    "algo.loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+    "reward.name": REWARDS,
+    "algo.algorithm": ALGORITHMS,
+    "algo.adv_estimator": ADVANTAGE_ESTIMATORS,
+    "algo.policy_loss": POLICY_LOSSES,
+    "algo.loss_agg": LOSS_AGGREGATIONS,
+    "algo.rollout_correction": ROLLOUT_CORRECTIONS,
     "mode.name": ("instruct", "thinking"),
     "env.name": ("synthetic", "enronhop"),
     "sampler.name": ("hf", "vllm"),
@@ -136,6 +143,10 @@ def validate(cfg: DictConfig | Any) -> None:
     def get(key):
         return OmegaConf.select(cfg, key)
 
+    try:   # the user's modules register their names before the names are checked
+        import_plugins(get("algo.plugins"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     for key, allowed in ALLOWED.items():
         value = get(key)
         if value not in allowed:

@@ -197,3 +197,24 @@ def test_state_change_bonus_stops_action_farming():
 def test_unknown_scheme_is_rejected_with_the_allowed_names():
     with pytest.raises(ValueError, match="naive"):
         compute_reward(full_episode(), RewardConfig(name="shapd"))
+
+
+def test_config_validation_reads_the_registry():
+    from ablate.cli import compose_config
+    from ablate.config import ConfigError, validate
+    from ablate.rewards.schemes import reward_scheme
+
+    cfg = compose_config(["reward.name=half"])
+    with pytest.raises(ConfigError, match=r"reward.name='half'.*'shaped', 'naive', 'outcome'"):
+        validate(cfg)
+
+    @reward_scheme("half")
+    def half(episode, cfg=None):
+        return 0.5, {"half": 0.5}
+    try:
+        validate(cfg)                      # a registered scheme is allowed at once
+        assert compute_reward(full_episode(), cfg.reward)[0] == 0.5
+        with pytest.raises(ValueError, match="registered twice"):
+            reward_scheme("half")(half)
+    finally:
+        del REWARDS["half"]

@@ -3,7 +3,7 @@ any mix of GRPO / DAPO / Dr.GRPO / GRPO-TCR ingredients is expressible from the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 
 @dataclass
@@ -23,17 +23,45 @@ class DynamicSamplingConfig:
 
 
 @dataclass
+class GiGPOConfig:
+    # GiGPO turn-level credit (Feng et al., 2025, arXiv:2505.10978 §4.2-4.3), algorithm=gigpo
+    gamma: float = 0.95      # discount of the return from a turn (ROLL and the paper: 0.95)
+    omega: float = 1.0       # weight of the step-level advantage (paper: 1)
+    norm_std: bool = True    # divide step advantages by the anchor group's std
+
+
+@dataclass
+class PPOConfig:
+    # PPO with a critic (Schulman et al., 2017; GAE: Schulman et al., 2015), algorithm=ppo
+    gamma: float = 1.0       # discount (1.0 for LLM RL, as verl / OpenRLHF)
+    lam: float = 0.95        # GAE λ (OpenRLHF default)
+    value_clip: Optional[float] = 0.5   # clip of V - V_old in the value loss (verl default)
+    critic_lr: float = 1e-5
+    critic_epochs: int = 1   # critic optimiser steps per batch
+    whiten: bool = True      # whiten GAE advantages over the batch's policy tokens
+
+
+@dataclass
 class AlgoConfig:
-    name: str = "grpo"
-    adv_estimator: str = "grpo"          # grpo | dr_grpo (no std) -- see ablate.algos.advantages
+    name: str = "grpo"                   # the preset's label (conf/algo/<name>.yaml)
+    # every name below is looked up in a registry of ablate.algos (docs/algorithms.md)
+    algorithm: str = "pg"                # ALGORITHMS: pg (group-relative PG) | gigpo | ppo
+    adv_estimator: str = "grpo"          # ADVANTAGE_ESTIMATORS: grpo | dr_grpo | rloo | ...
+    policy_loss: str = "clip"            # POLICY_LOSSES: clip | gspo | cispo
+    rollout_correction: str = "none"     # none | ROLLOUT_CORRECTIONS: token-tis | seq-tis | ...
+    correction_cap: float = 2.0          # C: TIS truncation / mask bound [1/C, C]
+    plugins: list[Any] = field(default_factory=list)   # modules imported to register more
     norm_std: bool = True                # GRPO divides by the group std; Dr.GRPO does not
     std_eps: float = 1e-6                # TRL uses 1e-4, verl 1e-6: logged with the run
     eps_low: float = 0.2
     eps_high: float = 0.2
     clip_c: Optional[float] = None       # dual-clip constant (Ye et al., 2020), > 1
-    loss_agg: str = "seq-mean-token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
+    loss_agg: str = "seq-mean-token-mean"  # LOSS_AGGREGATIONS: token-mean | seq-mean-token-mean
+    #                                        | seq-mean-token-sum-norm (Dr.GRPO)
     entropy_coef: float = 0.0
     kl_coef: float = 0.0                 # k3 estimator to a frozen reference; 0 = no reference
     ppo_epochs: int = 1                  # optimisation passes over each batch
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    gigpo: GiGPOConfig = field(default_factory=GiGPOConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)

@@ -1,5 +1,5 @@
-"""`Objective`: every knob of AlgoConfig applied in one place, so the learner and the cell
-loop call two methods and need nothing else.
+"""`Objective`: every loss knob of AlgoConfig applied in one place (the policy-gradient
+algorithm of ablate.algos.protocol wraps it; names resolve through the registries).
 
     obj = build_objective(cfg.algo, max_len=cfg.harness.max_tokens_per_episode)
     rewards = obj.shape_rewards(rewards, lengths)           # + overlong penalty if enabled
@@ -17,14 +17,18 @@ from typing import Any, Optional
 
 import torch
 
-from ablate.algos.advantages import ADVANTAGE_ESTIMATORS
-from ablate.algos.losses import LOG_RATIO_CLAMP, LOSS_AGGREGATIONS, aggregate, kl_k3, policy_loss
+from ablate.algos.losses import LOG_RATIO_CLAMP, aggregate, kl_k3
 from ablate.algos.overlong import overlong_penalty
+from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES,
+                                   ROLLOUT_CORRECTIONS)
 
 
 @dataclass(frozen=True)
 class Objective:
     adv_estimator: str = "grpo"
+    policy_loss: str = "clip"
+    rollout_correction: str = "none"
+    correction_cap: float = 2.0          # C of the rollout correction (TIS cap / mask bound)
     norm_std: bool = True
     std_eps: float = 1e-6
     eps_low: float = 0.2
@@ -40,15 +44,16 @@ class Objective:
     overlong_factor: float = 1.0
 
     def __post_init__(self):
-        if self.adv_estimator not in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"algo.adv_estimator={self.adv_estimator!r} is not one of "
-                             f"{list(ADVANTAGE_ESTIMATORS)}")
+        ADVANTAGE_ESTIMATORS.get_checked(self.adv_estimator)
+        POLICY_LOSSES.get_checked(self.policy_loss)
+        ROLLOUT_CORRECTIONS.get_checked(self.rollout_correction)
+        if self.rollout_correction != "none":
+            if self.correction_cap <= 1:
+                raise ValueError(f"algo.correction_cap={self.correction_cap} must be > 1")
         if self.adv_estimator == "dr_grpo" and self.norm_std:
             raise ValueError("algo.adv_estimator=dr_grpo needs algo.norm_std=false "
                              "(Dr.GRPO never divides by the group std)")
-        if self.loss_agg not in LOSS_AGGREGATIONS:
-            raise ValueError(f"algo.loss_agg={self.loss_agg!r} is not one of "
-                             f"{list(LOSS_AGGREGATIONS)}")
+        LOSS_AGGREGATIONS.get_checked(self.loss_agg)
         if self.loss_agg == "seq-mean-token-sum-norm" and not (self.max_len and self.max_len > 0):
             raise ValueError("algo.loss_agg=seq-mean-token-sum-norm needs a max_len > 0")
 
@@ -62,9 +67,17 @@ class Objective:
     def needs_entropy(self) -> bool:
         return self.entropy_coef > 0
 
+    @property
+    def needs_learner_old_logprobs(self) -> bool:
+        """A rollout correction compares the learner's logprobs before the update with
+        the sampler's: one extra forward pass of the batch."""
+        return self.rollout_correction != "none"
+
     def describe(self) -> dict[str, Any]:
         """Every setting, including the implicit ones, for the run's metadata."""
-        return {**asdict(self), "importance_correction": "ppo-ratio-vs-sampler",
+        correction = ("ppo-ratio-vs-sampler" if self.rollout_correction == "none" else
+                      f"ppo-ratio-vs-learner-old x {self.rollout_correction}")
+        return {**asdict(self), "importance_correction": correction,
                 "log_ratio_clamp": LOG_RATIO_CLAMP, "kl_estimator": "k3",
                 "std": "unbiased"}
 
@@ -84,13 +97,18 @@ class Objective:
     def loss(self, logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
              mask: torch.Tensor, entropy: Optional[torch.Tensor] = None,
              ref_logprobs: Optional[torch.Tensor] = None, num_tokens: Optional[float] = None,
-             num_seqs: Optional[float] = None) -> tuple[torch.Tensor, dict[str, float]]:
+             num_seqs: Optional[float] = None, row_tokens: Optional[torch.Tensor] = None,
+             is_weights: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, dict[str, float]]:
         """pg_loss - entropy_coef·agg(entropy) + kl_coef·agg(k3(π_θ, π_ref)), all three
-        aggregated the same way (verl's agg_loss for the entropy and KL-loss terms)."""
-        counts = dict(max_len=self.max_len, num_tokens=num_tokens, num_seqs=num_seqs)
-        loss, metrics = policy_loss(
+        aggregated the same way (verl's agg_loss for the entropy and KL-loss terms).
+        `row_tokens` / `num_seqs` make the seq-* aggregations count episodes (see
+        ablate.algos.losses); `is_weights` are the rollout-correction weights."""
+        counts = dict(max_len=self.max_len, num_tokens=num_tokens, num_seqs=num_seqs,
+                      row_tokens=row_tokens)
+        loss, metrics = POLICY_LOSSES[self.policy_loss](
             logprobs, old_logprobs, advantages, mask, eps_low=self.eps_low,
-            eps_high=self.eps_high, clip_c=self.clip_c, agg=self.loss_agg, **counts)
+            eps_high=self.eps_high, clip_c=self.clip_c, agg=self.loss_agg,
+            is_weights=is_weights, **counts)
 
         if self.entropy_coef > 0 and entropy is None:
             raise ValueError("algo.entropy_coef > 0 needs the token entropy")
@@ -119,7 +137,11 @@ def build_objective(algo_cfg: Any, *, max_len: Optional[int] = None) -> Objectiv
     normaliser; by default algo.overlong.max_len (L_max, generated tokens per episode)."""
     o = algo_cfg.overlong
     return Objective(
-        adv_estimator=algo_cfg.adv_estimator, norm_std=bool(algo_cfg.norm_std),
+        adv_estimator=algo_cfg.adv_estimator,
+        policy_loss=str(getattr(algo_cfg, "policy_loss", "clip")),
+        rollout_correction=str(getattr(algo_cfg, "rollout_correction", "none")),
+        correction_cap=float(getattr(algo_cfg, "correction_cap", 2.0)),
+        norm_std=bool(algo_cfg.norm_std),
         std_eps=float(algo_cfg.std_eps), eps_low=float(algo_cfg.eps_low),
         eps_high=float(algo_cfg.eps_high),
         clip_c=None if algo_cfg.clip_c is None else float(algo_cfg.clip_c),

@@ -40,6 +40,9 @@ class LossInputs:
     ref_logprobs: Optional[torch.Tensor]   # frozen reference model's, or None
     num_tokens: int                        # masked tokens in the WHOLE batch (all ranks)
     num_seqs: int                          # segments with >= 1 masked token, whole batch
+    # positions of this micro-batch's rows in the batch given to update() (an algorithm
+    # looks up per-row data with it: episode of a segment, per-token advantages, ...)
+    index: Optional[list[int]] = None
 
 
 LossFn = Callable[[LossInputs], "tuple[torch.Tensor, dict]"]
@@ -206,7 +209,7 @@ class Learner:
                 ref = self._stats(mb, ref_pre if use else None, ref=True, entropy=False)[0] \
                     if self._has_ref() else None
             inputs = LossInputs(lp, mb.old_logprobs, adv[mb.index], mb.mask, ent, ref,
-                                num_tokens=num_tokens, num_seqs=num_seqs)
+                                num_tokens=num_tokens, num_seqs=num_seqs, index=mb.index)
             loss, metrics = loss_fn(inputs)
             self._backward(loss, last)
             total_loss += float(loss.detach())

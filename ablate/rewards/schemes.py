@@ -3,7 +3,8 @@ verdict, evidence ids) and returns (total, components); components always have t
 keys for a given scheme and sum to the total, so every step can log them.
 
 A new scheme is one function decorated with @reward_scheme("name") plus
-conf/reward/name.yaml (and its name in ablate.config.ALLOWED["reward.name"]).
+conf/reward/name.yaml; REWARDS is the single source of the names `reward.name` accepts
+(config validation and its error message read it).
 A scheme receives the RewardConfig (or None) for the knobs it honours.
 """
 from __future__ import annotations
