@@ -77,13 +77,14 @@ def capture_grads(lrn):
 
 
 def run_pair(weights_dir, tmp_path, name, segs, adv, aggs, lora=False, ref=False,  # noqa: F811
-             double=False):
+             double=False, micro_batch_tokens=160):
     """Per-segment and shared-prefix learners on the same batch (lr 0: the weights stay
     put, so several losses can be compared on one pair); returns their stats and grads."""
     out = {}
     for shared in (False, True):
         lrn = learner(weights_dir, tmp_path / f"{name}{shared}", name, lr=0.0, lora=lora,
-                      ref=ref, micro_batch_tokens=160, shared_prefix=shared)
+                      ref=ref, micro_batch_tokens=micro_batch_tokens,
+                      shared_prefix=shared)
         if double:
             lrn.model.double()
         grads = capture_grads(lrn)
@@ -149,6 +150,19 @@ def test_loss_and_grads_equal_per_segment(weights_dir, tmp_path, batch, name, lo
     # the no-grad path (and the reference model's, inside the loss above) agrees too
     for a, b in zip(out[False][2].logprobs(segs), out[True][2].logprobs(segs)):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["torch", "deepspeed"])
+def test_one_micro_batch_accumulates_the_prefix_gradient(weights_dir, tmp_path, batch, name):  # noqa: F811
+    """One micro-batch: its backward and the prefix's follow each other with no forward
+    between (ZeRO-3 once copied instead of accumulating there, dropping most gradient)."""
+    segs, adv = batch
+    out = run_pair(weights_dir, tmp_path, name, segs, adv, ["token-mean"],
+                   micro_batch_tokens=100_000)
+    assert out[True][0][0]["micro_batches"] == 1
+    assert_same(out, len(segs), 1e-5)
+    assert out[True][0][0]["grad_norm"] == pytest.approx(out[False][0][0]["grad_norm"],
+                                                         rel=1e-5)
 
 
 def test_float64_equality_is_rounding_only(weights_dir, tmp_path, batch, monkeypatch):  # noqa: F811

@@ -116,6 +116,13 @@ class DeepSpeedLearner(Learner):
         self.engine.set_gradient_accumulation_boundary(last)
         if scaled:
             loss = loss / float(getattr(self.engine.optimizer, "loss_scale", 1.0))
+            # ZeRO-3 advances its accumulate-vs-copy counter (micro_step_id) only at the
+            # next forward (deepspeed/runtime/zero/stage3.py, clear_backward_seen_flag);
+            # the prefix's backward follows the last micro-batch's backward with no
+            # forward between, so without this it would overwrite their gradients
+            advance = getattr(self.engine.optimizer, "clear_backward_seen_flag", None)
+            if advance is not None:
+                advance()
         self.engine.backward(loss if scaled else loss * self.world_size)
 
     def _step(self):
