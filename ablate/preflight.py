@@ -24,8 +24,7 @@ from ablate.env.bundle import build_env
 from ablate.env.check import QuestionBudget
 from ablate.env.data import DataFileError
 from ablate.env.db import EmailDBError
-from ablate.env.tools import TOOL_SCHEMAS
-from ablate.harness.chat import DEFAULT_SYSTEM_PROMPT
+from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
 from ablate.models.loading import ModelNotFoundError, resolve_weights
 from ablate.models.tiny import tiny_path
 
@@ -113,9 +112,10 @@ def check_output_dir(key: str, path: str) -> None:
 
 
 def check_weights(cfg: DictConfig) -> Path | None:
-    """The model's local directory (None for the scripted agent), or ConfigError."""
-    m = cfg.model
-    if m.name == "scripted":
+    """The model's local directory (None for the scripted agent, or without a model: an
+    environment built alone), or ConfigError."""
+    m = getattr(cfg, "model", None)
+    if m is None or m.name == "scripted":
         return None
     if m.name == "tiny":
         path = tiny_path(m)
@@ -151,7 +151,7 @@ def question_budget(cfg: DictConfig, model_dir: Path | None):
     def count(text: str) -> int:
         return len(tok.encode(text, add_special_tokens=False).ids)
 
-    fixed = count(DEFAULT_SYSTEM_PROMPT + json.dumps(TOOL_SCHEMAS)) + TEMPLATE_SLACK_TOKENS
+    fixed = count(SYSTEM_PROMPT + json.dumps(TOOL_SCHEMAS)) + TEMPLATE_SLACK_TOKENS
     gen = cfg.harness.max_tokens_per_episode
     left = n_ctx - gen - fixed
     if left < 16:

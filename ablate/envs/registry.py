@@ -2,6 +2,8 @@
 a user's own class (`env._target_: my_module.MyEnv`, imported the Hydra way)."""
 from __future__ import annotations
 
+import inspect
+
 from hydra.utils import get_class
 
 from ablate.envs.base import ENVIRONMENTS, EnvError, Environment
@@ -34,10 +36,20 @@ def env_class(env_cfg) -> type[Environment]:
     return ENVIRONMENTS[name]
 
 
-def make_env(env_cfg, **objects) -> Environment:
+def make_env(env_cfg, judge_cfg=None, **objects) -> Environment:
     """An environment from its config: `Class.from_config(env_cfg, **objects)`
-    (objects: e.g. `judge=make_judge(cfg.judge)`, passed if the class takes them)."""
-    return env_class(env_cfg).from_config(env_cfg, **objects)
+    (objects: e.g. `judge=...`, passed if the class takes them). With `judge_cfg` (the
+    `judge` group) an answer judge is made for a class that takes one."""
+    cls = env_class(env_cfg)
+    if judge_cfg is not None and "judge" not in objects and _takes_judge(cls):
+        from ablate.envs.email.judge import make_judge   # the answer judges: exact | llm
+        objects["judge"] = make_judge(judge_cfg)
+    return cls.from_config(env_cfg, **objects)
+
+
+def _takes_judge(cls) -> bool:
+    return any("judge" in inspect.signature(f).parameters
+               for f in (cls.__init__, cls.from_config))
 
 
 def not_wired(env_cfg) -> None:
