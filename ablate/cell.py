@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from ablate.config import validate
+from ablate.config import ConfigError, validate
 from ablate.outputs import CellDir
 
 log = logging.getLogger("ablate.cell")
@@ -215,6 +215,11 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
     t0 = time.time()
     env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
     judge = env   # correctness comes from the environment (and its configured judge)
+    from ablate.rewards import check_reward_for
+    try:
+        check_reward_for(cfg.reward, env)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     eval_tasks = eval_subset(env.test_tasks, cfg.eval.num_tasks)
     scripted = cfg.model.name == "scripted"
     policy = ScriptedPolicy(env, cfg) if scripted else ModelPolicy(env, cfg, cell.ckpt)

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import tempfile
+from types import SimpleNamespace
 from pathlib import Path
 
 import torch
@@ -45,13 +46,31 @@ def preflight(cfg: DictConfig, *, data: bool = True) -> None:
     """validate(cfg) plus every check against this machine; `data=False` skips the
     (cached, but file-reading) data validation."""
     validate(cfg)
+    check_env_reward(cfg)
     check_packages(cfg)
     check_device(cfg)
     check_writable(cfg)
     model_dir = check_weights(cfg)
     budget = question_budget(cfg, model_dir)
-    if data:
+    if data and cfg.env.name in EMAIL_ENVS:   # other environments make their own data
         check_data(cfg, budget)
+
+
+EMAIL_ENVS = ("synthetic", "enronhop")
+
+
+def check_env_reward(cfg: DictConfig) -> None:
+    """`reward.name` is a generic scheme or one of the environment's own; its schemes are
+    read without building it (reward_schemes of the class, which keeps no state in them)."""
+    from ablate.envs import env_class
+    from ablate.rewards import check_reward_for
+    cls = env_class(cfg.env)
+    probe = SimpleNamespace(name=cfg.env.name,
+                            reward_schemes=lambda: cls.reward_schemes(None))
+    try:
+        check_reward_for(cfg.reward, probe)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def check_packages(cfg: DictConfig) -> None:

@@ -126,13 +126,15 @@ class Environment(ABC):
     # ------------------------------------------------------------------ optional
     @classmethod
     def from_config(cls, env_cfg, **objects) -> "Environment":
-        """From the `env` config group: the keys that name a constructor parameter are
-        passed, the others (`name`, `_target_`, ...) ignored; `objects` (e.g. a judge
-        made from another group) are passed when the constructor takes them."""
+        """From the `env` config group: the keys (and `env.options.<key>`) that name a
+        constructor parameter are passed, the others (`name`, `_target_`, ...) ignored;
+        `objects` (e.g. a judge made from another group) are passed when the constructor
+        takes them."""
         params = inspect.signature(cls.__init__).parameters
         get = env_cfg.get if hasattr(env_cfg, "get") else (
             lambda k, d=None: getattr(env_cfg, k, d))
         kw = {k: get(k) for k in params if k != "self" and get(k, None) is not None}
+        kw.update({k: v for k, v in dict(get("options", None) or {}).items() if k in params})
         kw.update({k: v for k, v in objects.items() if k in params})
         return cls(**kw)
 

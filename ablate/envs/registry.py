@@ -8,9 +8,6 @@ from hydra.utils import get_class
 
 from ablate.envs.base import ENVIRONMENTS, EnvError, Environment
 
-# environments the cell loop (ablate.cell) can run today; the rest run through
-# ablate.envs.run_episode until the loop reads the protocol
-CELL_READY = ("synthetic", "enronhop")
 
 
 def _get(env_cfg, key: str):
@@ -28,6 +25,12 @@ def env_class(env_cfg) -> type[Environment]:
         if not (isinstance(cls, type) and issubclass(cls, Environment)):
             raise EnvError(f"env._target_={target!r} is not a subclass of "
                            "ablate.envs.Environment")
+        name = _get(env_cfg, "name")
+        if name and ENVIRONMENTS.get(name) not in (None, cls):
+            raise EnvError(f"env.name={name!r} is a built-in environment; give your "
+                           f"env._target_={target!r} another name")
+        if name:
+            ENVIRONMENTS.setdefault(name, cls)   # so `env.name` validates like a built-in
         return cls
     name = _get(env_cfg, "name")
     if name not in ENVIRONMENTS:
@@ -50,12 +53,3 @@ def make_env(env_cfg, judge_cfg=None, **objects) -> Environment:
 def _takes_judge(cls) -> bool:
     return any("judge" in inspect.signature(f).parameters
                for f in (cls.__init__, cls.from_config))
-
-
-def not_wired(env_cfg) -> None:
-    """Raise the one-line error for an environment the cell loop cannot run yet."""
-    name = _get(env_cfg, "name")
-    if _get(env_cfg, "_target_") or name not in CELL_READY:
-        raise EnvError(f"env={name}: defined in ablate.envs but not yet wired into the "
-                       f"cell loop (cells run {', '.join(CELL_READY)}); drive it with "
-                       "ablate.envs.run_episode for now")

@@ -67,6 +67,11 @@ class Episode:
         return [c for t in self.turns for c in t.calls]
 
     @property
+    def results(self) -> list[ToolResult]:
+        """The environment's ToolResults in order (as a scripted Trajectory names them)."""
+        return self.calls
+
+    @property
     def num_turns(self) -> int:
         return len(self.turns)
 

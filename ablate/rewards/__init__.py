@@ -5,10 +5,10 @@ env.reward_schemes())` applies the configured one with the optional format penal
 `ablate.rewards.<scheme>` names any registered scheme (e.g. `ablate.rewards.shaped`)."""
 import importlib
 
-from ablate.rewards.compute import compute_reward, malformed_calls
+from ablate.rewards.compute import check_reward_for, compute_reward, malformed_calls
 from ablate.rewards.schemes import REWARDS, naive, outcome, reward_scheme
 
-__all__ = ["REWARDS", "compute_reward", "malformed_calls", "naive", "outcome",
+__all__ = ["REWARDS", "check_reward_for", "compute_reward", "malformed_calls", "naive", "outcome",
            "reward_scheme"]
 
 

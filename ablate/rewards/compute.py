@@ -29,3 +29,12 @@ def compute_reward(episode: Episode, reward_cfg: Any,
     penalty = -penalty_per_call * malformed_calls(episode)
     comps = {**comps, "format_penalty": penalty}
     return total + penalty, comps
+
+
+def check_reward_for(reward_cfg: Any, env) -> None:
+    """ValueError (one line) when `reward.name` is another environment's own scheme."""
+    name, own = reward_cfg.name, env.reward_schemes()
+    if getattr(REWARDS.get(name), "env_only", False) and name not in own:
+        generic = [n for n, f in REWARDS.items() if not getattr(f, "env_only", False)]
+        raise ValueError(f"reward.name={name!r} is another environment's scheme; "
+                         f"env={env.name} allows {sorted(set(generic) | set(own))}")

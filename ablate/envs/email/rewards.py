@@ -45,4 +45,5 @@ def shaped(episode, cfg: Optional[Any] = None) -> tuple[float, Components]:
     return sum(comps.values()), comps
 
 
+shaped.env_only = True       # offered by the email environments only
 SCHEMES = {"shaped": shaped}
