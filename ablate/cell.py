@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from ablate.config import validate
+from ablate.config import ConfigError, validate
 from ablate.outputs import CellDir
 
 log = logging.getLogger("ablate.cell")
@@ -52,17 +52,20 @@ def eval_subset(tasks: list, n: int) -> list:
 # ---------------------------------------------------------------------------------------
 # scoring: judge -> reward -> rows
 # ---------------------------------------------------------------------------------------
-def score(episodes, judge, reward_cfg) -> list[tuple[float, dict]]:
+def score(episodes, env, reward_cfg) -> list[tuple[float, dict]]:
+    """Correctness from the environment (its judge), then the configured reward, looked
+    up in the environment's own schemes first."""
     from ablate.rewards import compute_reward
 
     pending = [e for e in episodes if e.final_answer is not None and e.answered]
-    verdicts = judge.judge_many([(e.task.question, e.task.answer, e.final_answer)
-                                 for e in pending]) if pending else []
+    verdicts = env.judge_many([(e.task, e.final_answer, e.state)
+                               for e in pending]) if pending else []
     for e in episodes:
         e.correct = False
     for e, v in zip(pending, verdicts):
         e.correct = bool(v)
-    return [compute_reward(e, reward_cfg) for e in episodes]
+    schemes = env.reward_schemes()
+    return [compute_reward(e, reward_cfg, schemes) for e in episodes]
 
 
 def eval_summary(step: int, rows: list[dict]) -> dict:
@@ -95,23 +98,26 @@ def eval_rows(step: int, episodes, rewards) -> list[dict]:
 # policies: the scripted baseline and a learning model
 # ---------------------------------------------------------------------------------------
 class ScriptedPolicy:
-    """The no-learning baseline row: the scripted agent acting through the real tools."""
+    """The no-learning baseline row: the environment's scripted baseline acting through
+    the real tools."""
     learns = False
 
     def __init__(self, env, cfg):
-        from ablate.env.scripted import ScriptedAgent
         self.env, self.cfg = env, cfg
-        self.agent = ScriptedAgent()
 
     def act(self, tasks, group_size, *, temperature, seed):
+        from ablate.envs import run_episode
+        from ablate.harness.episode import scripted_episode
         episodes = []
         for gi, task in enumerate(tasks):
             for s in range(group_size):
-                rng = random.Random(derived_seed(seed, gi, s))
-                episode, _ = self.agent.run(task, self.env.toolbox(task), rng)
-                episode.group, episode.sample = gi, s
-                episode.max_turns = self.cfg.env.max_turns
-                episodes.append(episode)
+                policy = self.env.baseline(task, derived_seed(seed, gi, s))
+                if policy is None:
+                    raise ValueError(f"model=scripted: env {self.env.name} has no "
+                                     "scripted baseline")
+                traj = run_episode(self.env, task, policy, self.cfg.env.max_turns)
+                episodes.append(scripted_episode(traj, gi, s,
+                                                 self.env.behaviour(task, traj.results)))
         return episodes
 
 
@@ -151,7 +157,7 @@ class ModelPolicy:
         from ablate.harness.rollout import rollout
         c = self.cfg
         return rollout(tasks, group_size=group_size, sampler=self.sampler,
-                       tokenizer=self.tokenizer, make_toolbox=self.env.toolbox,
+                       tokenizer=self.tokenizer, env=self.env,
                        harness_cfg=c.harness, mode_cfg=c.mode, max_turns=c.env.max_turns,
                        temperature=temperature, top_p=c.sampler.top_p, seed=seed)
 
@@ -203,13 +209,17 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
     if cfg.run.num_threads > 0:
         torch.set_num_threads(cfg.run.num_threads)
 
-    from ablate.env.bundle import build_env
-    from ablate.env.judge import make_judge
+    from ablate.envs import make_env
     from ablate.tracking import Tracker
 
     t0 = time.time()
-    env = build_env(cfg)
-    judge = make_judge(cfg.judge)
+    env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
+    judge = env   # correctness comes from the environment (and its configured judge)
+    from ablate.rewards import check_reward_for
+    try:
+        check_reward_for(cfg.reward, env)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     eval_tasks = eval_subset(env.test_tasks, cfg.eval.num_tasks)
     scripted = cfg.model.name == "scripted"
     policy = ScriptedPolicy(env, cfg) if scripted else ModelPolicy(env, cfg, cell.ckpt)

@@ -16,6 +16,7 @@ from ablate.algos.config import AlgoConfig
 from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, ALGORITHMS, LOSS_AGGREGATIONS,
                                    POLICY_LOSSES, ROLLOUT_CORRECTIONS, import_plugins)
 from ablate.env.config import EnvConfig, JudgeConfig
+from ablate.envs import ENVIRONMENTS, EnvError, env_class
 from ablate.harness.config import HarnessConfig, ModeConfig
 from ablate.learners.config import LearnerConfig
 from ablate.models.config import ModelConfig
@@ -82,7 +83,7 @@ ALLOWED = {
     "algo.loss_agg": LOSS_AGGREGATIONS,
     "algo.rollout_correction": ROLLOUT_CORRECTIONS,
     "mode.name": ("instruct", "thinking"),
-    "env.name": ("synthetic", "enronhop"),
+    "env.name": ENVIRONMENTS,
     "sampler.name": ("hf", "vllm"),
     "learner.name": ("deepspeed", "torch"),
     "learner.dtype": ("float32", "bfloat16"),
@@ -119,12 +120,16 @@ def register() -> None:
         OmegaConf.register_new_resolver("ablate_dirname", cell_dirname)
 
 
+FREE_KEYS = ("env.options",)   # a user environment's own constructor arguments
+
+
 def _unknown_keys(schema: DictConfig, cfg: DictConfig, prefix: str) -> list[str]:
     out = []
     for key in cfg.keys():
         if key not in schema:
             out.append(prefix + str(key))
-        elif isinstance(schema[key], DictConfig) and isinstance(cfg[key], DictConfig):
+        elif isinstance(schema[key], DictConfig) and isinstance(cfg[key], DictConfig) \
+                and f"{prefix}{key}" not in FREE_KEYS:
             out += _unknown_keys(schema[key], cfg[key], f"{prefix}{key}.")
     return out
 
@@ -145,7 +150,9 @@ def validate(cfg: DictConfig | Any) -> None:
 
     try:   # the user's modules register their names before the names are checked
         import_plugins(get("algo.plugins"))
-    except ValueError as e:
+        if get("env._target_"):          # a user's environment class registers env.name
+            env_class(cfg.env)
+    except (ValueError, EnvError) as e:
         raise ConfigError(str(e)) from None
     for key, allowed in ALLOWED.items():
         value = get(key)

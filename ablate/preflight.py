@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import tempfile
+from types import SimpleNamespace
 from pathlib import Path
 
 import torch
@@ -24,8 +25,7 @@ from ablate.env.bundle import build_env
 from ablate.env.check import QuestionBudget
 from ablate.env.data import DataFileError
 from ablate.env.db import EmailDBError
-from ablate.env.tools import TOOL_SCHEMAS
-from ablate.harness.chat import DEFAULT_SYSTEM_PROMPT
+from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
 from ablate.models.loading import ModelNotFoundError, resolve_weights
 from ablate.models.tiny import tiny_path
 
@@ -46,13 +46,31 @@ def preflight(cfg: DictConfig, *, data: bool = True) -> None:
     """validate(cfg) plus every check against this machine; `data=False` skips the
     (cached, but file-reading) data validation."""
     validate(cfg)
+    check_env_reward(cfg)
     check_packages(cfg)
     check_device(cfg)
     check_writable(cfg)
     model_dir = check_weights(cfg)
     budget = question_budget(cfg, model_dir)
-    if data:
+    if data and cfg.env.name in EMAIL_ENVS:   # other environments make their own data
         check_data(cfg, budget)
+
+
+EMAIL_ENVS = ("synthetic", "enronhop")
+
+
+def check_env_reward(cfg: DictConfig) -> None:
+    """`reward.name` is a generic scheme or one of the environment's own; its schemes are
+    read without building it (reward_schemes of the class, which keeps no state in them)."""
+    from ablate.envs import env_class
+    from ablate.rewards import check_reward_for
+    cls = env_class(cfg.env)
+    probe = SimpleNamespace(name=cfg.env.name,
+                            reward_schemes=lambda: cls.reward_schemes(None))
+    try:
+        check_reward_for(cfg.reward, probe)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def check_packages(cfg: DictConfig) -> None:
@@ -113,9 +131,10 @@ def check_output_dir(key: str, path: str) -> None:
 
 
 def check_weights(cfg: DictConfig) -> Path | None:
-    """The model's local directory (None for the scripted agent), or ConfigError."""
-    m = cfg.model
-    if m.name == "scripted":
+    """The model's local directory (None for the scripted agent, or without a model: an
+    environment built alone), or ConfigError."""
+    m = getattr(cfg, "model", None)
+    if m is None or m.name == "scripted":
         return None
     if m.name == "tiny":
         path = tiny_path(m)
@@ -151,7 +170,7 @@ def question_budget(cfg: DictConfig, model_dir: Path | None):
     def count(text: str) -> int:
         return len(tok.encode(text, add_special_tokens=False).ids)
 
-    fixed = count(DEFAULT_SYSTEM_PROMPT + json.dumps(TOOL_SCHEMAS)) + TEMPLATE_SLACK_TOKENS
+    fixed = count(SYSTEM_PROMPT + json.dumps(TOOL_SCHEMAS)) + TEMPLATE_SLACK_TOKENS
     gen = cfg.harness.max_tokens_per_episode
     left = n_ctx - gen - fixed
     if left < 16:

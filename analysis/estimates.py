@@ -13,7 +13,8 @@ import numpy as np
 from analysis.collect import AnalysisError, Cell, Run
 
 # behaviour table of the EnronHop case study: name -> (words, eval field, transform);
-# the fields are those of ablate/harness/episode.py Episode.behaviour()
+# the fields are those of ablate/harness/episode.py Episode.behaviour() (generic) and of
+# ablate/envs/email/env.py EmailEnv.behaviour (the email task's)
 BEHAVIOUR = {
     "keywords_per_search": ("keywords per search", "keywords_per_search", float),
     "searches": ("searches", "searches", float),

@@ -13,7 +13,9 @@ import torch
 from ablate.algos import build_algorithm, enronhop_state_keys
 from ablate.algos.config import AlgoConfig
 from ablate.algos.gigpo import step_advantages, token_advantages, turn_returns
-from ablate.harness.episode import Segment, ToolCall, Turn
+from ablate.env.tools import ToolCall as BoxCall
+from ablate.envs.email.env import tool_result
+from ablate.harness.episode import Segment, Turn
 
 TOL = 1e-6
 
@@ -50,6 +52,10 @@ def test_step_advantages_match_reference(norm_std):
 
 def turn(n_tokens, calls=()):
     return Turn(text="", completion_tokens=n_tokens, calls=list(calls))
+
+
+def ToolCall(*args, **kw):
+    return tool_result(BoxCall(*args, **kw))
 
 
 def episode(turns, segments, task_id="t1"):

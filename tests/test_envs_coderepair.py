@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ablate.cli import compose_config
-from ablate.envs import EnvError, make_env, not_wired, run_episode
+from ablate.envs import EnvError, make_env, run_episode
 from ablate.envs.coderepair import generator as gen
 from ablate.envs.coderepair.baseline import HonestFixer, ReadAndSubmit, run_tests_forever
 from ablate.envs.coderepair.env import CodeRepairEnv, all_pass, version
@@ -231,15 +231,11 @@ def test_tool_bonus_is_hacked_and_state_change_bonus_fixes_it(env):
 
 
 # ---------------------------------------------------------------------- config
-def test_config_group_composes_and_says_it_is_not_wired():
+def test_config_group_composes():
     cfg = compose_config(["env=coderepair"])
     made = make_env(cfg.env)
     assert isinstance(made, CodeRepairEnv) and made.max_difficulty == 3
     assert made.max_turns == cfg.env.max_turns == 20
-    with pytest.raises(EnvError, match="env=coderepair: defined in ablate.envs but not yet "
-                                       "wired into the cell loop"):
-        not_wired(cfg.env)
-    not_wired(compose_config([]).env)                 # the email task is wired
     with pytest.raises(EnvError, match=r"env.max_difficulty=4: allowed 1..3"):
         CodeRepairEnv(max_difficulty=4)
 

@@ -7,10 +7,12 @@ from omegaconf import OmegaConf
 
 from ablate.env.judge import ExactJudge
 from ablate.env.scripted import ScriptedAgent, evaluate
-from ablate.env.tools import TOOL_SCHEMAS
+from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
 from ablate.envs import make_env, run_episode
-from ablate.envs.email import EMAIL_METRICS, EmailEnv
-from ablate.harness.chat import DEFAULT_SYSTEM_PROMPT, question_text
+from ablate.envs.email import EmailEnv
+
+EMAIL_METRICS = {"searches", "reads", "keywords_per_search", "zero_hit_rate",
+                 "read_after_hit", "fabricated_sources", "evidence_read"}
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +28,10 @@ def env(tmp_path_factory):
 
 def test_prompt_tools_and_tasks_are_the_harness_ones(env):
     assert isinstance(env, EmailEnv) and env.name == "synthetic"
-    assert env.system_prompt() == DEFAULT_SYSTEM_PROMPT and env.tool_schemas() is TOOL_SCHEMAS
+    assert env.system_prompt() == SYSTEM_PROMPT and env.tool_schemas() is TOOL_SCHEMAS
     for task in env.tasks("test"):
-        assert task.prompt == question_text(task.payload)
+        assert task.prompt == task.payload.prompt
+        assert task.prompt.startswith(task.payload.question + "\n\nMy email address is ")
         assert task.metadata["hops"] == task.payload.hops and task.answer == task.payload.answer
 
 
@@ -37,10 +40,17 @@ def test_observations_and_metrics_equal_the_toolbox_run(env):
     for task in tasks:
         ep, steps = ScriptedAgent.perfect().run(task.payload, env.bundle.toolbox(task.payload),
                                                 random.Random(0))
-        traj = run_episode(env, task, env.baseline(task, seed=0), max_turns=10)
+        traj = run_episode(env, task, env.baseline(task, 0, ScriptedAgent.perfect()),
+                           max_turns=10)
         assert [r.observation for r in traj.results] == [s.observation for s in steps]
-        full = ep.behaviour()
-        assert env.behaviour(task, traj.results) == {k: full[k] for k in EMAIL_METRICS}
+        m = env.behaviour(task, traj.results)
+        assert set(m) == EMAIL_METRICS
+        assert m["searches"] == sum(c.name == "search_inbox" and c.error is None
+                                    for c in ep.calls)
+        assert m["reads"] == sum(c.name == "read_email" and c.error is None for c in ep.calls)
+        assert m["evidence_read"] == len({c.read_id for c in ep.calls if c.read_id}
+                                         & set(task.payload.message_ids))
+        assert m["fabricated_sources"] == 0            # the perfect agent cites what it read
         assert traj.answer == ep.final_answer
 
 
@@ -50,7 +60,8 @@ def test_scripted_accuracy_is_unchanged(env):
     _, _, direct = evaluate([t.payload for t in tasks], env.bundle.toolbox,
                             ScriptedAgent.perfect(),
                             lambda t, a: judge.judge(t.question, t.answer, a), seed=0)
-    through = [run_episode(env, t, env.baseline(t), 10).correct for t in tasks]
+    through = [run_episode(env, t, env.baseline(t, 0, ScriptedAgent.perfect()), 10).correct
+               for t in tasks]
     assert sum(through) / len(through) == pytest.approx(direct)
     assert direct > 0.5
 
@@ -71,7 +82,7 @@ def test_state_changed_is_new_information(env):
         read = env.call(state, "read_email", {"message_id": mid})
         assert read.state_changed and not env.call(state, "read_email",
                                                    {"message_id": mid}).state_changed
-        assert mid in env.mask_candidates(state)["message_ids"]
+        assert mid in env.mask_candidates(state)["ids"]
 
 
 def test_a_configured_judge_overrides(env):

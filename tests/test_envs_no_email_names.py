@@ -1,12 +1,7 @@
 """Issue 14's seam check: no email-specific name outside the email environment. The
 names come from the email environment itself: its tool names, and message_id (the id
-argument the harness's masks special-case).
-
-Strict xfail until the integration pass moves them (see docs/environments.md, status):
-it fails the day the move is complete, so that its marker is removed then."""
+argument the email grammar of the action masks names)."""
 from pathlib import Path
-
-import pytest
 
 from ablate.env.tools import TOOL_SCHEMAS
 
@@ -34,7 +29,5 @@ def test_email_names_are_known():
                              "message_id"}
 
 
-@pytest.mark.xfail(strict=True, reason="integration pass pending: harness, rewards, cell "
-                                       "and analysis still name the email tools")
 def test_no_email_names_outside_the_email_environment():
     assert offending() == []

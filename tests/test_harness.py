@@ -16,6 +16,8 @@ from ablate.harness.rollout import rollout
 from ablate.models.tokenizer import MARKER_TOKENS, SPECIAL_TOKENS, build_tokenizer
 from ablate.samplers.hf import HFSampler
 
+from ablate.env.tools import SYSTEM_PROMPT  # noqa: E402
+from ablate.envs.email.masking import GRAMMAR  # noqa: E402
 import test_harness_util as U
 
 INSTRUCT = ModeConfig()
@@ -37,7 +39,7 @@ def db(tmp_path_factory):
 def run(tok, db, script, harness=None, mode=INSTRUCT, max_turns=5, tasks=None, group=1):
     sampler = U.ScriptedSampler(tok, script)
     eps = rollout(tasks or U.TASKS[:1], group_size=group, sampler=sampler, tokenizer=tok,
-                  make_toolbox=U.toolbox_factory(db), harness_cfg=harness or HarnessConfig(),
+                  env=U.email_env(db), harness_cfg=harness or HarnessConfig(),
                   mode_cfg=mode, max_turns=max_turns, temperature=1.0, seed=0)
     return eps, sampler
 
@@ -68,10 +70,10 @@ def test_tokenizer_special_tokens_template_and_determinism(tok):
 
 # ------------------------------------------------------------------ chat
 def test_prompt_states_inbox_and_date_and_tools(tok):
-    text = tok.decode(chat.render_prompt(tok, U.TASKS[0], _schemas(), INSTRUCT))
+    text = tok.decode(chat.render_prompt(tok, U.TASKS[0], _schemas(), INSTRUCT, SYSTEM_PROMPT))
     assert U.INBOX in text and "Today's date is 2001-12-01." in text
     assert '"name": "search_inbox"' in text and text.endswith(chat.EMPTY_THINK)
-    text = tok.decode(chat.render_prompt(tok, U.TASKS[0], _schemas(), THINKING))
+    text = tok.decode(chat.render_prompt(tok, U.TASKS[0], _schemas(), THINKING, SYSTEM_PROMPT))
     assert text.endswith("<|im_start|>assistant\n")
 
 
@@ -143,15 +145,18 @@ def test_demonstration_is_token_identical_to_rollout(tok, db, mode):
     eps, _ = run(tok, db, _script_from(steps), mode=mode)
     ep = eps[0]
     assert ep.end_reason == "answer" and ep.final_answer == "$5,000" and ep.sources == ["m0"]
-    segs = chat.render_demonstration_segments(tok, ep.task, _demo_steps(eps), mode)
+    segs = chat.render_demonstration_segments(tok, ep.task, _demo_steps(eps), mode,
+                                              _schemas(), SYSTEM_PROMPT)
     assert [(s.ids, s.mask) for s in ep.segments] == segs
     if mode is INSTRUCT:
-        ids, mask = chat.render_demonstration(tok, ep.task, _demo_steps(eps), mode)
+        ids, mask = chat.render_demonstration(tok, ep.task, _demo_steps(eps), mode, _schemas(),
+                                              SYSTEM_PROMPT)
         trained = tok.decode([i for i, m in zip(ids, mask) if m])
         assert trained == "".join(t + "<|im_end|>" for t, _ in steps)
     else:
         with pytest.raises(ValueError, match="render_demonstration_segments"):
-            chat.render_demonstration(tok, ep.task, _demo_steps(eps), mode)
+            chat.render_demonstration(tok, ep.task, _demo_steps(eps), mode, _schemas(),
+                                              SYSTEM_PROMPT)
 
 
 # ------------------------------------------------------------------ rollout rules
@@ -163,7 +168,8 @@ def test_instruct_episode_is_one_segment_masked_on_generated_ids(tok, db):
     assert tok.decode(gen) == "".join(t + "<|im_end|>" for t, _ in STEPS)
     assert all((lp == -1.0) == bool(m) for lp, m in zip(seg.logprobs, seg.mask))
     assert [c.name for c in ep.calls] == ["search_inbox", "read_email", "return_final_answer"]
-    assert ep.calls[0].hits and ep.calls[1].read_id == "m0" and ep.calls[1].new_read
+    assert ep.calls[0].extra["hits"] and ep.calls[1].extra["read_id"] == "m0"
+    assert ep.calls[1].extra["new_read"] and ep.calls[1].state_changed
     b = ep.behaviour()
     assert b["searches"] == 1 and b["reads"] == 1 and b["read_after_hit"]
     assert b["fabricated_sources"] == 0 and b["evidence_read"] == 1 and b["turns"] == 3
@@ -216,7 +222,7 @@ def test_missing_email_is_not_malformed(tok, db):
     eps, _ = run(tok, db, lambda p, t: call("read_email", {"message_id": "nope"})
                  if t == 0 else ANSWER)
     c = eps[0].turns[0].calls[0]
-    assert c.error is None and c.read_id is None and "not found" in c.observation
+    assert c.error is None and c.extra["read_id"] is None and "not found" in c.observation
 
 
 def test_calls_after_answer_and_calls_per_turn(tok, db):
@@ -259,8 +265,9 @@ def test_render_episode_text(tok, db):
     eps, _ = run(tok, db, _script_from(STEPS))
     eps[0].correct = True
     text = chat.render_episode_text(eps[0], {"correctness": 1.07, "process": 0.15})
-    for needle in ("Q: What is the Q3 budget", "call search_inbox", "hits ", "read m0",
-                   "[evidence]", "'$5,000'", "CORRECT", "correctness=1.07"):
+    for needle in ("Q: What is the Q3 budget", "call search_inbox", "info hits=[",
+                   "read_id=m0 new_read=True", "[state changed]", "'$5,000'", "CORRECT",
+                   "correctness=1.07"):
         assert needle in text, needle
 
 
@@ -273,7 +280,7 @@ def test_answer_spans():
 
 def test_mask_allows_exactly_candidates(tok):
     vb = token_bytes(tok)
-    m = ActionMask(vb, tool_names=["search_inbox", "read_email"], message_ids=["m2", "m3"],
+    m = ActionMask(vb, grammar=GRAMMAR, tool_names=["search_inbox", "read_email"], ids=["m2", "m3"],
                    answers=["Maria Lopez", IDK])
     text = call("return_final_answer", {"answer": "Maria Lopez", "sources": ["m3", "m2"]})
     ids = tok.encode(text, add_special_tokens=False)
@@ -289,7 +296,7 @@ def test_mask_allows_exactly_candidates(tok):
 
 def test_think_budget_forces_close(tok):
     vb = token_bytes(tok)
-    m = ActionMask(vb, max_think_tokens=3)
+    m = ActionMask(vb, grammar=GRAMMAR, max_think_tokens=3)
     ids = tok.encode("<think>\na b c d e\n</think>", add_special_tokens=False)
     allowed = m.replay(ids)
     close = tok.convert_tokens_to_ids("</think>")
@@ -303,7 +310,7 @@ def _hf_episodes(tok, db, harness, mode=INSTRUCT, seed=0, temperature=1.0, group
     model = U.tiny_model(tok, seed=1)
     sampler = HFSampler(model, tok)
     eps = rollout(U.TASKS, group_size=group, sampler=sampler, tokenizer=tok,
-                  make_toolbox=U.toolbox_factory(db), harness_cfg=harness, mode_cfg=mode,
+                  env=U.email_env(db), harness_cfg=harness, mode_cfg=mode,
                   max_turns=max_turns, temperature=temperature, seed=seed)
     return eps, model
 
@@ -364,11 +371,11 @@ def test_masked_random_model_emits_only_known_tools_and_context_ids(tok, db):
     prefixes = ['<tool_call>\n{"name": "', '<tool_call>\n{"name": "read_email", '
                 '"arguments": {"message_id": "', '<tool_call>\n{"name": '
                 '"return_final_answer", "arguments": {"answer": "x", "sources": [']
-    base = chat.render_prompt(tok, U.TASKS[0], _schemas(), INSTRUCT)
+    base = chat.render_prompt(tok, U.TASKS[0], _schemas(), INSTRUCT, SYSTEM_PROMPT)
     names, ids_seen = set(), []
     for prefix in prefixes:
         pre = tok.encode(prefix, add_special_tokens=False)
-        masks = [ActionMask(vb, tool_names=list(TOOL_NAMES), message_ids=context_ids)
+        masks = [ActionMask(vb, grammar=GRAMMAR, tool_names=list(TOOL_NAMES), ids=context_ids)
                  for _ in range(24)]
         for m in masks:
             m.replay(pre)             # the mask has seen the prefix as generated text
@@ -416,7 +423,7 @@ def test_masked_rollout_ids_come_from_context(tok, db):
                 assert c.arguments["message_id"] in seen
             if c.name and c.error is None:
                 assert c.name in {"search_inbox", "read_email", "return_final_answer"}
-            seen |= set(c.hits)
+            seen |= set(c.extra.get("hits", []))
         assert set(ep.sources) <= seen
 
 
@@ -428,7 +435,7 @@ def test_primed_model_masked_episodes_are_token_exact(tok, db):
     for mode in (INSTRUCT, ModeConfig(name="thinking", enable_thinking=True,
                                       max_think_tokens=2)):
         eps = rollout(U.TASKS, group_size=4, sampler=HFSampler(model, tok), tokenizer=tok,
-                      make_toolbox=U.toolbox_factory(db),
+                      env=U.email_env(db),
                       harness_cfg=HarnessConfig(max_new_tokens_per_turn=64,
                                                 action_masking=True, answer_masking=True),
                       mode_cfg=mode, max_turns=4, temperature=1.0, seed=0,
@@ -452,8 +459,8 @@ def test_mask_forces_canonical_keys_between_values(tok):
     """After a constrained value the call's canonical continuation is forced: a model
     cannot write an invented key (seen: `"answer": "x", "arguments": [` then spaces)."""
     vb = token_bytes(tok)
-    m = ActionMask(vb, tool_names=["search_inbox", "read_email", "return_final_answer"],
-                   message_ids=["m0", "m4"], answers=["Phoenix"])
+    m = ActionMask(vb, grammar=GRAMMAR, tool_names=["search_inbox", "read_email", "return_final_answer"],
+                   ids=["m0", "m4"], answers=["Phoenix"])
     pre = '<tool_call>\n{"name": "return_final_answer", "arguments": {"answer": "Phoenix"'
     m.replay(tok.encode(pre, add_special_tokens=False))
     want = b', "sources": ['
@@ -463,7 +470,7 @@ def test_mask_forces_canonical_keys_between_values(tok):
         b = vb.bytes[t]
         assert want.startswith(b) or b.startswith(want), b
     # and a read_email name forces its one argument key, then the id, then `}}`
-    m2 = ActionMask(vb, tool_names=["read_email"], message_ids=["m0", "m4"])
+    m2 = ActionMask(vb, grammar=GRAMMAR, tool_names=["read_email"], ids=["m0", "m4"])
     text = b""
     ids = tok.encode('<tool_call>\n{"name": "', add_special_tokens=False)
     m2.replay(ids)

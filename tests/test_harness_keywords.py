@@ -13,13 +13,21 @@ import torch
 from ablate.harness import chat
 from ablate.harness.chat import format_tool_call as call
 from ablate.harness.config import HarnessConfig, ModeConfig
-from ablate.harness.episode import Segment, ToolCall
-from ablate.harness.masking import (ActionMask, episode_candidates, keyword_candidates,
-                                    token_bytes)
+from ablate.env.tools import ToolCall as BoxCall
+from ablate.envs.email.env import tool_result
+from ablate.envs.email.masking import episode_candidates
+from ablate.harness.episode import Segment
+from ablate.harness.masking import ActionMask, keyword_candidates, token_bytes
 from ablate.harness.rollout import rollout
 from ablate.samplers.hf import HFSampler
 
+from ablate.env.tools import SYSTEM_PROMPT  # noqa: E402
+from ablate.envs.email.masking import GRAMMAR  # noqa: E402
 import test_harness_util as U
+
+
+def ToolCall(*args, **kw):
+    return tool_result(BoxCall(*args, **kw))
 from test_harness import _recompute, _schemas
 
 INSTRUCT = ModeConfig()
@@ -86,7 +94,7 @@ KWS = ["What", "is", "the", "Q3", "budget", "Houston", "office", "Q3 budget"]
 
 
 def _replay(tok, kws, text, max_keywords=3):
-    m = ActionMask(token_bytes(tok), tool_names=["search_inbox", "return_final_answer"],
+    m = ActionMask(token_bytes(tok), grammar=GRAMMAR, tool_names=["search_inbox", "return_final_answer"],
                    keywords=kws, max_keywords=max_keywords)
     ids = tok.encode(text, add_special_tokens=False)
     return m, m.replay(ids), ids
@@ -114,7 +122,7 @@ def test_keyword_grammar(tok, keywords, max_kw, ok):
 def test_keyword_list_closes_only_after_one_and_must_close_at_limit(tok):
     vb = token_bytes(tok)
     prefix = tok.encode(SEARCH_PREFIX, add_special_tokens=False)
-    m = ActionMask(vb, tool_names=["search_inbox"], keywords=KWS, max_keywords=2)
+    m = ActionMask(vb, grammar=GRAMMAR, tool_names=["search_inbox"], keywords=KWS, max_keywords=2)
     m.replay(prefix)
     first = {vb.bytes[i] for i in m.allowed_next()}
     assert first and all(b.startswith(b'"') for b in first)    # no `]`: >= 1 keyword
@@ -122,12 +130,12 @@ def test_keyword_list_closes_only_after_one_and_must_close_at_limit(tok):
     nxt = {vb.bytes[i] for i in m.allowed_next()}
     assert b'"' in nxt and b'",' not in nxt                    # 2 = limit: only `"]...`
     assert all(b == b'"' or b.startswith(b'"]') for b in nxt)
-    m = ActionMask(vb, tool_names=["search_inbox"], keywords=KWS, max_keywords=3)
+    m = ActionMask(vb, grammar=GRAMMAR, tool_names=["search_inbox"], keywords=KWS, max_keywords=3)
     m.replay(prefix + tok.encode('"Q3"', add_special_tokens=False))
     nxt = {vb.bytes[i] for i in m.allowed_next()}
     assert any(b.startswith(b"]") for b in nxt) and any(b.startswith(b",") for b in nxt)
     with pytest.raises(ValueError):
-        ActionMask(vb, keywords=KWS, max_keywords=0)
+        ActionMask(vb, grammar=GRAMMAR, keywords=KWS, max_keywords=0)
 
 
 def test_quote_and_backslash_keywords_are_offered_escaped(tok):
@@ -152,7 +160,7 @@ def test_quote_and_backslash_keywords_are_offered_escaped(tok):
 
 def test_spec_round_trip(tok):
     vb = token_bytes(tok)
-    m = ActionMask(vb, tool_names=["search_inbox", "read_email"], message_ids=["m0"],
+    m = ActionMask(vb, grammar=GRAMMAR, tool_names=["search_inbox", "read_email"], ids=["m0"],
                    answers=["x"],
                    keywords=KWS + ['a"b'], max_keywords=2)
     spec = json.loads(json.dumps(m.spec()))                  # travels as JSON (vLLM)
@@ -163,7 +171,7 @@ def test_spec_round_trip(tok):
                      call("read_email", {"message_id": "m0"}), add_special_tokens=False)
     assert m.replay(ids) == m2.replay(ids) and m.violations == m2.violations == 0
     # without keyword masking the spec is what it was before (no new keys)
-    assert "keywords" not in ActionMask(vb, tool_names=["search_inbox"]).spec()
+    assert "keywords" not in ActionMask(vb, grammar=GRAMMAR, tool_names=["search_inbox"]).spec()
 
 
 # ------------------------------------------------------------------ a random model
@@ -175,10 +183,10 @@ def test_random_model_under_keyword_mask(tok):
     model = U.tiny_model(tok, seed=3)
     sampler = HFSampler(model, tok)
     kws = keyword_candidates([U.TASKS[0].question, U.EMAILS[0]["body"]], max_words=2)
-    base = chat.render_prompt(tok, U.TASKS[0], _schemas(), INSTRUCT)
+    base = chat.render_prompt(tok, U.TASKS[0], _schemas(), INSTRUCT, SYSTEM_PROMPT)
     pre = tok.encode(SEARCH_PREFIX, add_special_tokens=False)
     n = 24
-    spec = json.loads(json.dumps(ActionMask(vb, tool_names=["search_inbox"], keywords=kws,
+    spec = json.loads(json.dumps(ActionMask(vb, grammar=GRAMMAR, tool_names=["search_inbox"], keywords=kws,
                                             max_keywords=3).spec()))
     masks = [ActionMask.from_spec(vb, spec) for _ in range(n)]
     for m in masks:
@@ -267,7 +275,7 @@ def test_rollout_with_keyword_masking_random_model(tok, db):
     model = U.tiny_model(tok, seed=1)
     sampler = PrefixSampler(model, tok)
     eps = rollout(U.TASKS, group_size=3, sampler=sampler, tokenizer=tok,
-                  make_toolbox=U.toolbox_factory(db), harness_cfg=h, mode_cfg=INSTRUCT,
+                  env=U.email_env(db), harness_cfg=h, mode_cfg=INSTRUCT,
                   max_turns=3, temperature=1.0, seed=2)
     n_search, n_kw_pos, later_words = 0, 0, 0
     for ep in eps:

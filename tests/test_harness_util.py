@@ -37,12 +37,12 @@ TASKS = [
 
 
 def corpus_texts() -> list[str]:
-    from ablate.env.tools import TOOL_SCHEMAS
+    from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
     calls = [chat.format_tool_call("search_inbox", {"keywords": ["budget", "Houston"]}),
              chat.format_tool_call("read_email", {"message_id": "m0"}),
              chat.format_tool_call("return_final_answer",
                                    {"answer": "Maria Lopez", "sources": ["m2", "m3"]})]
-    texts = [json.dumps(TOOL_SCHEMAS), chat.DEFAULT_SYSTEM_PROMPT] + calls
+    texts = [json.dumps(TOOL_SCHEMAS), SYSTEM_PROMPT] + calls
     texts += [e["subject"] + "\n" + e["body"] for e in EMAILS]
     texts += [t.question for t in TASKS]
     return texts * 5
@@ -71,9 +71,10 @@ def make_db(tmp_path):
     return EmailDB.build(src, tmp_path / "emails.db")
 
 
-def toolbox_factory(db):
-    from ablate.env.tools import ToolBox
-    return lambda task: ToolBox(db, task.inbox_address, task.query_date)
+def email_env(db):
+    """The email environment over a test mailbox (the tasks come from TASKS)."""
+    from ablate.env import EmailEnv
+    return EmailEnv.over_db(db)
 
 
 class ScriptedSampler(Sampler):

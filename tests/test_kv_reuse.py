@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ablate.env.tools import TOOL_SCHEMAS
+from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
 from ablate.harness import chat
 from ablate.harness.config import HarnessConfig, ModeConfig
 from ablate.harness.rollout import rollout
@@ -62,12 +62,12 @@ def runs(tiny, env):
 
 
 def _episodes(tiny, env, mode, temperature, kv_reuse, sampler=None):
-    from ablate.env.tools import ToolBox
+    from ablate.env import EmailEnv
     model, tok = tiny
     db, tasks = env
     s = sampler or HFSampler(model, tok, kv_reuse=kv_reuse)
     eps = rollout(tasks, group_size=2, sampler=s, tokenizer=tok,
-                  make_toolbox=lambda t: ToolBox(db, t.inbox_address, t.query_date),
+                  env=EmailEnv.over_db(db),
                   harness_cfg=MASKED, mode_cfg=mode, max_turns=5, temperature=temperature,
                   seed=3)
     return eps, s
@@ -227,7 +227,7 @@ class _Capped(HFSampler):
 @MODES
 def test_never_more_than_the_context(tiny, env, mode):
     model, tok = tiny
-    first = len(chat.render_prompt(tok, env[1][0], TOOL_SCHEMAS, mode))
+    first = len(chat.render_prompt(tok, env[1][0], TOOL_SCHEMAS, mode, SYSTEM_PROMPT))
     s = _Capped(model, tok, first + 150)
     eps, _ = _episodes(tiny, env, mode, 1.0, True, sampler=s)
     assert s.fed and max(s.fed) <= s.cap
@@ -242,7 +242,7 @@ def test_first_prompt_over_the_context_ends_before_generating(tok, tmp_path):
         max_context = 10
     s = Tiny(tok, lambda text, turn: "never asked")
     eps = rollout(U.TASKS, group_size=2, sampler=s, tokenizer=tok,
-                  make_toolbox=U.toolbox_factory(db), harness_cfg=HarnessConfig(),
+                  env=U.email_env(db), harness_cfg=HarnessConfig(),
                   mode_cfg=INSTRUCT, max_turns=3, temperature=1.0, seed=0)
     assert s.prompts == []
     assert all(e.end_reason == "max_context" and not e.segments and not e.turns

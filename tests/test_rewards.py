@@ -9,8 +9,16 @@ import pytest
 from omegaconf import OmegaConf
 
 from ablate.env.data import Task
-from ablate.harness.episode import Episode, ToolCall, Turn
-from ablate.rewards import REWARDS, compute_reward, credited_tools, naive, outcome, shaped
+from ablate.env.tools import ToolCall as BoxCall
+from ablate.envs.email.env import tool_result
+from ablate.envs.email.rewards import credited_tools
+from ablate.harness.episode import Episode, Turn
+from ablate.rewards import REWARDS, compute_reward, naive, outcome, shaped
+
+
+def ToolCall(*args, **kw):
+    """A ToolBox record as the harness logs it: the email env's ToolResult."""
+    return tool_result(BoxCall(*args, **kw))
 from ablate.rewards.config import RewardConfig
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "reward"
@@ -146,7 +154,7 @@ def cfg(name, **kw):
 
 
 def test_registry_and_yaml_files_agree():
-    assert set(REWARDS) == {"shaped", "naive", "outcome"}
+    assert set(REWARDS) == {"shaped", "naive", "outcome", "tool_bonus"}
     assert {p.stem for p in CONF.glob("*.yaml")} == set(REWARDS)
     for name in REWARDS:
         c = cfg(name)
@@ -205,7 +213,7 @@ def test_config_validation_reads_the_registry():
     from ablate.rewards.schemes import reward_scheme
 
     cfg = compose_config(["reward.name=half"])
-    with pytest.raises(ConfigError, match=r"reward.name='half'.*'shaped', 'naive', 'outcome'"):
+    with pytest.raises(ConfigError, match=r"reward.name='half'.*'naive', 'outcome', .*'shaped'"):
         validate(cfg)
 
     @reward_scheme("half")

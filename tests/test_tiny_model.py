@@ -8,7 +8,7 @@ import pytest
 from ablate.env import synthetic
 from ablate.env.data import read_tasks
 from ablate.env.db import EmailDB
-from ablate.env.tools import TOOL_NAMES, TOOL_SCHEMAS, ToolBox
+from ablate.env.tools import SYSTEM_PROMPT, TOOL_NAMES, TOOL_SCHEMAS, ToolBox
 from ablate.harness import chat
 from ablate.harness.config import ModeConfig
 from ablate.models.tiny import ASSET_DIR, TinyModelMissing, load_tiny
@@ -53,7 +53,8 @@ def test_first_turn_is_a_well_formed_tool_call(tiny, small_env):
     from ablate.samplers.hf import HFSampler
     model, tok = tiny
     db, tasks = small_env
-    prompts = [chat.render_prompt(tok, t, TOOL_SCHEMAS, ModeConfig()) for t in tasks]
+    prompts = [chat.render_prompt(tok, t, TOOL_SCHEMAS, ModeConfig(), SYSTEM_PROMPT)
+               for t in tasks]
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     outs = HFSampler(model, tok).generate(prompts, max_new_tokens=64, temperature=0.0,
                                           stop_token_ids=[eos], seed=0)

@@ -26,10 +26,10 @@ def enronhop_state_keys(episode) -> list[Hashable]:
     keys, hits, reads = [], set(), set()
     for turn in episode.turns:
         keys.append((episode.task.id, frozenset(hits), frozenset(reads)))
-        for call in turn.calls:
-            hits.update(call.hits)
-            if call.read_id:
-                reads.add(call.read_id)
+        for call in turn.calls:            # ToolResults; the email env's facts in extra
+            hits.update(call.extra.get("hits", ()))
+            if call.extra.get("read_id"):
+                reads.add(call.extra["read_id"])
     return keys
 
 

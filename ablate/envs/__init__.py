@@ -8,10 +8,10 @@ docs/environments.md shows how to write your own.
 """
 from ablate.envs.base import (ENVIRONMENTS, EnvError, Environment, Policy, Task, ToolResult,
                               Trajectory, env_names, register_env, run_episode, scripted)
-from ablate.envs.registry import make_env, not_wired
+from ablate.envs.registry import env_class, make_env
 from ablate.envs import coderepair  # noqa: F401  (registers coderepair)
 from ablate.envs import email  # noqa: F401  (registers synthetic, enronhop)
 
 __all__ = ["ENVIRONMENTS", "EnvError", "Environment", "Policy", "Task", "ToolResult",
-           "Trajectory", "env_names", "make_env", "not_wired", "register_env", "run_episode",
+           "Trajectory", "env_class", "env_names", "make_env", "register_env", "run_episode",
            "scripted"]

@@ -56,6 +56,12 @@ class Task:
     def difficulty(self) -> int:
         return int(self.metadata.get("difficulty", 1))
 
+    @property
+    def hops(self) -> int:
+        """The breakdown key of evaluations (eval/accuracy_hops<h>): `hops` when the
+        environment sets it, else the difficulty."""
+        return int(self.metadata.get("hops", self.difficulty))
+
     def to_json(self) -> dict:
         return {"id": self.id, "prompt": self.prompt, "answer": self.answer,
                 **self.metadata}
@@ -120,13 +126,15 @@ class Environment(ABC):
     # ------------------------------------------------------------------ optional
     @classmethod
     def from_config(cls, env_cfg, **objects) -> "Environment":
-        """From the `env` config group: the keys that name a constructor parameter are
-        passed, the others (`name`, `_target_`, ...) ignored; `objects` (e.g. a judge
-        made from another group) are passed when the constructor takes them."""
+        """From the `env` config group: the keys (and `env.options.<key>`) that name a
+        constructor parameter are passed, the others (`name`, `_target_`, ...) ignored;
+        `objects` (e.g. a judge made from another group) are passed when the constructor
+        takes them."""
         params = inspect.signature(cls.__init__).parameters
         get = env_cfg.get if hasattr(env_cfg, "get") else (
             lambda k, d=None: getattr(env_cfg, k, d))
         kw = {k: get(k) for k in params if k != "self" and get(k, None) is not None}
+        kw.update({k: v for k, v in dict(get("options", None) or {}).items() if k in params})
         kw.update({k: v for k, v in objects.items() if k in params})
         return cls(**kw)
 
@@ -157,10 +165,27 @@ class Environment(ABC):
         usable (restore twice gives two independent states)."""
         return copy.deepcopy(snapshot)
 
+    def judge_many(self, items: list[tuple[Task, Optional[str], Any]]) -> list[bool]:
+        """is_correct of many (task, answer, final state) at once; an environment with a
+        batched judge overrides this."""
+        return [bool(self.is_correct(t, a, s)) for t, a, s in items]
+
     def close(self) -> None:
         """Release files, connections."""
 
     # ------------------------------------------------------------------ provided
+    @property
+    def train_tasks(self) -> list[Task]:
+        if "_train_tasks" not in self.__dict__:
+            self._train_tasks = self.tasks("train")
+        return self._train_tasks
+
+    @property
+    def test_tasks(self) -> list[Task]:
+        if "_test_tasks" not in self.__dict__:
+            self._test_tasks = self.tasks("test")
+        return self._test_tasks
+
     def tool_names(self) -> tuple[str, ...]:
         return tuple(s["function"]["name"] for s in self.tool_schemas())
 
@@ -264,8 +289,9 @@ def env_names() -> tuple[str, ...]:
 
 
 # ---------------------------------------------------------------------- episodes
-Policy = Callable[[list[ToolResult]], tuple[str, Any]]
-"""A scripted policy: from the results so far to the next (tool name, arguments)."""
+Policy = Callable[[list[ToolResult]], Optional[tuple[str, Any]]]
+"""A scripted policy: from the results so far to the next (tool name, arguments), or
+None to stop (the episode then ends without an answer, as if out of turns)."""
 
 
 @dataclass
@@ -277,6 +303,7 @@ class Trajectory:
     end_reason: str                 # "answer" | "max_turns"
     correct: bool
     max_turns: int
+    state: Any = field(default=None, repr=False)    # the world at the end
 
     def steps(self) -> list[tuple[str, Optional[dict], str]]:
         """(tool, arguments, observation) per call: a supervised demonstration."""
@@ -293,7 +320,10 @@ def run_episode(env: Environment, task: Task, policy: Policy, max_turns: int) ->
     results: list[ToolResult] = []
     answer, reason = None, "max_turns"
     for _ in range(max_turns):
-        name, args = policy(results)
+        action = policy(results)
+        if action is None:
+            break
+        name, args = action
         result = env.call(state, name, args)
         results.append(result)
         if result.done:
@@ -301,7 +331,7 @@ def run_episode(env: Environment, task: Task, policy: Policy, max_turns: int) ->
             break
     return Trajectory(task=task, results=results, answer=answer, end_reason=reason,
                       correct=bool(env.is_correct(task, answer, state)),
-                      max_turns=max_turns)
+                      max_turns=max_turns, state=state)
 
 
 def scripted(calls: Iterable[tuple[str, Any]]) -> Policy:

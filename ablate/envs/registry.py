@@ -2,13 +2,12 @@
 a user's own class (`env._target_: my_module.MyEnv`, imported the Hydra way)."""
 from __future__ import annotations
 
+import inspect
+
 from hydra.utils import get_class
 
 from ablate.envs.base import ENVIRONMENTS, EnvError, Environment
 
-# environments the cell loop (ablate.cell) can run today; the rest run through
-# ablate.envs.run_episode until the loop reads the protocol
-CELL_READY = ("synthetic", "enronhop")
 
 
 def _get(env_cfg, key: str):
@@ -26,6 +25,12 @@ def env_class(env_cfg) -> type[Environment]:
         if not (isinstance(cls, type) and issubclass(cls, Environment)):
             raise EnvError(f"env._target_={target!r} is not a subclass of "
                            "ablate.envs.Environment")
+        name = _get(env_cfg, "name")
+        if name and ENVIRONMENTS.get(name) not in (None, cls):
+            raise EnvError(f"env.name={name!r} is a built-in environment; give your "
+                           f"env._target_={target!r} another name")
+        if name:
+            ENVIRONMENTS.setdefault(name, cls)   # so `env.name` validates like a built-in
         return cls
     name = _get(env_cfg, "name")
     if name not in ENVIRONMENTS:
@@ -34,16 +39,17 @@ def env_class(env_cfg) -> type[Environment]:
     return ENVIRONMENTS[name]
 
 
-def make_env(env_cfg, **objects) -> Environment:
+def make_env(env_cfg, judge_cfg=None, **objects) -> Environment:
     """An environment from its config: `Class.from_config(env_cfg, **objects)`
-    (objects: e.g. `judge=make_judge(cfg.judge)`, passed if the class takes them)."""
-    return env_class(env_cfg).from_config(env_cfg, **objects)
+    (objects: e.g. `judge=...`, passed if the class takes them). With `judge_cfg` (the
+    `judge` group) an answer judge is made for a class that takes one."""
+    cls = env_class(env_cfg)
+    if judge_cfg is not None and "judge" not in objects and _takes_judge(cls):
+        from ablate.envs.email.judge import make_judge   # the answer judges: exact | llm
+        objects["judge"] = make_judge(judge_cfg)
+    return cls.from_config(env_cfg, **objects)
 
 
-def not_wired(env_cfg) -> None:
-    """Raise the one-line error for an environment the cell loop cannot run yet."""
-    name = _get(env_cfg, "name")
-    if _get(env_cfg, "_target_") or name not in CELL_READY:
-        raise EnvError(f"env={name}: defined in ablate.envs but not yet wired into the "
-                       f"cell loop (cells run {', '.join(CELL_READY)}); drive it with "
-                       "ablate.envs.run_episode for now")
+def _takes_judge(cls) -> bool:
+    return any("judge" in inspect.signature(f).parameters
+               for f in (cls.__init__, cls.from_config))

@@ -5,11 +5,9 @@ supervised demonstration, so that SFT data and RL episodes are token-identical.
 
 API
 ---
-    DEFAULT_SYSTEM_PROMPT
-    question_text(task) -> str
-        the user message: question + inbox address + today's date (task.query_date).
-    render_prompt(tokenizer, task, tools_schema, mode_cfg, system_prompt=DEFAULT_SYSTEM_PROMPT)
-        -> list[int]   system (+tools) + user question + assistant header, via the
+    render_prompt(tokenizer, task, tools_schema, mode_cfg, system_prompt=None)
+        -> list[int]   system (+tools) + user message (task.prompt, the environment's
+        text) + assistant header, via the
         tokenizer's own chat template (Qwen3's when it has none); instruct mode on a Qwen3
         hybrid ends with the empty think block "<think>\\n\\n</think>\\n\\n".
     observation_ids(tokenizer, observations, mode_cfg, turn_closed=True) -> list[int]
@@ -27,7 +25,7 @@ API
     strip_thinking_ids(tokenizer, ids) -> list[int]  a turn's ids with its think block cut
         out (token level: the ids after </think> and its newlines are kept as generated).
     render_demonstration(tokenizer, task, steps, mode_cfg, tools_schema=None,
-        system_prompt=DEFAULT_SYSTEM_PROMPT) -> (ids, loss_mask)         [instruct mode]
+        system_prompt=None) -> (ids, loss_mask)                          [instruct mode]
     render_demonstration_segments(...) -> list[(ids, loss_mask)]   [any mode; thinking
         mode gives one segment per turn, as the rollout does]
         steps: [(assistant_text, observations_after_it), ...]; assistant_text is the
@@ -44,13 +42,6 @@ from typing import Any, Sequence
 
 from ablate.models.tokenizer import QWEN3_CHAT_TEMPLATE
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You are an email search agent. Use the tools to search the user's inbox and find the "
-    "answer to the user's question. Search keywords must all appear in an email (strict "
-    "AND), so use few, distinctive keywords; if a search finds nothing, try other keywords. "
-    "Read emails to find the answer, then call return_final_answer with the answer and "
-    "the message_ids of the emails it comes from.")
-
 IM_START, IM_END, ENDOFTEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -59,14 +50,6 @@ EMPTY_THINK = "<think>\n\n</think>\n\n"
 
 def _thinking(mode_cfg) -> bool:
     return bool(getattr(mode_cfg, "enable_thinking", False))
-
-
-def question_text(task) -> str:
-    date = str(task.query_date)
-    if re.match(r"^\d{4}-\d{2}-\d{2}", date):
-        date = date[:10]             # a user says the day, not the second
-    return (f"{task.question}\n\nMy email address is {task.inbox_address}. "
-            f"Today's date is {date}.")
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -78,10 +61,10 @@ def _template(tokenizer):
 
 
 def render_prompt(tokenizer, task, tools_schema, mode_cfg,
-                  system_prompt: str | None = DEFAULT_SYSTEM_PROMPT) -> list[int]:
+                  system_prompt: str | None = None) -> list[int]:
     """The first prompt of an episode (see module docstring)."""
     messages = ([{"role": "system", "content": system_prompt}] if system_prompt else [])
-    messages.append({"role": "user", "content": question_text(task)})
+    messages.append({"role": "user", "content": task.prompt})
     text = tokenizer.apply_chat_template(
         messages, tools=list(tools_schema) if tools_schema else None, tokenize=False,
         add_generation_prompt=True, enable_thinking=_thinking(mode_cfg),
@@ -255,12 +238,10 @@ def _turn_ids(tokenizer, text: str) -> list[int]:
 
 
 def render_demonstration_segments(tokenizer, task, steps, mode_cfg, tools_schema=None,
-                                  system_prompt: str | None = DEFAULT_SYSTEM_PROMPT):
+                                  system_prompt: str | None = None):
     """Training sequences of a scripted episode, built as the rollout engine builds them
-    (see module docstring). Returns [(ids, loss_mask), ...]."""
-    if tools_schema is None:
-        from ablate.env.tools import TOOL_SCHEMAS
-        tools_schema = TOOL_SCHEMAS
+    (see module docstring; pass the environment's tool schemas and system prompt).
+    Returns [(ids, loss_mask), ...]."""
     prompt = render_prompt(tokenizer, task, tools_schema, mode_cfg, system_prompt)
     steps = [(text, list(obs)) for text, obs in steps]
     if not _thinking(mode_cfg):
@@ -285,7 +266,7 @@ def render_demonstration_segments(tokenizer, task, steps, mode_cfg, tools_schema
 
 
 def render_demonstration(tokenizer, task, steps, mode_cfg, tools_schema=None,
-                         system_prompt: str | None = DEFAULT_SYSTEM_PROMPT):
+                         system_prompt: str | None = None):
     """One SFT example (ids, loss_mask) in instruct mode. In thinking mode an episode is
     one sequence per turn (earlier thinking is stripped from later prompts): use
     render_demonstration_segments, which this points to."""
@@ -303,14 +284,25 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _info(extra: dict) -> str:
+    """An environment's per-call facts in one line (lists as their first items)."""
+    out = []
+    for k, v in extra.items():
+        if isinstance(v, (list, tuple)):
+            v = "[" + ", ".join(map(str, v[:5])) + (", …" if len(v) > 5 else "") + "]"
+        out.append(f"{k}={v}")
+    return _short(" ".join(out), 200)
+
+
 def render_episode_text(episode, reward_components: dict | None = None,
                         obs_chars: int = 160) -> str:
-    """A compact, readable trajectory: question, each turn's thinking and calls (with
-    hits, reads, errors), the answer against the gold, and the reward components."""
+    """A compact, readable trajectory: the task, each turn's thinking and calls (with
+    what the environment answered, errors), the answer against the gold, and the reward
+    components."""
     t = episode.task
-    lines = [f"=== task {t.id} (hops={t.hops}) group={episode.group} "
-             f"sample={episode.sample} inbox={t.inbox_address} date={t.query_date}",
-             f"Q: {t.question}", f"gold: {t.answer}  evidence: {', '.join(t.message_ids)}"]
+    meta = " ".join(f"{k}={v}" for k, v in getattr(t, "metadata", {}).items())
+    lines = [f"=== task {t.id} ({meta}) group={episode.group} sample={episode.sample}",
+             f"Q: {_short(t.prompt, 400)}", f"gold: {t.answer}"]
     for i, turn in enumerate(episode.turns, 1):
         think, _ = split_thinking(turn.text)
         head = f"-- turn {i}: {turn.completion_tokens} tokens"
@@ -327,14 +319,11 @@ def render_episode_text(episode, reward_components: dict | None = None,
             lines.append(f"   call {c.name or '?'} {_short(args, 200)}")
             if c.error:
                 lines.append(f"     ERROR {_short(c.error, obs_chars)}")
-            elif c.hits or c.name == "search_inbox":
-                lines.append(f"     hits {len(c.hits)} (new {c.new_hits}): "
-                             f"{', '.join(c.hits[:10])}")
-            elif c.read_id:
-                mark = " [evidence]" if c.read_id in t.message_ids else ""
-                lines.append(f"     read {c.read_id}{' (new)' if c.new_read else ''}{mark}")
-            elif c.observation:
-                lines.append(f"     -> {_short(c.observation, obs_chars)}")
+            else:
+                changed = " [state changed]" if c.state_changed else ""
+                lines.append(f"     ->{changed} {_short(c.observation, obs_chars)}")
+                if c.extra:
+                    lines.append(f"     info {_info(c.extra)}")
     verdict = {True: "CORRECT", False: "WRONG", None: "unjudged"}[episode.correct]
     lines.append(f"answer: {episode.final_answer!r} sources={episode.sources} "
                  f"[{verdict}] end={episode.end_reason} turns={episode.num_turns}")

@@ -1,29 +1,17 @@
 """The episode record: everything one rollout produced, token-exact.
 
-Rewards read only this record (tool log, final answer, judge verdict, evidence ids); the
-learner trains on `segments` exactly as the sampler produced them (no re-tokenization);
-analysis reads the behaviour metrics. See DESIGN.md §2.
+Rewards read only this record (the environment's ToolResults, final answer, judge
+verdict); the learner trains on `segments` exactly as the sampler produced them (no
+re-tokenization); analysis reads the behaviour metrics (generic ones here, the
+environment's own in `env_metrics`). See docs/architecture.md and docs/environments.md.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:   # annotation only: a runtime import cycles through ablate.env.judge
-    from ablate.env.data import Task
-
-
-@dataclass
-class ToolCall:
-    """One tool call as the model wrote it and what the environment answered."""
-    name: str                       # tool name as written ("" when no name could be parsed)
-    arguments: dict | None          # parsed arguments; None when malformed
-    observation: str                # the text the model saw back
-    error: str | None = None        # set when the call was malformed / unknown / bad args
-    hits: list[str] = field(default_factory=list)   # search_inbox: message ids returned
-    new_hits: int = 0               # search_inbox: hits never returned before in this episode
-    read_id: str | None = None      # read_email: id actually returned (None if missing)
-    new_read: bool = False          # read_email: first successful read of this email
+if TYPE_CHECKING:   # annotations only: ablate.envs imports the harness
+    from ablate.envs.base import Task, ToolResult
 
 
 @dataclass
@@ -49,7 +37,7 @@ class Turn:
     text: str                       # decoded completion of this turn
     completion_tokens: int
     think_tokens: int = 0
-    calls: list[ToolCall] = field(default_factory=list)
+    calls: list[ToolResult] = field(default_factory=list)
 
 
 @dataclass
@@ -68,11 +56,20 @@ class Episode:
     # tokens the sampler fed through the model for this episode (its share of the shared
     # prompt prefix included), when the sampler reports them (HFSampler); 0 otherwise
     encoded_tokens: float = 0.0
+    # the environment's behaviour metrics of this episode (Environment.behaviour), and
+    # its final world state (for correctness); both filled when the episode ends
+    env_metrics: dict = field(default_factory=dict)
+    state: Any = field(default=None, repr=False)
 
     # --- derived views used by rewards and metrics -----------------------------------
     @property
-    def calls(self) -> list[ToolCall]:
+    def calls(self) -> list[ToolResult]:
         return [c for t in self.turns for c in t.calls]
+
+    @property
+    def results(self) -> list[ToolResult]:
+        """The environment's ToolResults in order (as a scripted Trajectory names them)."""
+        return self.calls
 
     @property
     def num_turns(self) -> int:
@@ -87,50 +84,45 @@ class Episode:
         return {c.name for c in self.calls if c.error is None}
 
     @property
-    def emails_read(self) -> set[str]:
-        return {c.read_id for c in self.calls if c.read_id}
-
-    @property
-    def evidence_read(self) -> int:
-        return len(set(self.task.message_ids) & self.emails_read)
-
-    @property
     def response_tokens(self) -> int:
         return sum(t.completion_tokens for t in self.turns)
 
     def behaviour(self) -> dict:
-        """Per-episode behaviour metrics of the EnronHop article's analysis."""
-        searches = [c for c in self.calls if c.name == "search_inbox" and c.error is None]
-        reads = [c for c in self.calls if c.name == "read_email" and c.error is None]
-        zero_hit = sum(1 for c in searches if not c.hits)
-        seen_hits = {h for c in searches for h in c.hits}
-        kw = [len(c.arguments.get("keywords", [])) for c in searches if c.arguments]
-        fabricated = [s for s in self.sources if s not in seen_hits and s not in self.emails_read]
+        """Per-episode behaviour metrics: the generic ones, then the environment's."""
         return {
             "turns": self.num_turns,
             "answered": self.answered,
-            "searches": len(searches),
-            "reads": len(reads),
-            "keywords_per_search": (sum(kw) / len(kw)) if kw else 0.0,
-            "zero_hit_rate": (zero_hit / len(searches)) if searches else 0.0,
-            "read_after_hit": any(c.hits for c in searches) and bool(reads),
             "malformed_calls": sum(1 for c in self.calls if c.error is not None),
-            "fabricated_sources": len(fabricated),
-            "evidence_read": self.evidence_read,
             "think_tokens": sum(t.think_tokens for t in self.turns),
             "response_tokens": self.response_tokens,
             "end_reason": self.end_reason,
+            **self.env_metrics,
         }
 
     def to_json(self) -> dict:
         """Readable record (no token ids) for trajectories.jsonl."""
         return {
-            "task_id": self.task.id, "question": self.task.question, "gold": self.task.answer,
-            "hops": self.task.hops, "group": self.group, "sample": self.sample,
-            "final_answer": self.final_answer, "sources": self.sources,
-            "correct": self.correct, "end_reason": self.end_reason,
-            "turns": [asdict(t) for t in self.turns], "seconds": round(self.seconds, 4),
+            "task_id": self.task.id, "prompt": self.task.prompt, "gold": self.task.answer,
+            "metadata": dict(getattr(self.task, "metadata", {})), "group": self.group,
+            "sample": self.sample, "final_answer": self.final_answer,
+            "sources": self.sources, "correct": self.correct, "end_reason": self.end_reason,
+            "turns": [{"text": t.text, "completion_tokens": t.completion_tokens,
+                       "think_tokens": t.think_tokens,
+                       "calls": [c.to_json() for c in t.calls]} for t in self.turns],
+            "seconds": round(self.seconds, 4),
         }
+
+
+def scripted_episode(traj, group: int, sample: int, env_metrics: dict) -> Episode:
+    """The Episode of a scripted run (ablate.envs.run_episode's Trajectory): one turn per
+    call, no tokens; correctness is judged later like any episode's."""
+    done = [r for r in traj.results if r.done]
+    ep = Episode(task=traj.task, group=group, sample=sample, max_turns=traj.max_turns,
+                 turns=[Turn(text="", completion_tokens=0, calls=[r]) for r in traj.results],
+                 final_answer=traj.answer, end_reason=traj.end_reason,
+                 sources=[str(x) for x in done[-1].extra.get("sources", [])] if done else [],
+                 env_metrics=env_metrics, state=traj.state)
+    return ep
 
 
 # whole answers that mean "no answer"; prefixes only for the unambiguous first-person forms

@@ -1,16 +1,17 @@
 """Action masking: constrained decoding of tool calls (DESIGN §4 "Harness").
 
-Inside a <tool_call> block the model may only complete a value with a candidate string:
-    `"name": "`         -> a known tool name
-    `"message_id": "`   -> a message id present in this episode's search results
-    `"sources": [`      -> the same ids, as a list
-    `"answer": "`       -> (answer masking) a 1-3-word span of an email read, or
-                           "I don't know"
-    `"keywords": [`     -> (keyword masking) a list of 1..max_keywords candidate keywords
+Inside a <tool_call> block the model may only complete a value with a candidate string.
+Which argument keys trigger which candidates is the environment's `grammar`
+(Environment.mask_candidates; the email task's is ablate/envs/email/masking.py):
+    `"name": "`         -> a known tool name (always)
+    `"<id_key>": "`     -> an id present in this episode's observations so far
+    `"<sources_key>": [`-> the same ids, as a list
+    `"<answer_key>": "` -> (answer masking) a candidate answer span, or "I don't know"
+    `"<keywords_key>": [` -> (keyword masking) a list of 1..max_keywords candidate keywords
 each candidate closed with `"`; the sources list is a small grammar: `[`, then `]` or
 `"<id>"`, then `, "<id>"` or `]`. The keywords list is the same grammar with a count:
 `[`, then `"<kw>"` (never an empty list), then `, "<kw>"` or `]}}`, and only `]}}` once
-max_keywords keywords are written (keywords is search_inbox's only argument, so the
+max_keywords keywords are written (the keywords list is its tool's only argument, so the
 list's end is the end of the arguments: `]` then anything but `}}` would be malformed).
 Candidates are written as JSON string insides (`json.dumps(..., ensure_ascii=False)`, as
 format_tool_call writes them), so a keyword holding a double quote or a backslash is
@@ -33,7 +34,7 @@ the allowed sets after the fact (the vLLM path builds its masks inside the engin
 `spec()` and the harness replays them here).
 
 Residual hole, documented rather than hidden: a single token that completes a trigger AND
-already carries a non-candidate continuation (e.g. `"message_id": ` followed by the
+already carries a non-candidate continuation (e.g. `"<id_key>": ` followed by the
 token `"xyz`) cannot be undone; it is counted in `escaped` and the tool then answers
 with its normal error. With Qwen-style pre-tokenization such tokens arise only from
 non-canonical token sequences.
@@ -46,7 +47,7 @@ from typing import Iterable, Sequence
 
 IDK = "I don't know"
 _PUNCT = ".,;:!?()[]{}<>\"'`*"
-MAX_KEYWORD_CHARS = 200     # = ablate.env.tools.MAX_KEYWORD_CHARS (longer: the tool refuses)
+MAX_KEYWORD_CHARS = 200     # keyword candidates longer than this are not offered
 
 
 class TokenBytes:
@@ -206,59 +207,45 @@ def keyword_candidates(texts: Iterable[str], max_words: int = 1) -> list[str]:
     return list(seen)
 
 
-def _searchable_texts(call) -> list[str]:
-    """What of a tool call's observation a keyword can match (search covers subject and
-    body only): search hits' subjects and snippets; a read email's subject and body."""
-    name = getattr(call, "name", "")
-    if getattr(call, "error", None) is not None:
-        return []
-    if name == "search_inbox" and call.hits:
-        try:
-            hits = json.loads(call.observation)
-        except (ValueError, TypeError):
-            return []
-        out = []
-        for h in hits if isinstance(hits, list) else []:
-            if isinstance(h, dict):
-                out += [str(h.get("subject") or ""), str(h.get("snippet") or "")]
-        return out
-    if getattr(call, "read_id", None):
-        head, sep, body = call.observation.partition("\n\n")
-        subj = [ln[len("Subject: "):] for ln in head.split("\n") if ln.startswith("Subject: ")]
-        return subj + ([body] if sep else [])
-    return []
-
-
-_TRIGGERS = {"name": b'"name": "', "id": b'"message_id": "', "answer": b'"answer": "',
-             "sources": b'"sources": [', "keywords": b'"keywords": ['}
 _CALL_OPEN, _CALL_CLOSE = b"<tool_call>", b"</tool_call>"
-_KW_CLOSE = b"]}}"     # keywords is search_inbox's only argument: the list closes the call
-_SRC_CLOSE = b"]}}"    # sources is return_final_answer's last argument: so does its list
-# What a tool name forces next, in format_tool_call's canonical layout: the call's one
-# (first) argument key, so its value trigger fires and no other key can be invented
-_AFTER_NAME = {"search_inbox": b', "arguments": {"keywords": [',
-               "read_email": b', "arguments": {"message_id": "',
-               "return_final_answer": b', "arguments": {"answer": "'}
-_AFTER_ID = b"}}"                   # message_id is read_email's only argument
-_AFTER_ANSWER = b', "sources": ['   # then the sources list grammar
+_KW_CLOSE = b"]}}"     # the keywords list is its tool's only argument: it closes the call
+_SRC_CLOSE = b"]}}"    # the sources list is the answer tool's last argument: so does it
+
+
+def _grammar(grammar: dict | None) -> tuple[dict, dict, bytes, bytes]:
+    """(triggers, after_name, after_id, after_answer) of an environment's grammar: the
+    argument keys whose values are constrained, and what a tool name, an id and an answer
+    force next in format_tool_call's canonical layout (so no key can be invented)."""
+    g = grammar or {}
+    triggers = {"name": b'"name": "'}
+    for kind, key, opener in (("id", "id_key", '"'), ("answer", "answer_key", '"'),
+                              ("sources", "sources_key", "["),
+                              ("keywords", "keywords_key", "[")):
+        if g.get(key):
+            triggers[kind] = f'"{g[key]}": {opener}'.encode()
+    after_name = {t: str(v).encode() for t, v in (g.get("after_name") or {}).items()}
+    return (triggers, after_name, str(g.get("after_id", "")).encode(),
+            str(g.get("after_answer", "")).encode())
 
 
 class ActionMask:
     """Per-request logits processor `(generated_ids, logits) -> logits` for one turn.
 
-    tool_names / message_ids / answers / keywords: candidate values (None: that value
-    is free). The sources list is a small grammar: `[` then `]` or `"<id>"`, then
-    `, "<id>"` or `]`. With an empty id list, `read_email` should be left out of
-    tool_names (the rollout does), since no id could be written. The keywords list:
+    tool_names / ids / answers / keywords: candidate values (None: that value is free);
+    `grammar`: the environment's argument keys for them (see the module docstring).
+    The sources list is a small grammar: `[` then `]` or `"<id>"`, then `, "<id>"` or
+    `]`. With an empty id list, a tool that needs an id should be left out of tool_names
+    (the environment's mask_candidates does), since no id could be written. The keywords list:
     `[` then `"<kw>"`, then `, "<kw>"` or `]}}`, at most max_keywords keywords (>= 1)."""
 
     def __init__(self, vocab: TokenBytes, *, tool_names: Sequence[str] | None = None,
-                 message_ids: Sequence[str] | None = None,
+                 ids: Sequence[str] | None = None,
                  answers: Sequence[str] | None = None, max_think_tokens: int | None = None,
                  think_open: bool = False, keywords: Sequence[str] | None = None,
-                 max_keywords: int = 3):
+                 max_keywords: int = 3, grammar: dict | None = None):
         self.vocab = vocab
-        ids = list(message_ids) if message_ids is not None else None
+        self._triggers, after_name, after_id, after_answer = _grammar(grammar)
+        ids = list(ids) if ids is not None else None
         kws = list(keywords) if keywords is not None else None
         if kws is not None and max_keywords < 1:
             raise ValueError(f"max_keywords={max_keywords} must be >= 1")
@@ -266,10 +253,10 @@ class ActionMask:
         # JSON up to the next constrained value), so the model cannot write a call with
         # an invented key, e.g. `"answer": "x", "arguments": [` instead of `"sources": [`
         self.cands = {
-            "name": [_j(t) + _AFTER_NAME.get(t, b"") for t in tool_names]
+            "name": [_j(t) + after_name.get(t, b"") for t in tool_names]
             if tool_names is not None else None,
-            "id": [_j(m) + _AFTER_ID for m in ids] if ids is not None else None,
-            "answer": [_j(a) + _AFTER_ANSWER for a in answers] if answers is not None else None,
+            "id": [_j(m) + after_id for m in ids] if ids is not None else None,
+            "answer": [_j(a) + after_answer for a in answers] if answers is not None else None,
             "sources": [_SRC_CLOSE] + [b'"' + _j(m) for m in ids] if ids is not None else None,
             "more": [_SRC_CLOSE] + [b', "' + _j(m) for m in ids] if ids is not None else None,
             # keywords: the first item (no empty list), then more or `]}}`, then `]}}`
@@ -279,11 +266,13 @@ class ActionMask:
         self._follow = {k: _Pieces(self.cands[k]) if self.cands[k] else None
                         for k in ("more", "kwmore")}
         self._spec = dict(tool_names=list(tool_names) if tool_names is not None else None,
-                          message_ids=ids,
+                          ids=ids,
                           answers=list(answers) if answers is not None else None,
                           max_think_tokens=max_think_tokens, think_open=think_open)
         if kws is not None:           # (absent otherwise: older specs stay as they were)
             self._spec.update(keywords=kws, max_keywords=int(max_keywords))
+        if grammar:
+            self._spec["grammar"] = dict(grammar)
         self.max_kw = int(max_keywords)
         self._kw_count = 0            # keywords closed in the list being written
         self.max_think = max_think_tokens
@@ -385,7 +374,7 @@ class ActionMask:
         if text.rfind(_CALL_OPEN) <= text.rfind(_CALL_CLOSE):   # not inside a call
             return
         best = None
-        for kind, trig in _TRIGGERS.items():
+        for kind, trig in self._triggers.items():
             if self.cands[kind] is None:
                 continue
             pos = text.find(trig, max(0, before - len(trig) + 1))
@@ -431,29 +420,3 @@ class HFLogitsProcessor:
             if m is not None:
                 out[r] = m(input_ids[r, self.prompt_len:].tolist(), scores[r])
         return out
-
-
-def episode_candidates(calls, *, answer_masking: bool, keyword_masking: bool = False,
-                       question: str | None = None, keyword_words: int = 1) -> dict:
-    """The mask spec's context parts from an episode's tool log so far: message ids seen
-    in search results (in order), (answer masking) spans of the emails read, and
-    (keyword masking) keyword_candidates of the question, then of each call's searchable
-    text in order (search hits' subjects and snippets, read emails' subject and body)."""
-    ids: dict[str, None] = {}
-    reads = []
-    for c in calls:
-        for h in c.hits:
-            ids.setdefault(h, None)
-        if c.read_id:
-            ids.setdefault(c.read_id, None)
-            reads.append(c.observation)
-    out = {"message_ids": list(ids)}
-    if answer_masking:
-        out["answers"] = answer_spans(reads) + [IDK]
-    if keyword_masking:
-        texts = [question] if question else []
-        for c in calls:
-            texts += _searchable_texts(c)
-        out["keywords"] = keyword_candidates(texts, keyword_words)
-    return out
-

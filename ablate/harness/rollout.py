@@ -38,35 +38,25 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Sequence
 
 from ablate.harness import chat
-from ablate.harness.episode import Episode, Segment, ToolCall, Turn
-from ablate.harness.masking import ActionMask, episode_candidates, token_bytes
-
-ANSWER_TOOL = "return_final_answer"
+from ablate.harness.episode import Episode, Segment, Turn
+from ablate.harness.masking import ActionMask, token_bytes
+from ablate.envs.base import Environment, ToolResult   # after the harness: envs imports it
 
 
 @dataclass
 class _Live:
     ep: Episode
-    toolbox: object
+    state: Any                               # the environment's state of this episode
     context: list[int]                       # the next prompt (thinking: stripped history)
     seg: Segment | None = None               # instruct mode: the one running segment
     generated: int = 0
     malformed: int = 0
     done: bool = False
-    calls: list[ToolCall] = field(default_factory=list)
+    results: list[ToolResult] = field(default_factory=list)
     t0: float = 0.0
-
-
-def _tool_names(tools_schema) -> list[str]:
-    return [t.get("function", t)["name"] for t in tools_schema]
-
-
-def _needs_id(tool: dict) -> bool:
-    fn = tool.get("function", tool)
-    return "message_id" in (fn.get("parameters", {}).get("required") or [])
 
 
 def _open_think(ids: Sequence[int], open_id, close_id, start_id) -> bool:
@@ -79,7 +69,8 @@ def _open_think(ids: Sequence[int], open_id, close_id, start_id) -> bool:
     return False
 
 
-def _mask_for(s: _Live, tools_schema, harness_cfg, mode_cfg, vocab, marks) -> ActionMask | None:
+def _mask_for(s: _Live, env: Environment, harness_cfg, mode_cfg, vocab,
+              marks) -> ActionMask | None:
     think = getattr(mode_cfg, "max_think_tokens", None) if mode_cfg.enable_thinking else None
     if not harness_cfg.action_masking and not think:
         return None
@@ -87,15 +78,14 @@ def _mask_for(s: _Live, tools_schema, harness_cfg, mode_cfg, vocab, marks) -> Ac
     if not harness_cfg.action_masking:
         return ActionMask(vocab, max_think_tokens=think, think_open=opened)
     kw = bool(getattr(harness_cfg, "keyword_masking", False))
-    ctx = episode_candidates(s.calls, answer_masking=harness_cfg.answer_masking,
-                             keyword_masking=kw, question=s.ep.task.question,
-                             keyword_words=getattr(harness_cfg, "masked_keyword_words", 1))
-    names = [t.get("function", t)["name"] for t in tools_schema
-             if ctx["message_ids"] or not _needs_id(t)]   # no id to read yet: no read_email
-    extra = dict(keywords=ctx["keywords"],
-                 max_keywords=harness_cfg.max_masked_keywords) if kw else {}
-    return ActionMask(vocab, tool_names=names, message_ids=ctx["message_ids"],
-                      answers=ctx.get("answers"), max_think_tokens=think, think_open=opened,
+    ctx = env.mask_candidates(s.state, answer_masking=harness_cfg.answer_masking,
+                              keyword_masking=kw,
+                              keyword_words=getattr(harness_cfg, "masked_keyword_words", 1))
+    extra = dict(keywords=ctx["keywords"], max_keywords=harness_cfg.max_masked_keywords) \
+        if kw and "keywords" in ctx else {}
+    return ActionMask(vocab, tool_names=ctx.get("tool_names", list(env.tool_names())),
+                      ids=ctx.get("ids"), answers=ctx.get("answers"),
+                      grammar=ctx.get("grammar"), max_think_tokens=think, think_open=opened,
                       **extra)
 
 
@@ -113,14 +103,15 @@ def _think_tokens(ids: Sequence[int], open_id, close_id, opened: bool = False) -
     return end - start
 
 
-def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
-            make_toolbox: Callable, harness_cfg, mode_cfg, max_turns: int,
-            temperature: float, top_p: float = 1.0, seed: int = 0, tools_schema=None,
-            system_prompt: str | None = chat.DEFAULT_SYSTEM_PROMPT) -> list[Episode]:
-    """Run `group_size` episodes for every task; returns them in (task, sample) order."""
-    if tools_schema is None:
-        from ablate.env.tools import TOOL_SCHEMAS
-        tools_schema = TOOL_SCHEMAS
+def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Environment,
+            harness_cfg, mode_cfg, max_turns: int, temperature: float, top_p: float = 1.0,
+            seed: int = 0, system_prompt: str | None = None) -> list[Episode]:
+    """Run `group_size` episodes for every task of `env` (tasks: its Tasks, or anything
+    its reset takes that has a `.prompt`); returns them in (task, sample) order.
+    `system_prompt` overrides the environment's."""
+    tools_schema = env.tool_schemas()
+    if system_prompt is None:
+        system_prompt = env.system_prompt()
     if harness_cfg.calls_per_turn not in ("first", "all"):
         raise ValueError(f"harness.calls_per_turn={harness_cfg.calls_per_turn!r}")
     if harness_cfg.on_malformed not in ("continue", "end"):
@@ -149,7 +140,7 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
         for k in range(group_size):
             ep = Episode(task=task, group=g, sample=k, max_turns=max_turns)
             ep.encoded_tokens = shared_cost
-            s = _Live(ep=ep, toolbox=make_toolbox(task), context=list(prompt),
+            s = _Live(ep=ep, state=env.reset(task), context=list(prompt),
                       t0=time.perf_counter())
             if not thinking:
                 s.seg = Segment(ids=list(prompt), mask=[0] * len(prompt),
@@ -166,7 +157,7 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
         if not live:
             break
         budgets = [_budget(s, harness_cfg, cap) for s in live]
-        masks = [_mask_for(s, tools_schema, harness_cfg, mode_cfg, vocab, marks) for s in live]
+        masks = [_mask_for(s, env, harness_cfg, mode_cfg, vocab, marks) for s in live]
         opened = [_open_think(s.context, *marks) for s in live]
         outs = sampler.generate(
             [s.context for s in live], max_new_tokens=budgets, temperature=temperature,
@@ -193,7 +184,7 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
             t = Turn(text=text, completion_tokens=len(ids),
                      think_tokens=_think_tokens(ids, think_open, think_close, op))
             s.ep.turns.append(t)
-            _act(s, t, text, harness_cfg)
+            _act(s, env, t, text, harness_cfg)
             if not s.done:
                 full = cap is not None and offset + len(ids) >= cap
                 if out.finish_reason != "stop" and full:
@@ -223,6 +214,8 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer,
     for s in states:
         if not s.done:
             _end(s, "max_turns")
+        s.ep.env_metrics = env.behaviour(s.ep.task, s.results)
+        s.ep.state = s.state
         if s.ep.segments and not any(seg.allowed for seg in s.ep.segments):
             for seg in s.ep.segments:
                 seg.allowed = None
@@ -258,7 +251,7 @@ def _end(s: _Live, reason: str) -> None:
     s.ep.seconds = time.perf_counter() - s.t0
 
 
-def _act(s: _Live, turn: Turn, text: str, harness_cfg) -> None:
+def _act(s: _Live, env: Environment, turn: Turn, text: str, harness_cfg) -> None:
     """Parse the turn's calls, run them, apply the final-answer and malformed rules."""
     _, rest = chat.split_thinking(text)
     for tok in (chat.IM_END, chat.ENDOFTEXT):
@@ -269,17 +262,16 @@ def _act(s: _Live, turn: Turn, text: str, harness_cfg) -> None:
     bad = 0
     for pc in parsed:
         if pc.error is not None:
-            tc = ToolCall(name=pc.name, arguments=None, observation=pc.error, error=pc.error)
+            r = ToolResult(name=pc.name, arguments=None, observation=pc.error, error=pc.error)
         else:
-            tc = s.toolbox.call(pc.name, pc.arguments)
-        turn.calls.append(tc)
-        s.calls.append(tc)
-        if tc.error is not None:
+            r = env.call(s.state, pc.name, pc.arguments)
+        turn.calls.append(r)
+        s.results.append(r)
+        if r.error is not None:
             bad += 1
-        elif tc.name == ANSWER_TOOL:
-            args = tc.arguments or {}
-            s.ep.final_answer = str(args.get("answer", ""))
-            s.ep.sources = [str(x) for x in args.get("sources", [])]
+        elif r.done:
+            s.ep.final_answer = r.answer if r.answer is not None else ""
+            s.ep.sources = [str(x) for x in r.extra.get("sources", [])]
             _end(s, "answer")
             return                            # calls and text after the answer: ignored
     s.malformed += bad

@@ -62,8 +62,8 @@ def quick_eval(model, tok, tasks, db, *, temperature: float = 0.0, masking: str 
     "answers" (also answer masking: answer = a 1-3-word span of an email read).
     Returns {"by_hop": {h: acc}, "n_by_hop", "acc", "answered", "episodes"}."""
     from dataclasses import replace
+    from ablate.env import EmailEnv
     from ablate.env.judge import ExactJudge
-    from ablate.env.tools import ToolBox
     from ablate.harness.config import HarnessConfig, ModeConfig
     from ablate.harness.rollout import rollout
     from ablate.samplers.hf import HFSampler
@@ -76,7 +76,7 @@ def quick_eval(model, tok, tasks, db, *, temperature: float = 0.0, masking: str 
     episodes = []
     for b0 in range(0, len(tasks), batch):
         eps = rollout(tasks[b0:b0 + batch], group_size=1, sampler=sampler, tokenizer=tok,
-                      make_toolbox=lambda t: ToolBox(db, t.inbox_address, t.query_date),
+                      env=EmailEnv.over_db(db),
                       harness_cfg=harness_cfg, mode_cfg=mode_cfg, max_turns=max_turns,
                       temperature=temperature, seed=seed * 100_003 + b0)
         for e in eps:

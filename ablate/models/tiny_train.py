@@ -141,8 +141,8 @@ def chat_steps(steps, thinking: bool) -> list[tuple[str, list[str]]]:
 
 def tokenizer_texts(worlds, demos, n_demo_texts: int = 400) -> list[str]:
     """Mailbox text + harness text in proportion to what the model will read."""
-    from ablate.env.tools import TOOL_SCHEMAS
-    from ablate.harness.chat import DEFAULT_SYSTEM_PROMPT, observation_text
+    from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
+    from ablate.harness.chat import observation_text
     from ablate.models.tokenizer import QWEN3_CHAT_TEMPLATE  # noqa: F401 (documented)
     texts = []
     for w in worlds[:3]:
@@ -152,7 +152,7 @@ def tokenizer_texts(worlds, demos, n_demo_texts: int = 400) -> list[str]:
                 texts.append(f"{e['subject']}\n{e['body']}")
     schema = "\n".join(json.dumps(s) for s in TOOL_SCHEMAS)
     for d in demos[:n_demo_texts]:
-        texts += [DEFAULT_SYSTEM_PROMPT, schema, d["task"].question]
+        texts += [SYSTEM_PROMPT, schema, d["task"].question]
         for text, obs in chat_steps(d["steps"], thinking=True):
             texts += [text, observation_text(obs, "")]
     return texts
@@ -160,6 +160,7 @@ def tokenizer_texts(worlds, demos, n_demo_texts: int = 400) -> list[str]:
 
 def render_all(cfg: BuildConfig, tok, demos) -> list[dict]:
     """Token sequences: instruct demos whole; thinking demos as one random turn segment."""
+    from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
     from ablate.harness.chat import render_demonstration_segments
     from ablate.harness.config import ModeConfig
     instruct = ModeConfig(name="instruct", enable_thinking=False)
@@ -169,7 +170,8 @@ def render_all(cfg: BuildConfig, tok, demos) -> list[dict]:
     for d in demos:
         think = rng.random() < cfg.thinking_share
         segs = render_demonstration_segments(tok, d["task"], chat_steps(d["steps"], think),
-                                             thinking if think else instruct)
+                                             thinking if think else instruct, TOOL_SCHEMAS,
+                                             SYSTEM_PROMPT)
         ids, mask = segs[rng.randrange(len(segs))] if think else segs[0]
         seqs.append({"ids": ids, "mask": mask, "hops": d["task"].hops, "think": think})
     return seqs

@@ -1,9 +1,20 @@
-"""Reward schemes over finished episodes (the `reward=` group): `shaped` (EnronHop v0.2.0),
-`naive` (+1 / -1 / 0), `outcome` (1 / 0); `compute_reward(episode, cfg.reward)` applies the
-configured one with the optional format penalty and state-change condition."""
-from ablate.rewards.compute import compute_reward, malformed_calls
-from ablate.rewards.schemes import (REWARDS, credited_tools, naive, outcome, reward_scheme,
-                                    shaped)
+"""Reward schemes over finished episodes (the `reward=` group): `naive` (+1 / -1 / 0) and
+`outcome` (1 / 0) here, environments' own schemes (the email task's `shaped`, code
+repair's `tool_bonus`) registered by their packages; `compute_reward(episode, cfg.reward,
+env.reward_schemes())` applies the configured one with the optional format penalty.
+`ablate.rewards.<scheme>` names any registered scheme (e.g. `ablate.rewards.shaped`)."""
+import importlib
 
-__all__ = ["REWARDS", "compute_reward", "credited_tools", "malformed_calls", "naive",
-           "outcome", "reward_scheme", "shaped"]
+from ablate.rewards.compute import check_reward_for, compute_reward, malformed_calls
+from ablate.rewards.schemes import REWARDS, naive, outcome, reward_scheme
+
+__all__ = ["REWARDS", "check_reward_for", "compute_reward", "malformed_calls", "naive", "outcome",
+           "reward_scheme"]
+
+
+def __getattr__(name: str):
+    """A scheme an environment registers (importing ablate.envs registers the built-ins)."""
+    importlib.import_module("ablate.envs")
+    if name in REWARDS:
+        return REWARDS[name]
+    raise AttributeError(f"module 'ablate.rewards' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """`compute_reward`: the configured scheme plus the scheme-independent knobs."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from ablate.harness.episode import Episode
 from ablate.rewards.schemes import REWARDS, Components
@@ -11,18 +11,30 @@ def malformed_calls(episode: Episode) -> int:
     return sum(1 for c in episode.calls if c.error is not None)
 
 
-def compute_reward(episode: Episode, reward_cfg: Any) -> tuple[float, Components]:
-    """(total, components) for `reward_cfg.name`. `format_penalty` (> 0 to enable) is
+def compute_reward(episode: Episode, reward_cfg: Any,
+                   schemes: Optional[dict] = None) -> tuple[float, Components]:
+    """(total, components) for `reward_cfg.name`, looked up in `schemes` (the
+    environment's reward_schemes()) first, then in REWARDS. `format_penalty` (> 0 to enable) is
     subtracted once per malformed call and logged as the `format_penalty` component
     (always present, so keys are stable); with it on, totals can be negative even for
     `shaped`, by choice. `state_change_bonus` is passed to the scheme in `reward_cfg`."""
     name = reward_cfg.name
-    if name not in REWARDS:
-        raise ValueError(f"reward.name={name!r} is not one of {sorted(REWARDS)}")
+    table = {**REWARDS, **(schemes or {})}
+    if name not in table:
+        raise ValueError(f"reward.name={name!r} is not one of {sorted(table)}")
     penalty_per_call = float(getattr(reward_cfg, "format_penalty", 0.0) or 0.0)
     if penalty_per_call < 0:
         raise ValueError(f"reward.format_penalty={penalty_per_call} must be >= 0")
-    total, comps = REWARDS[name](episode, reward_cfg)
+    total, comps = table[name](episode, reward_cfg)
     penalty = -penalty_per_call * malformed_calls(episode)
     comps = {**comps, "format_penalty": penalty}
     return total + penalty, comps
+
+
+def check_reward_for(reward_cfg: Any, env) -> None:
+    """ValueError (one line) when `reward.name` is another environment's own scheme."""
+    name, own = reward_cfg.name, env.reward_schemes()
+    if getattr(REWARDS.get(name), "env_only", False) and name not in own:
+        generic = [n for n, f in REWARDS.items() if not getattr(f, "env_only", False)]
+        raise ValueError(f"reward.name={name!r} is another environment's scheme; "
+                         f"env={env.name} allows {sorted(set(generic) | set(own))}")

@@ -46,3 +46,17 @@ def tool_bonus(episode: Any, cfg: Optional[Any] = None) -> tuple[float, Componen
     comps = {"correct": 1.0 if episode.correct is True else 0.0,
              "test_bonus": TEST_BONUS * paid_test_runs(episode, flag)}
     return sum(comps.values()), comps
+
+
+def _register_globally() -> None:
+    """`reward.name` validates against ablate.rewards.REWARDS: add this world's schemes
+    that the generic ones do not already name (its `outcome` equals the generic one;
+    compute_reward prefers the environment's own through reward_schemes())."""
+    from ablate.rewards.schemes import REWARDS as GLOBAL, reward_scheme
+    for name, fn in REWARDS.items():
+        if name not in GLOBAL:
+            fn.env_only = True
+            reward_scheme(name)(fn)
+
+
+_register_globally()

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
-from ablate.env.db import MAX_RESULTS_LIMIT, EmailDB, normalize_date
-from ablate.harness.episode import ToolCall
+from ablate.envs.email.db import MAX_RESULTS_LIMIT, EmailDB, normalize_date
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +60,29 @@ TOOL_SCHEMAS: list[dict] = [
                             "description": "message_ids of the supporting emails."}},
             "required": ["answer", "sources"], "additionalProperties": False}}},
 ]
+SYSTEM_PROMPT = (
+    "You are an email search agent. Use the tools to search the user's inbox and find the "
+    "answer to the user's question. Search keywords must all appear in an email (strict "
+    "AND), so use few, distinctive keywords; if a search finds nothing, try other keywords. "
+    "Read emails to find the answer, then call return_final_answer with the answer and "
+    "the message_ids of the emails it comes from.")
 TOOL_NAMES = tuple(s["function"]["name"] for s in TOOL_SCHEMAS)
 _PARAMS = {s["function"]["name"]: tuple(s["function"]["parameters"]["properties"])
            for s in TOOL_SCHEMAS}
+
+
+@dataclass
+class ToolCall:
+    """One call as the ToolBox saw it and what it answered (EmailEnv turns it into the
+    protocol's ToolResult, these fields going to `extra`)."""
+    name: str                       # tool name as written ("" when no name could be parsed)
+    arguments: dict | None          # parsed arguments; None when malformed
+    observation: str                # the text the model saw back
+    error: str | None = None        # set when the call was malformed / unknown / bad args
+    hits: list[str] = field(default_factory=list)   # search_inbox: message ids returned
+    new_hits: int = 0               # search_inbox: hits never returned before in this episode
+    read_id: str | None = None      # read_email: id actually returned (None if missing)
+    new_read: bool = False          # read_email: first successful read of this email
 
 
 class _BadCall(Exception):

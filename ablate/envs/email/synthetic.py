@@ -268,7 +268,7 @@ def generate(out_dir, *, seed: int = 0, num_inboxes: int = 24, emails_per_inbox:
     tmp.replace(paths["emails"])
     if bar:
         bar.close()
-    from ablate.env.data import write_jsonl
+    from ablate.envs.email.data import write_jsonl
     for split in ("train", "test"):
         tasks = [t for inb in inboxes if inb.split == split for t in inb.tasks]
         write_jsonl(paths[f"{split}_tasks"], tasks)

@@ -14,7 +14,7 @@ hits, then it backs off, costing a turn), `give_up_prob` (answers "I don't know"
 naive reward's avoidance trap), `misread_prob` (reads a lower-ranked hit first).
 
 How it reads a question. Synthetic questions have fixed templates
-(ablate.env.synthetic): "What is the <attr> of project <P>?" or "Project <P> was <rel>
+(ablate.envs.email.synthetic): "What is the <attr> of project <P>?" or "Project <P> was <rel>
 another project, which was then <rel2> ... . What is the <attr> of the last project?".
 The hop plan is [(P, rel1), (next, rel2), ..., (last, attr)]; the next entity is taken
 from the email read ("project <Q>" after the relation word). Other questions (EnronHop
@@ -29,8 +29,9 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from ablate.env.data import Task
-from ablate.harness.episode import Episode, ToolCall, Turn
+from ablate.envs.email.data import Task
+from ablate.envs.email.tools import ToolCall
+from ablate.harness.episode import Episode, Turn
 
 IDK = "I don't know"
 SEARCH, READ, ANSWER = "search_inbox", "read_email", "return_final_answer"

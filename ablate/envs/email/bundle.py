@@ -15,23 +15,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ablate.env.data import Task
+from ablate.envs.email.data import Task
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class EnvBundle:
-    db: object                      # ablate.env.db.EmailDB
+    db: object                      # ablate.envs.email.db.EmailDB
     train_tasks: list[Task]
     test_tasks: list[Task]
     max_results: int
     root: Path
-    report: object = None           # ablate.env.check.DataReport: counts, lines skipped
+    report: object = None           # ablate.envs.email.check.DataReport: counts, lines skipped
     max_read_chars: int | None = None   # read_email body limit (env.max_read_chars)
 
     def toolbox(self, task: Task):
-        from ablate.env.tools import ToolBox
+        from ablate.envs.email.tools import ToolBox
         return ToolBox(self.db, task.inbox_address, task.query_date, max_results=self.max_results,
                        max_read_chars=self.max_read_chars)
 
@@ -53,7 +53,7 @@ SYNTHETIC_KEYS = ("gen_seed", "num_inboxes", "emails_per_inbox", "train_tasks", 
 
 def synthetic_files(env_cfg, cache_dir: Path) -> dict[str, Path]:
     """Generate (once) the synthetic mailbox for these settings; return its file paths."""
-    from ablate.env import synthetic
+    from ablate.envs.email import synthetic
 
     params = {k: env_cfg[k] for k in SYNTHETIC_KEYS}
     params["generator_version"] = getattr(synthetic, "GENERATOR_VERSION", 1)
@@ -90,10 +90,10 @@ def db_path_for(cfg, emails: Path) -> Path:
 
 
 def build_env(cfg, budget=None) -> EnvBundle:
-    """The validated environment (ablate.env.check.load_checked: a bad record raises
+    """The validated environment (ablate.envs.email.check.load_checked: a bad record raises
     DataFileError naming file:line); questions are bounded by `budget` (a
     QuestionBudget; by default the one of cfg's model, see ablate.preflight)."""
-    from ablate.env.check import load_checked
+    from ablate.envs.email.check import load_checked
 
     if budget is None:   # ablate.preflight imports this module: import here
         from ablate.preflight import check_weights, question_budget

@@ -1,10 +1,10 @@
 """Validation of a mailbox and its tasks, shared by a cell's preflight and the
 standalone check a user runs on their own data (docs/data.md lists the rules):
 
-    python -m ablate.env.check DATA_DIR            # emails.jsonl, train_tasks.jsonl, test_tasks.jsonl
-    python -m ablate.env.check --emails E --train T --test S
+    python -m ablate.envs.email.check DATA_DIR            # emails.jsonl, train_tasks.jsonl, test_tasks.jsonl
+    python -m ablate.envs.email.check --emails E --train T --test S
 
-Record-level rules live in ablate.env.data (types, dates, unique ids per file, file:line
+Record-level rules live in ablate.envs.email.data (types, dates, unique ids per file, file:line
 in every message); here are the cross-checks against the built mailbox: each task's inbox
 exists, each evidence email exists, belongs to that inbox and is dated strictly before
 the task's query date (otherwise the task is unanswerable by construction, and a run on
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ablate.env.data import DataFileError, Task, read_task_records
-from ablate.env.db import EmailDB, normalize_address
+from ablate.envs.email.data import DataFileError, Task, read_task_records
+from ablate.envs.email.db import EmailDB, normalize_address
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def _paths(args) -> dict[str, Path]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m ablate.env.check",
+        prog="python -m ablate.envs.email.check",
         description="Validate an EnronHop-format mailbox and its tasks (docs/data.md).")
     ap.add_argument("data_dir", nargs="?", help="folder holding " + ", ".join(
         FILE_NAMES.values()))
@@ -157,9 +157,9 @@ def main(argv: list[str] | None = None) -> int:
                                             Path(tmp) / "emails.sqlite")
             db.close()
     except DataFileError as exc:
-        print(f"ablate.env.check: error: {exc}", file=sys.stderr)
+        print(f"ablate.envs.email.check: error: {exc}", file=sys.stderr)
         return 1
-    print(f"ablate.env.check: OK: {report.summary()}")
+    print(f"ablate.envs.email.check: OK: {report.summary()}")
     return 0
 
 

@@ -51,6 +51,15 @@ class Task:
     hops: int
     extra: dict = field(default_factory=dict, compare=False)  # unknown fields kept, not used
 
+    @property
+    def prompt(self) -> str:
+        """The user message of the episode: question + inbox address + today's date."""
+        date = str(self.query_date)
+        if re.match(r"^\d{4}-\d{2}-\d{2}", date):
+            date = date[:10]             # a user says the day, not the second
+        return (f"{self.question}\n\nMy email address is {self.inbox_address}. "
+                f"Today's date is {date}.")
+
     def to_json(self) -> dict:
         d = asdict(self)
         extra = d.pop("extra")

@@ -1,13 +1,15 @@
 """Typed configuration of the environment (`env=`) and the answer judge (`judge=`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 
 @dataclass
 class EnvConfig:
-    name: str = "synthetic"              # synthetic | enronhop
+    name: str = "synthetic"              # a registered environment (ablate.envs.env_names())
+    _target_: Optional[str] = None       # a user's Environment class, `my_module.MyEnv`
+    options: dict[str, Any] = field(default_factory=dict)   # more constructor arguments
     max_turns: int = 10                  # tool-calling turns before the episode is cut
     max_results: int = 10                # search hits returned (ART-E: 10)
     max_read_chars: int = 20000          # read_email shows at most this much body (then a note)

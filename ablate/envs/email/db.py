@@ -45,7 +45,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ablate.env.data import DataFileError, read_emails
+from ablate.envs.email.data import DataFileError, read_emails
 
 log = logging.getLogger(__name__)
 

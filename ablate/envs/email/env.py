@@ -1,0 +1,191 @@
+"""The email task (EnronHop / synthetic mailbox) presented through the protocol.
+
+A state is one episode's ToolBox (ablate/envs/email/tools.py) and its call log; the
+observations are the ToolBox's, byte for byte, and `state_changed` is its own notion (a
+search that returned hits never returned before, a first read of an email, the final
+answer). The ToolBox's per-call facts (hits, reads) travel in `ToolResult.extra`.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, Optional
+
+from omegaconf import OmegaConf
+
+from ablate.envs.base import Environment, Task, ToolResult, register_env
+from ablate.envs.email.bundle import EnvBundle, build_env
+from ablate.envs.email.config import EnvConfig
+from ablate.envs.email.data import Task as EmailTask
+from ablate.envs.email.judge import ExactJudge
+from ablate.envs.email.masking import GRAMMAR, episode_candidates
+from ablate.envs.email.scripted import ScriptedAgent
+from ablate.envs.email.tools import (ANSWER, READ, SEARCH, SYSTEM_PROMPT, TOOL_SCHEMAS,
+                                     ToolBox, ToolCall)
+
+@dataclass
+class EmailState:
+    task: EmailTask
+    toolbox: ToolBox
+    calls: list             # the episode's ToolResults so far
+
+
+@register_env("enronhop")
+@register_env("synthetic")
+class EmailEnv(Environment):
+    """`env=synthetic|enronhop`: the mailbox and tasks of an EnvBundle."""
+    answer_tool = ANSWER
+
+    def __init__(self, bundle: EnvBundle, judge: Any = None, name: str = "synthetic"):
+        self.bundle, self.judge, self.name = bundle, judge or ExactJudge(), name
+
+    @classmethod
+    def from_config(cls, env_cfg, judge: Any = None, cfg: Any = None,
+                    **_objects) -> "EmailEnv":
+        """`cfg` (the whole run config, when given) bounds the questions by the model's
+        context (ablate.preflight.question_budget)."""
+        if cfg is None:   # the env group alone: schema defaults for the keys not given
+            env_cfg = OmegaConf.merge(OmegaConf.structured(EnvConfig), env_cfg)
+            cfg = SimpleNamespace(env=env_cfg)
+        return cls(build_env(cfg), judge=judge, name=env_cfg.name)
+
+    @classmethod
+    def over_db(cls, db, max_results: int = 10, judge: Any = None) -> "EmailEnv":
+        """An environment over a mailbox alone (its tasks come from elsewhere)."""
+        return cls(EnvBundle(db=db, train_tasks=[], test_tasks=[], max_results=max_results,
+                             root=None), judge=judge)
+
+    def tasks(self, split: str) -> list[Task]:
+        raw = {"train": self.bundle.train_tasks, "test": self.bundle.test_tasks}[split]
+        return [_task(t) for t in raw]
+
+    def tool_schemas(self) -> list[dict]:
+        return TOOL_SCHEMAS
+
+    def system_prompt(self) -> str:
+        return SYSTEM_PROMPT
+
+    def reset(self, task) -> EmailState:
+        raw = email_task(task)
+        return EmailState(task=raw, toolbox=self.bundle.toolbox(raw), calls=[])
+
+    def step(self, state: EmailState, name: str, arguments: dict) -> ToolResult:
+        return self.call(state, name, arguments)
+
+    def call(self, state: EmailState, name: Any, arguments: Any) -> ToolResult:
+        """The ToolBox validates every input itself (and never raises): its messages,
+        byte for byte, are the observations, so the generic checks are skipped."""
+        result = tool_result(state.toolbox.call(name, arguments))
+        state.calls.append(result)
+        return result
+
+    def is_correct(self, task, answer: Optional[str], state: Any) -> bool:
+        return self.judge_many([(task, answer, state)])[0]
+
+    def judge_many(self, items) -> list[bool]:
+        """One batched judge call (an LLM judge sends them concurrently, cached)."""
+        asked = [(email_task(t), a) for t, a, _ in items]
+        todo = [(t.question, t.answer, a) for t, a in asked if a is not None]
+        many = getattr(self.judge, "judge_many", None)
+        verdicts = iter((many(todo) if many is not None else
+                         [self.judge.judge(*x) for x in todo]) if todo else [])
+        return [bool(next(verdicts)) if a is not None else False for _, a in asked]
+
+    def behaviour(self, task, results: list[ToolResult]) -> dict:
+        """The EnronHop article's behaviour metrics of one episode."""
+        ok = [r for r in results if r.error is None]
+        searches = [r for r in ok if r.name == SEARCH]
+        reads = [r for r in ok if r.name == READ]
+        hits = [r.extra.get("hits", []) for r in searches]
+        seen_hits = {h for hs in hits for h in hs}
+        read_ids = emails_read(results)
+        kw = [len(r.arguments.get("keywords", [])) for r in searches if r.arguments]
+        done = [r for r in results if r.done]
+        sources = done[-1].extra.get("sources", []) if done else []
+        fabricated = [s for s in sources if s not in seen_hits and s not in read_ids]
+        return {
+            "searches": len(searches),
+            "reads": len(reads),
+            "keywords_per_search": (sum(kw) / len(kw)) if kw else 0.0,
+            "zero_hit_rate": (sum(1 for h in hits if not h) / len(searches))
+            if searches else 0.0,
+            "read_after_hit": any(hits) and bool(reads),
+            "fabricated_sources": len(fabricated),
+            "evidence_read": evidence_read(task, results),
+        }
+
+    def mask_candidates(self, state: EmailState, answer_masking: bool = True,
+                        keyword_masking: bool = False, keyword_words: int = 1) -> dict:
+        """The mask's context for this episode so far (ids seen, answer spans, keywords),
+        the tools allowed next (read_email only once a search has shown an id) and the
+        grammar that says which argument keys they constrain."""
+        ctx = episode_candidates(state.calls, answer_masking=answer_masking,
+                                 keyword_masking=keyword_masking,
+                                 question=state.task.question, keyword_words=keyword_words)
+        ctx["tool_names"] = [n for n in self.tool_names() if ctx["ids"] or n != READ]
+        ctx["grammar"] = GRAMMAR
+        return ctx
+
+    def reward_schemes(self) -> dict:
+        from ablate.envs.email.rewards import SCHEMES   # rewards.py imports this module
+        return dict(SCHEMES)
+
+    def baseline(self, task, seed: int = 0, agent: Optional[ScriptedAgent] = None):
+        """The scripted EnronHop agent (ScriptedAgent(), the no-learning baseline row)
+        on this task, replayed: the world is deterministic, so the replay sees the same
+        observations; the policy stops (None) where the agent stopped."""
+        raw = email_task(task)
+        agent = agent or ScriptedAgent()
+        _, steps = agent.run(raw, self.bundle.toolbox(raw), random.Random(seed))
+        calls = [(s.name, s.arguments) for s in steps]
+        return lambda results: calls[len(results)] if len(results) < len(calls) else None
+
+    def snapshot(self, state: EmailState) -> tuple:
+        tb = state.toolbox
+        return (state.task, frozenset(tb.seen_hits), frozenset(tb.read_ids),
+                tuple(state.calls))
+
+    def restore(self, snapshot: tuple) -> EmailState:
+        task, hits, read, calls = snapshot
+        tb = self.bundle.toolbox(task)
+        tb.seen_hits, tb.read_ids = set(hits), set(read)
+        return EmailState(task=task, toolbox=tb, calls=list(calls))
+
+    def close(self) -> None:
+        close = getattr(self.bundle.db, "close", None)
+        if close is not None:
+            close()
+
+
+def emails_read(results: list[ToolResult]) -> set[str]:
+    return {r.extra["read_id"] for r in results if r.extra.get("read_id")}
+
+
+def evidence_read(task, results: list[ToolResult]) -> int:
+    """Evidence emails of the task the episode read."""
+    return len(set(email_task(task).message_ids) & emails_read(results))
+
+
+def email_task(task) -> EmailTask:
+    """The email record of a protocol Task (or the record itself)."""
+    return task.payload if isinstance(task, Task) else task
+
+
+def _task(t: EmailTask) -> Task:
+    return Task(id=t.id, prompt=t.prompt, answer=t.answer,
+                metadata={"hops": t.hops, "difficulty": t.hops}, payload=t)
+
+
+def tool_result(call: ToolCall) -> ToolResult:
+    ok = call.error is None
+    done = ok and call.name == ANSWER
+    changed = ok and (call.new_hits > 0 or call.new_read or done)
+    args = call.arguments or {}
+    extra = {"hits": list(call.hits), "new_hits": call.new_hits, "read_id": call.read_id,
+             "new_read": call.new_read}
+    if done:
+        extra["sources"] = [str(s) for s in args.get("sources", [])]
+    return ToolResult(name=call.name, arguments=call.arguments, observation=call.observation,
+                      state_changed=changed, error=call.error, done=done,
+                      answer=str(args.get("answer", "")) if done else None, extra=extra)
