@@ -283,7 +283,9 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
         for step in range(start + 1, max_steps + 1):
             row = train_step(cfg, policy, env, judge, algorithm, step)
             if policy.remote is not None and policy.remote.wanted(step, max_steps):
+                tp = time.time()
                 policy.remote.push(step, policy.learner.export_state_dict())
+                row["async/push_s"] = time.time() - tp
             cell.append("metrics.jsonl", row)
             tracker.log(row, step)
             progress.update(step, f"reward {row['reward/mean']:.3f} acc {row['accuracy']:.2f}")

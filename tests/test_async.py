@@ -155,8 +155,9 @@ def test_decoupled_ppo_weights_a_hand_built_stale_batch(tmp_path):
     behav = make_learner(cfg.learner, stale, **kw)
     texts = ["search the inbox for the meeting", "read email 42 and answer the question",
              "the final answer is Houston", "who sent the invoice on Monday"]
-    segs = [Segment(ids=tok(t)["input_ids"], mask=[0, 0] + [1] * (len(tok(t)["input_ids"]) - 2),
-                    logprobs=[]) for t in texts]
+    ids = [tok(t)["input_ids"] for t in texts]
+    segs = [Segment(ids=i, mask=[0, 0] + [1] * (len(i) - 2), logprobs=[0.0] * len(i))
+            for i in ids]
     for s, lp in zip(segs, behav.logprobs(segs)):
         s.logprobs = [float(x) for x in lp]
     episodes = [SimpleNamespace(segments=[s], turns=[], response_tokens=1) for s in segs]
