@@ -6,6 +6,9 @@
 
 Every random choice is a function of (seed, step, round), so a cell killed at any point
 and restarted from its last checkpoint reproduces the uninterrupted run row for row.
+With trainer.max_async_level = k > 0 the training rollouts come from a producer process
+up to k policy versions behind (ablate.async_rollout); a resumed async run restarts that
+pipeline from the checkpoint, so it is not row-for-row the uninterrupted async run.
 """
 from __future__ import annotations
 
@@ -131,6 +134,7 @@ class ModelPolicy:
         from ablate.samplers import make_sampler
 
         self.env, self.cfg = env, cfg
+        self.remote = None   # the async rollout producer (trainer.max_async_level > 0)
         model, self.tokenizer = load_policy(cfg.model)
         # DeepSpeed partitions the learner's model in place: the sampler gets its own copy
         # (vLLM loads from the weights directory instead)
@@ -160,6 +164,20 @@ class ModelPolicy:
                        tokenizer=self.tokenizer, env=self.env,
                        harness_cfg=c.harness, mode_cfg=c.mode, max_turns=c.env.max_turns,
                        temperature=temperature, top_p=c.sampler.top_p, seed=seed)
+
+
+class SamplerPolicy(ModelPolicy):
+    """ModelPolicy's acting half without a learner: the policy of the asynchronous rollout
+    producer process (ablate.async_rollout), whose weights arrive from the learner."""
+
+    def __init__(self, env, cfg):
+        from ablate.models.loading import load_policy
+        from ablate.samplers import make_sampler
+
+        self.env, self.cfg, self.remote = env, cfg, None
+        model, self.tokenizer = load_policy(cfg.model)
+        self.sampler = make_sampler(cfg.sampler, model, self.tokenizer,
+                                    device=cfg.run.device, dtype=cfg.model.dtype, seed=cfg.seed)
 
 
 # ---------------------------------------------------------------------------------------
@@ -268,9 +286,16 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
         last_eval = evaluate(0)
 
     progress = Progress(max_steps, cfg.run.quiet, tracker.name)
+    if cfg.trainer.max_async_level > 0 and start < max_steps:
+        from ablate.async_rollout import AsyncRollouts
+        policy.remote = AsyncRollouts(cfg, start, max_steps, policy.learner.export_state_dict())
     try:
         for step in range(start + 1, max_steps + 1):
             row = train_step(cfg, policy, env, judge, algorithm, step)
+            if policy.remote is not None and policy.remote.wanted(step, max_steps):
+                tp = time.time()
+                policy.remote.push(step, policy.learner.export_state_dict())
+                row["async/push_s"] = time.time() - tp
             cell.append("metrics.jsonl", row)
             tracker.log(row, step)
             progress.update(step, f"reward {row['reward/mean']:.3f} acc {row['accuracy']:.2f}")
@@ -283,6 +308,8 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
                 algorithm.save(cell.ckpt, step)
     finally:
         progress.close()
+        if getattr(policy, "remote", None) is not None:
+            policy.remote.close()
 
     summary = {"final_step": max_steps,
                "final_accuracy": last_eval["eval/accuracy"] if last_eval else None,
@@ -304,13 +331,18 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
                              a.dynamic_sampling.max_batches if a.dynamic_sampling.enable else 0)
     seen_rewards, comps_sum, correct, answered, n_eps, generated = [], {}, 0, 0, 0, 0
     encoded = 0.0                        # tokens the sampler fed through the model
+    remote = getattr(policy, "remote", None)   # asynchronous rollouts (max_async_level > 0)
+    staleness = {"async/staleness": 0}
     kept_all: list = []
     round_ = 0
     while True:
         need = t.tasks_per_step if round_ == 0 else t.tasks_per_step - sampler.kept_groups
         tasks = sample_step_tasks(env.train_tasks, need, cfg.seed, step, round_)
-        episodes = policy.act(tasks, t.group_size, temperature=cfg.sampler.temperature,
-                              seed=derived_seed(cfg.seed, step, round_))
+        if remote is not None:           # rolled out ahead, by older weights
+            episodes, staleness = remote.take(step, tasks)
+        else:
+            episodes = policy.act(tasks, t.group_size, temperature=cfg.sampler.temperature,
+                                  seed=derived_seed(cfg.seed, step, round_))
         scored = score(episodes, judge, cfg.reward)
         # DAPO eq. 13 overlong penalty joins the task reward (a no-op unless enabled)
         rewards = algorithm.shape_rewards([r for r, _ in scored], episodes)
@@ -339,7 +371,7 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
            "reward/std": float(rewards_all.std()) if len(rewards_all) > 1 else 0.0,
            "accuracy": correct / max(n_eps, 1), "answered": answered / max(n_eps, 1),
            "episodes": n_eps, "generated_tokens": generated, "rollout_s": rollout_s,
-           "sampler/encoded_tokens": encoded}
+           "sampler/encoded_tokens": encoded, **staleness}
     row.update({f"reward/{k}": v / max(n_eps, 1) for k, v in comps_sum.items()})
     if a.dynamic_sampling.enable:
         eps, rewards, groups = sampler.batch()

@@ -31,7 +31,9 @@ class TrainerConfig:
     tasks_per_step: int = 8              # GRPO groups per optimizer step
     group_size: int = 8                  # rollouts per task (G)
     lr: float = 1e-4                     # learning rate (after learner.warmup_steps)
-    max_staleness: int = 0               # off-policy steps; only 0 (synchronous) is built yet
+    # asynchronous rollouts: the sampler process may be up to k policy versions behind
+    # the learner (0 = the synchronous loop); docs/architecture.md "Asynchronous rollouts"
+    max_async_level: int = 0
 
 
 @dataclass
@@ -134,6 +136,20 @@ def _unknown_keys(schema: DictConfig, cfg: DictConfig, prefix: str) -> list[str]
     return out
 
 
+def _validate_async(cfg) -> None:
+    k = cfg.trainer.max_async_level
+    _need(k >= 0, "trainer.max_async_level", k, "must be >= 0 (0 = synchronous)")
+    if k == 0 or cfg.model.name == "scripted":
+        return
+    _need(cfg.sampler.name == "hf", "trainer.max_async_level", k,
+          f"needs sampler=hf (the producer process owns an HF sampler), not {cfg.sampler.name}")
+    _need(not cfg.algo.dynamic_sampling.enable, "trainer.max_async_level", k,
+          "does not refill batches: set algo.dynamic_sampling.enable=false")
+    _need(cfg.algo.rollout_correction != "none", "trainer.max_async_level", k,
+          "trains on stale batches: set algo.rollout_correction=decoupled-ppo (AReaL) or "
+          "token-tis / seq-tis / token-mask / seq-mask")
+
+
 def validate(cfg: DictConfig | Any) -> None:
     """Checks that a schema cannot express. Raises ConfigError naming the key."""
     missing = sorted(OmegaConf.missing_keys(cfg)) if isinstance(cfg, DictConfig) else []
@@ -210,10 +226,7 @@ def _check_trainer(cfg) -> None:
           f"algo.adv_estimator={cfg.algo.adv_estimator} is group-relative: a group of one "
           "has zero advantage; use >= 2")
     _need(t.lr > 0, "trainer.lr", t.lr, "must be > 0")
-    if t.max_staleness != 0:
-        raise ConfigError(
-            f"trainer.max_staleness={t.max_staleness}: off-policy (stale) rollouts are not "
-            "built yet; only 0 (synchronous RL) is supported")
+    _validate_async(cfg)
     e = cfg.eval
     _need(e.every >= 0, "eval.every", e.every, "must be >= 0 (0 = final evaluation only)")
     _need(e.num_tasks >= 1, "eval.num_tasks", e.num_tasks, "must be >= 1")

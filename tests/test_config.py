@@ -80,7 +80,7 @@ INVALID = [
     (["algo.overlong.max_len=-3"], "algo.overlong.max_len"),
     (["algo.loss_agg=seq-sum"], "algo.loss_agg"),
     (["algo.clip_c=0.5"], "algo.clip_c"),
-    (["trainer.max_staleness=4"], "trainer.max_staleness"),
+    (["trainer.max_async_level=-1"], "trainer.max_async_level"),
     (["env=enronhop"], "env.emails_path"),
     (["env=enronhop", "env.emails_path=/nonexistent/e.jsonl", "env.train_tasks_path=/x",
       "env.test_tasks_path=/y"], "env.emails_path"),

@@ -36,7 +36,7 @@ BAD = [
     (["trainer.group_size=0"], "trainer.group_size=0"),
     (["trainer.tasks_per_step=0"], "trainer.tasks_per_step=0"),
     (["trainer.max_steps=-1"], "trainer.max_steps=-1"),
-    (["trainer.max_staleness=4"], "trainer.max_staleness=4"),
+    (["trainer.max_async_level=-1"], "trainer.max_async_level=-1"),
     (["eval.every=-1"], "eval.every=-1"),
     (["eval.num_tasks=0"], "eval.num_tasks=0"),
     (["eval.samples=0"], "eval.samples=0"),

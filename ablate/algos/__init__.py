@@ -13,7 +13,8 @@ Chosen defaults, and why (all logged through `Objective.describe()`):
   the SAMPLER's (vLLM / HF), not recomputed by the learner, so the PPO ratio
   π_θ / π_sampler also absorbs any sampler/learner numerical mismatch and is clipped like
   any off-policy drift (verl's rollout IS is off by default too); ratio statistics are
-  logged so a mismatch is visible. token-tis / seq-tis / token-mask / seq-mask recompute
+  logged so a mismatch is visible. token-tis / seq-tis / token-mask / seq-mask /
+  decoupled-ppo (AReaL; required with trainer.max_async_level > 0) recompute
   π_old with the learner and weight each token (ablate.algos.correction).
 - "Sequence" in the seq-* aggregations and the Dr.GRPO normaliser means an episode, in
   every mode (ablate.algos.losses).

@@ -40,6 +40,15 @@ def token_tis(log_ratio, mask, episode_of, *, cap: float) -> list[torch.Tensor]:
     return [torch.exp(lr.clamp(max=LOG_RATIO_CLAMP)).clamp(max=cap) for lr in log_ratio]
 
 
+@ROLLOUT_CORRECTIONS.register("decoupled-ppo")
+def decoupled_ppo(log_ratio, mask, episode_of, *, cap: float) -> list[torch.Tensor]:
+    """w_t = π_prox(y_t) / π_behav(y_t) if it is <= C else 0: decoupled PPO (Fu et al., 2025,
+    AReaL, arXiv:2505.24298, §5 "decoupled PPO objective"), the clip taken against the proximal policy
+    π_prox = π_learner_old; tokens above the cap are filtered (AReaL's behav_imp_weight_cap)."""
+    return [torch.where(lr <= math.log(cap), torch.exp(lr), torch.zeros_like(lr))
+            for lr in log_ratio]
+
+
 @ROLLOUT_CORRECTIONS.register("seq-tis")
 def seq_tis(log_ratio, mask, episode_of, *, cap: float) -> list[torch.Tensor]:
     """w = min(Π_t π_learner_old / π_sampler, C) over the episode, on each of its tokens
