@@ -344,6 +344,9 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
                                                      for i in range(len(rewards_all))])
     row["mixed_groups"] = len(mixed) / max(len(rewards_all) // t.group_size, 1)
 
+    if eps and hasattr(algorithm, "augment"):   # RFT/STaR filter, DPO pairs (ablate.algos)
+        eps, rewards, groups = augment(cfg, policy, judge, algorithm, step, eps, rewards,
+                                       groups, row)
     tu = time.time()
     if eps:
         batch = algorithm.prepare(eps, rewards, groups, policy.learner)
@@ -358,6 +361,20 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
     row["update_s"] = time.time() - tu
     row["step_s"] = time.time() - ts
     return row
+
+
+def augment(cfg, policy, judge, algorithm, step, eps, rewards, groups, row):
+    """The algorithm's hook between scoring and `prepare` (ablate.algos.protocol)."""
+    from ablate.algos.protocol import StepContext
+    ctx = StepContext(step, cfg.trainer.group_size, score=lambda e: score(e, judge, cfg.reward),
+                      act=lambda tasks, n: policy.act(
+                          tasks, n, temperature=cfg.sampler.temperature,
+                          seed=derived_seed(cfg.seed, step, 7919)),
+                      cfg=cfg, tokenizer=getattr(policy, "tokenizer", None))
+    eps, rewards, groups, metrics = algorithm.augment(eps, rewards, groups, ctx)
+    row["generated_tokens"] += int(metrics.pop("generated_tokens", 0))
+    row.update(metrics)
+    return eps, rewards, groups
 
 
 def write_trajectories(cell: CellDir, step: int, episodes, rewards, limit: int) -> None:

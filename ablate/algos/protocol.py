@@ -79,6 +79,20 @@ class TrainingBatch:
                             device=device)
 
 
+@dataclass
+class StepContext:
+    """What an algorithm's optional hook `augment(episodes, rewards, group_ids, ctx) ->
+    (episodes, rewards, group_ids, metrics)` may use; the cell loop calls it before
+    `prepare` (RFT filters there, STaR samples hinted episodes, DPO picks pairs). A
+    metric `generated_tokens` is added to the step's sampled-token count."""
+    step: int
+    group_size: int
+    act: Callable        # (tasks, n) -> n episodes per task (a seed of its own)
+    score: Callable      # episodes -> [(reward, components)], judge verdicts set
+    cfg: Any = None      # the cell's config
+    tokenizer: Any = None   # the policy's tokenizer (None for a scripted policy)
+
+
 class Algorithm(Protocol):
     needs: Needs
 
