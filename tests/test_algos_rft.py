@@ -166,3 +166,40 @@ def test_star_drops_episodes_the_unhinted_masks_cannot_produce(tmp_path):
     star = STaR(hint="\n\n(Hint: the correct answer is {answer}.)")
     eps, _, groups, metrics = star.augment(first, [r for r, _ in scored], [0, 1], ctx)
     assert groups == [0] and metrics["star/dropped"] == 1 and metrics["star/rationalized"] == 1
+
+
+# --- every new method: a 2-step cell on the default tiny model, resumed after SIGKILL ----------
+
+CELL = ["trainer.max_steps=2", "trainer.tasks_per_step=2", "trainer.group_size=2",
+        "eval.num_tasks=2"]
+
+
+def cell_resumes_after_sigkill(overrides, tmp_path) -> list[dict]:
+    """Run a reference cell and one killed after step 2's update, then resumed: identical
+    metrics, evaluations and trajectories. Returns the reference's metric rows."""
+    import signal
+    from test_hardening_resume import TINY, outputs, run
+    args = [*TINY, *CELL, *overrides]
+    ref, cell, cache = tmp_path / "ref", tmp_path / "cell", tmp_path / "cache"
+    done = run([*args, f"hydra.run.dir={ref}"], tmp_path, cache)
+    assert done.returncode == 0, done.stderr[-3000:]
+    killed = run([*args, f"hydra.run.dir={cell}"], tmp_path, cache, kill=("step", 2))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    resumed = run([*args, f"hydra.run.dir={cell}"], tmp_path, cache)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    got, expected = outputs(cell), outputs(ref)
+    for rows in (got["metrics"], expected["metrics"]):
+        for r in rows:   # a cost, not a result: a step without an update keeps the
+            r.pop("sampler/encoded_tokens")   # sampler's prefix cache warm, a restart not
+    assert got == expected
+    return expected["metrics"]
+
+
+@pytest.mark.parametrize("algo,key", [("rft", "rft/kept"), ("star", "star/rationalized"),
+                                      ("dpo", "dpo/pairs")])
+def test_new_algorithm_runs_a_cell_and_resumes_after_sigkill(algo, key, tmp_path):
+    rows = cell_resumes_after_sigkill([f"+algo={algo}"], tmp_path)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(key in r for r in rows)
+    import json
+    assert json.loads((tmp_path / "ref" / "objective.json").read_text())["algorithm"] == algo
