@@ -38,8 +38,11 @@ def derived_seed(*parts: int) -> int:
                & 0x7FFFFFFF)
 
 
-def sample_step_tasks(tasks: list, n: int, seed: int, step: int, round_: int) -> list:
+def sample_step_tasks(tasks: list, n: int, seed: int, step: int, round_: int,
+                      experience=None) -> list:
     rng = np.random.default_rng(derived_seed(seed, step, round_, 17))
+    if experience is not None:   # curriculum pool, buffer revisits (ablate.curriculum)
+        return experience.sample(tasks, n, step, rng)
     idx = rng.choice(len(tasks), size=min(n, len(tasks)), replace=False)
     return [tasks[i] for i in idx]
 
@@ -288,6 +291,7 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
     from ablate.algos import DynamicSampler
 
     a, t = cfg.algo, cfg.trainer
+    experience = getattr(algorithm, "experience", None)   # curriculum / trajectory buffer
     ts = time.time()
     # without dynamic sampling every group is kept: one round, no filter
     sampler = DynamicSampler(t.tasks_per_step,
@@ -298,7 +302,7 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
     round_ = 0
     while True:
         need = t.tasks_per_step if round_ == 0 else t.tasks_per_step - sampler.kept_groups
-        tasks = sample_step_tasks(env.train_tasks, need, cfg.seed, step, round_)
+        tasks = sample_step_tasks(env.train_tasks, need, cfg.seed, step, round_, experience)
         episodes = policy.act(tasks, t.group_size, temperature=cfg.sampler.temperature,
                               seed=derived_seed(cfg.seed, step, round_))
         scored = score(episodes, judge, cfg.reward)
@@ -344,6 +348,8 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
                                                      for i in range(len(rewards_all))])
     row["mixed_groups"] = len(mixed) / max(len(rewards_all) // t.group_size, 1)
 
+    if experience is not None:
+        eps, rewards, groups = experience.after_rollout(step, eps, rewards, groups, row)
     if eps and hasattr(algorithm, "augment"):   # RFT/STaR filter, DPO pairs (ablate.algos)
         eps, rewards, groups = augment(cfg, policy, judge, algorithm, step, eps, rewards,
                                        groups, row)

@@ -189,9 +189,13 @@ def cell_resumes_after_sigkill(overrides, tmp_path) -> list[dict]:
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     got, expected = outputs(cell), outputs(ref)
     for rows in (got["metrics"], expected["metrics"]):
-        for r in rows:   # a cost, not a result: a step without an update keeps the
-            r.pop("sampler/encoded_tokens")   # sampler's prefix cache warm, a restart not
-    assert got == expected
+        for r in rows:   # a cost, not a result: the sampler's prefix cache is warm in an
+            r.pop("sampler/encoded_tokens")   # uninterrupted run, cold after a restart
+    # its logprobs from a reused cache may then differ in the last float bits
+    assert [sorted(r) for r in got["metrics"]] == [sorted(r) for r in expected["metrics"]]
+    for g, e in zip(got.pop("metrics"), expected["metrics"]):
+        assert all(g[k] == pytest.approx(e[k], rel=1e-5, abs=1e-7) for k in e), (g, e)
+    assert got == {k: v for k, v in expected.items() if k != "metrics"}
     return expected["metrics"]
 
 

@@ -27,6 +27,7 @@ import torch
 from ablate.algos.correction import correction_weights
 from ablate.algos.objective import Objective, build_objective
 from ablate.algos.registry import ALGORITHMS
+from ablate.curriculum import Experience, WithExperience
 
 
 @dataclass(frozen=True)
@@ -198,5 +199,8 @@ def build_algorithm(algo_cfg: Any, *, max_len: Optional[int] = None,
     name = str(getattr(algo_cfg, "algorithm", "pg"))
     cls = ALGORITHMS.get_checked(name)
     if hasattr(cls, "from_config"):
-        return cls.from_config(algo_cfg, max_len=max_len, cfg=cfg)
-    return cls(build_objective(algo_cfg, max_len=max_len))
+        algorithm = cls.from_config(algo_cfg, max_len=max_len, cfg=cfg)
+    else:
+        algorithm = cls(build_objective(algo_cfg, max_len=max_len))
+    experience = Experience.from_config(algo_cfg)   # algo.curriculum / algo.buffer
+    return algorithm if experience is None else WithExperience(algorithm, experience)
