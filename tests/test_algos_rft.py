@@ -117,7 +117,7 @@ def test_star_trains_hinted_episodes_without_the_hint_in_context(tmp_path, mode)
     ctx = StepContext(1, 2, act=lambda tasks, n: policy.act(tasks, n),
                       score=lambda e: score(e, judge, cfg.reward), cfg=cfg,
                       tokenizer=U.tokenizer())
-    star = STaR(hint="\n\n(Hint: the correct answer is {answer}.)")
+    star = STaR(hint=" (Hint: the correct answer is {answer}.)")
     eps, rewards, groups, metrics = star.augment(first, [r for r, _ in scored],
                                                  [e.group for e in first], ctx)
     assert metrics["star/rationalized"] == 4 and len(eps) == 4 and groups == [0, 0, 1, 1]
@@ -163,7 +163,7 @@ def test_star_drops_episodes_the_unhinted_masks_cannot_produce(tmp_path):
     ctx = StepContext(1, 1, act=lambda tasks, n: policy.act(tasks, n),
                       score=lambda e: score(e, judge, cfg.reward), cfg=cfg,
                       tokenizer=U.tokenizer())
-    star = STaR(hint="\n\n(Hint: the correct answer is {answer}.)")
+    star = STaR(hint=" (Hint: the correct answer is {answer}.)")
     eps, _, groups, metrics = star.augment(first, [r for r, _ in scored], [0, 1], ctx)
     assert groups == [0] and metrics["star/dropped"] == 1 and metrics["star/rationalized"] == 1
 

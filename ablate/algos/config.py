@@ -53,7 +53,7 @@ class RFTConfig:
 class STaRConfig:
     # STaR rationalisation (Zelikman et al., 2022, arXiv:2203.14465 §3.2), algorithm=star
     rationalize: bool = True
-    hint: str = "\n\n(Hint: the correct answer is {answer}.)"   # appended to the question
+    hint: str = " (Hint: the correct answer is {answer}.)"   # appended to the question
     samples: int = 0         # hinted episodes per failed task (0 = trainer.group_size)
     weight: float = 1.0      # data mix: loss weight of a rationalised token vs a direct one
 
@@ -64,8 +64,7 @@ class DPOConfig:
     # 2024, arXiv:2408.07199 §4), algorithm=dpo
     beta: float = 0.1
     pairs: str = "first"     # PAIR_RULES: first | all | extremes
-    reference: str = "initial"   # the frozen reference: initial (a copy of the cell's
-    #                              starting policy) | a local HF model directory
+    reference: str = "initial"   # frozen reference: initial (starting policy) | HF model dir
 
 
 @dataclass
@@ -73,7 +72,7 @@ class CurriculumConfig:
     # easy tasks first (Bengio et al., 2009), over the tasks' hop count
     enable: bool = False
     mode: str = "schedule"   # schedule: max hops grows with the step | promotion: on success
-    start_hops: int = 1
+    start_hops: int = 1      # the first level: tasks of at most this many hops
     every: int = 2           # schedule: one more hop every `every` steps
     promote_at: float = 0.5  # promotion: training accuracy at the current level to move up
     window: int = 2          # promotion: steps averaged
