@@ -14,7 +14,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from ablate.algos.config import AlgoConfig
 from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, ALGORITHMS, LOSS_AGGREGATIONS,
-                                   POLICY_LOSSES, ROLLOUT_CORRECTIONS, import_plugins)
+                                   PAIR_RULES, POLICY_LOSSES, ROLLOUT_CORRECTIONS,
+                                   import_plugins)
 from ablate.env.config import EnvConfig, JudgeConfig
 from ablate.harness.config import HarnessConfig, ModeConfig
 from ablate.learners.config import LearnerConfig
@@ -81,6 +82,9 @@ ALLOWED = {
     "algo.policy_loss": POLICY_LOSSES,
     "algo.loss_agg": LOSS_AGGREGATIONS,
     "algo.rollout_correction": ROLLOUT_CORRECTIONS,
+    "algo.dpo.pairs": PAIR_RULES,
+    "algo.rft.keep": ("correct", "reward"),
+    "algo.curriculum.mode": ("schedule", "promotion"),
     "mode.name": ("instruct", "thinking"),
     "env.name": ("synthetic", "enronhop"),
     "sampler.name": ("hf", "vllm"),

@@ -1,7 +1,8 @@
 """RFT and STaR (ablate.algos.rft): the loss is the token-mean cross-entropy of the kept
 episodes' generated tokens (against a plain re-implementation), STaR's rationalised
 episodes are trained without the hint in their context (id for id, action masks included,
-against an unhinted rollout of the same actions), and both run a 2-step cell and resume after SIGKILL."""
+against an unhinted rollout of the same actions); RFT, STaR and DPO each run a 2-step cell
+and resume after SIGKILL (the helper serves tests/test_curriculum.py too)."""
 from __future__ import annotations
 
 import math

@@ -2,7 +2,8 @@
 Rafailov et al., 2023, arXiv:2305.18290 eq. 7): preference pairs (chosen y_w, rejected
 y_l) from each task's group, and
 
-    L = - mean_pairs log σ(β [(log π_θ(y_w) - log π_ref(y_w)) - (log π_θ(y_l) - log π_ref(y_l))])
+    L = -mean_pairs log σ(β [(log π_θ(y_w) - log π_ref(y_w))
+                              - (log π_θ(y_l) - log π_ref(y_l))])
 
 where log π(y) sums the log-probabilities of ALL the episode's generated tokens (every
 segment, under its loss mask: observations and prompts are context, not choices), at the
@@ -199,7 +200,8 @@ class DPO:
                 return x.logprobs.sum() * 0.0, {"loss": 0.0}
             w_i, l_i = zip(*here)
             ref = batch.ref_logps.to(lp.device)
-            chosen, rejected = torch.stack([seq[k] for k in w_i]), torch.stack([seq[k] for k in l_i])
+            chosen = torch.stack([seq[k] for k in w_i])
+            rejected = torch.stack([seq[k] for k in l_i])
             margin = (chosen - ref[list(w_i)]) - (rejected - ref[list(l_i)])
             per_pair = dpo_loss(chosen, rejected, ref[list(w_i)], ref[list(l_i)], beta)
             loss = per_pair.sum() / n_pairs

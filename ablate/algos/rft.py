@@ -41,6 +41,7 @@ from typing import Any, Callable
 
 import torch
 
+from ablate.algos.config import STaRConfig
 from ablate.algos.hints import (hinted_task, masks_admit, remask, same_masks, strip_hint,
                                 unhinted_prompt)
 from ablate.algos.protocol import Needs, TrainingBatch, flatten_segments
@@ -150,8 +151,8 @@ class RFT:
 class STaR(RFT):
     """RFT plus rationalisation: algo.star.{rationalize, hint, samples, weight}."""
 
-    def __init__(self, *, rationalize: bool = True, hint: str = "", samples: int = 0,
-                 weight: float = 1.0, **rft):
+    def __init__(self, *, rationalize: bool = True, hint: str = STaRConfig.hint,
+                 samples: int = 0, weight: float = 1.0, **rft):
         super().__init__(**rft)
         if "{answer}" not in hint:
             raise ValueError(f"algo.star.hint={hint!r} must contain {{answer}}")
