@@ -41,8 +41,11 @@ def derived_seed(*parts: int) -> int:
                & 0x7FFFFFFF)
 
 
-def sample_step_tasks(tasks: list, n: int, seed: int, step: int, round_: int) -> list:
+def sample_step_tasks(tasks: list, n: int, seed: int, step: int, round_: int,
+                      experience=None) -> list:
     rng = np.random.default_rng(derived_seed(seed, step, round_, 17))
+    if experience is not None:   # curriculum pool, buffer revisits (ablate.curriculum)
+        return experience.sample(tasks, n, step, rng)
     idx = rng.choice(len(tasks), size=min(n, len(tasks)), replace=False)
     return [tasks[i] for i in idx]
 
@@ -325,6 +328,7 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
     from ablate.algos import DynamicSampler
 
     a, t = cfg.algo, cfg.trainer
+    experience = getattr(algorithm, "experience", None)   # curriculum / trajectory buffer
     ts = time.time()
     # without dynamic sampling every group is kept: one round, no filter
     sampler = DynamicSampler(t.tasks_per_step,
@@ -337,7 +341,7 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
     round_ = 0
     while True:
         need = t.tasks_per_step if round_ == 0 else t.tasks_per_step - sampler.kept_groups
-        tasks = sample_step_tasks(env.train_tasks, need, cfg.seed, step, round_)
+        tasks = sample_step_tasks(env.train_tasks, need, cfg.seed, step, round_, experience)
         if remote is not None:           # rolled out ahead, by older weights
             episodes, staleness = remote.take(step, tasks)
         else:
@@ -386,6 +390,11 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
                                                      for i in range(len(rewards_all))])
     row["mixed_groups"] = len(mixed) / max(len(rewards_all) // t.group_size, 1)
 
+    if experience is not None:
+        eps, rewards, groups = experience.after_rollout(step, eps, rewards, groups, row)
+    if eps and hasattr(algorithm, "augment"):   # RFT/STaR filter, DPO pairs (ablate.algos)
+        eps, rewards, groups = augment(cfg, policy, judge, algorithm, step, eps, rewards,
+                                       groups, row)
     tu = time.time()
     if eps:
         batch = algorithm.prepare(eps, rewards, groups, policy.learner)
@@ -400,6 +409,20 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
     row["update_s"] = time.time() - tu
     row["step_s"] = time.time() - ts
     return row
+
+
+def augment(cfg, policy, judge, algorithm, step, eps, rewards, groups, row):
+    """The algorithm's hook between scoring and `prepare` (ablate.algos.protocol)."""
+    from ablate.algos.protocol import StepContext
+    ctx = StepContext(step, cfg.trainer.group_size, score=lambda e: score(e, judge, cfg.reward),
+                      act=lambda tasks, n: policy.act(
+                          tasks, n, temperature=cfg.sampler.temperature,
+                          seed=derived_seed(cfg.seed, step, 7919)),
+                      cfg=cfg, tokenizer=getattr(policy, "tokenizer", None))
+    eps, rewards, groups, metrics = algorithm.augment(eps, rewards, groups, ctx)
+    row["generated_tokens"] += int(metrics.pop("generated_tokens", 0))
+    row.update(metrics)
+    return eps, rewards, groups
 
 
 def write_trajectories(cell: CellDir, step: int, episodes, rewards, limit: int) -> None:

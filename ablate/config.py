@@ -14,7 +14,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from ablate.algos.config import AlgoConfig
 from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, ALGORITHMS, LOSS_AGGREGATIONS,
-                                   POLICY_LOSSES, ROLLOUT_CORRECTIONS, import_plugins)
+                                   PAIR_RULES, POLICY_LOSSES, ROLLOUT_CORRECTIONS,
+                                   import_plugins)
 from ablate.env.config import EnvConfig, JudgeConfig
 from ablate.envs import ENVIRONMENTS, EnvError, env_class
 from ablate.harness.config import HarnessConfig, ModeConfig
@@ -84,6 +85,9 @@ ALLOWED = {
     "algo.policy_loss": POLICY_LOSSES,
     "algo.loss_agg": LOSS_AGGREGATIONS,
     "algo.rollout_correction": ROLLOUT_CORRECTIONS,
+    "algo.dpo.pairs": PAIR_RULES,
+    "algo.rft.keep": ("correct", "reward"),
+    "algo.curriculum.mode": ("schedule", "promotion"),
     "mode.name": ("instruct", "thinking"),
     "env.name": ENVIRONMENTS,
     "sampler.name": ("hf", "vllm"),
@@ -145,6 +149,9 @@ def _validate_async(cfg) -> None:
           f"needs sampler=hf (the producer process owns an HF sampler), not {cfg.sampler.name}")
     _need(not cfg.algo.dynamic_sampling.enable, "trainer.max_async_level", k,
           "does not refill batches: set algo.dynamic_sampling.enable=false")
+    _need(not cfg.algo.curriculum.enable, "trainer.max_async_level", k,
+          "the producer draws each step's tasks ahead without the curriculum's state: "
+          "set algo.curriculum.enable=false")
     _need(cfg.algo.rollout_correction != "none", "trainer.max_async_level", k,
           "trains on stale batches: set algo.rollout_correction=decoupled-ppo (AReaL) or "
           "token-tis / seq-tis / token-mask / seq-mask")

@@ -26,7 +26,7 @@ Chosen defaults, and why (all logged through `Objective.describe()`):
   `build_objective` takes it from algo.overlong.max_len unless max_len= is given.
 """
 from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, ALGORITHMS, LOSS_AGGREGATIONS,
-                                   POLICY_LOSSES, ROLLOUT_CORRECTIONS, Registry,
+                                   PAIR_RULES, POLICY_LOSSES, ROLLOUT_CORRECTIONS, Registry,
                                    import_plugins)
 from ablate.algos.advantages import (compute_advantages, dr_grpo_advantages, grpo_advantages,
                                      reinforce_pp_baseline_advantages, rloo_advantages)
@@ -42,11 +42,13 @@ from ablate.algos.protocol import (Algorithm, Needs, PolicyGradient, TrainingBat
                                    build_algorithm)
 from ablate.algos.gigpo import GiGPO, enronhop_state_keys
 from ablate.algos.ppo import PPO
+from ablate.algos.rft import RFT, STaR
+from ablate.algos.dpo import DPO
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS", "ALGORITHMS", "LOSS_AGGREGATIONS", "POLICY_LOSSES",
+    "ADVANTAGE_ESTIMATORS", "ALGORITHMS", "LOSS_AGGREGATIONS", "PAIR_RULES", "POLICY_LOSSES",
     "ROLLOUT_CORRECTIONS", "Algorithm", "DynamicSampler", "GiGPO", "Needs", "Objective",
-    "PPO",
+    "DPO", "PPO", "RFT", "STaR",
     "PolicyGradient", "Registry", "TrainingBatch", "aggregate", "batch_counts",
     "build_algorithm", "build_objective", "cispo_loss", "compute_advantages",
     "correction_weights", "dr_grpo_advantages", "dynamic_sampling_filter", "entropy_bonus",

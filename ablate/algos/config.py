@@ -42,10 +42,57 @@ class PPOConfig:
 
 
 @dataclass
+class RFTConfig:
+    # rejection-sampling fine-tuning (Yuan et al., 2023, arXiv:2308.01825 §3.3), algorithm=rft
+    keep: str = "correct"    # correct: judged correct | reward: reward >= threshold
+    threshold: float = 1.0   # the reward bar of keep=reward
+    max_per_task: int = 0    # kept episodes per task (0 = all; RFT dedups reasoning paths)
+
+
+@dataclass
+class STaRConfig:
+    # STaR rationalisation (Zelikman et al., 2022, arXiv:2203.14465 §3.2), algorithm=star
+    rationalize: bool = True
+    hint: str = " (Hint: the correct answer is {answer}.)"   # appended to the question
+    samples: int = 0         # hinted episodes per failed task (0 = trainer.group_size)
+    weight: float = 1.0      # data mix: loss weight of a rationalised token vs a direct one
+
+
+@dataclass
+class DPOConfig:
+    # trajectory DPO (Rafailov et al., 2023, arXiv:2305.18290 eq. 7; AgentQ, Putta et al.,
+    # 2024, arXiv:2408.07199 §4), algorithm=dpo
+    beta: float = 0.1
+    pairs: str = "first"     # PAIR_RULES: first | all | extremes
+    reference: str = "initial"   # frozen reference: initial (starting policy) | HF model dir
+
+
+@dataclass
+class CurriculumConfig:
+    # easy tasks first (Bengio et al., 2009), over the tasks' hop count
+    enable: bool = False
+    mode: str = "schedule"   # schedule: max hops grows with the step | promotion: on success
+    start_hops: int = 1      # the first level: tasks of at most this many hops
+    every: int = 2           # schedule: one more hop every `every` steps
+    promote_at: float = 0.5  # promotion: training accuracy at the current level to move up
+    window: int = 2          # promotion: steps averaged
+
+
+@dataclass
+class BufferConfig:
+    # experience replay of successful episodes (Lin, 1992; for GRPO e.g. RLEP, Zhang et
+    # al., 2025, arXiv:2507.07451), off-policy: keep algo.rollout_correction on
+    enable: bool = False
+    capacity: int = 64       # stored episodes (oldest dropped)
+    replay: int = 1          # stored successes added per all-failed group of the same task
+    revisit: float = 0.5     # share of each step's tasks drawn from the buffer's tasks
+
+
+@dataclass
 class AlgoConfig:
     name: str = "grpo"                   # the preset's label (conf/algo/<name>.yaml)
     # every name below is looked up in a registry of ablate.algos (docs/algorithms.md)
-    algorithm: str = "pg"                # ALGORITHMS: pg (group-relative PG) | gigpo | ppo
+    algorithm: str = "pg"                # ALGORITHMS: pg | gigpo | ppo | rft | star | dpo
     adv_estimator: str = "grpo"          # ADVANTAGE_ESTIMATORS: grpo | dr_grpo | rloo | ...
     policy_loss: str = "clip"            # POLICY_LOSSES: clip | gspo | cispo
     rollout_correction: str = "none"     # none | ROLLOUT_CORRECTIONS: token-tis | seq-tis | ...
@@ -65,3 +112,8 @@ class AlgoConfig:
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     gigpo: GiGPOConfig = field(default_factory=GiGPOConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    rft: RFTConfig = field(default_factory=RFTConfig)
+    star: STaRConfig = field(default_factory=STaRConfig)
+    dpo: DPOConfig = field(default_factory=DPOConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    buffer: BufferConfig = field(default_factory=BufferConfig)

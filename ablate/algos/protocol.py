@@ -27,6 +27,7 @@ import torch
 from ablate.algos.correction import correction_weights
 from ablate.algos.objective import Objective, build_objective
 from ablate.algos.registry import ALGORITHMS
+from ablate.curriculum import Experience, WithExperience
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,20 @@ class TrainingBatch:
     def row_tokens(self, index: Sequence[int], device) -> torch.Tensor:
         return torch.tensor([float(self.episode_tokens[self.episode_of[i]]) for i in index],
                             device=device)
+
+
+@dataclass
+class StepContext:
+    """What an algorithm's optional hook `augment(episodes, rewards, group_ids, ctx) ->
+    (episodes, rewards, group_ids, metrics)` may use; the cell loop calls it before
+    `prepare` (RFT filters there, STaR samples hinted episodes, DPO picks pairs). A
+    metric `generated_tokens` is added to the step's sampled-token count."""
+    step: int
+    group_size: int
+    act: Callable        # (tasks, n) -> n episodes per task (a seed of its own)
+    score: Callable      # episodes -> [(reward, components)], judge verdicts set
+    cfg: Any = None      # the cell's config
+    tokenizer: Any = None   # the policy's tokenizer (None for a scripted policy)
 
 
 class Algorithm(Protocol):
@@ -184,5 +199,8 @@ def build_algorithm(algo_cfg: Any, *, max_len: Optional[int] = None,
     name = str(getattr(algo_cfg, "algorithm", "pg"))
     cls = ALGORITHMS.get_checked(name)
     if hasattr(cls, "from_config"):
-        return cls.from_config(algo_cfg, max_len=max_len, cfg=cfg)
-    return cls(build_objective(algo_cfg, max_len=max_len))
+        algorithm = cls.from_config(algo_cfg, max_len=max_len, cfg=cfg)
+    else:
+        algorithm = cls(build_objective(algo_cfg, max_len=max_len))
+    experience = Experience.from_config(algo_cfg)   # algo.curriculum / algo.buffer
+    return algorithm if experience is None else WithExperience(algorithm, experience)

@@ -52,6 +52,8 @@ POLICY_LOSSES = Registry("algo.policy_loss", "policy loss")
 LOSS_AGGREGATIONS = Registry("algo.loss_agg", "loss aggregation")
 # name -> fn(learner_old_logprobs, sampler_logprobs, mask, episode_of, *, cap) -> weights
 ROLLOUT_CORRECTIONS = Registry("algo.rollout_correction", "rollout correction")
+# name -> fn(correct[G], rewards[G]) -> [(chosen, rejected)] positions within one group
+PAIR_RULES = Registry("algo.dpo.pairs", "DPO pair rule")
 # name -> Algorithm class (the protocol in ablate.algos.protocol)
 ALGORITHMS = Registry("algo.algorithm", "algorithm")
 

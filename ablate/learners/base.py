@@ -145,13 +145,14 @@ class Learner:
         return "cache" if "cache" in inspect.signature(base.forward).parameters \
             else "past_key_values"
 
-    def _plan(self, batch: Sequence) -> _Plan:
-        """Shared prefix, micro-batches, and what every rank must run alike (ZeRO-3
-        gathers parameters collectively inside each forward and backward)."""
+    def _plan(self, batch: Sequence, keys: Optional[Sequence] = None) -> _Plan:
+        """Shared prefix, micro-batches (segments with equal `keys` together), and what
+        every rank must run alike (ZeRO-3 gathers parameters collectively inside each
+        forward and backward)."""
         P = 0
         if getattr(self.cfg, "shared_prefix", False) and self._prefix_supported():
             P = shared_prefix_len(batch, int(getattr(self.cfg, "shared_prefix_min_tokens", 1)))
-        groups = pack(batch, int(self.cfg.micro_batch_tokens), skip=P)
+        groups = pack(batch, int(self.cfg.micro_batch_tokens), skip=P, keys=keys)
         mbs = [collate(batch, g).to(self.device) for g in groups]
         n_mb, any_prefix = (int(x) for x in self._all_reduce(
             torch.tensor([len(mbs), float(P > 0)], dtype=torch.float64), "max").tolist())
@@ -182,7 +183,8 @@ class Learner:
         adv = torch.as_tensor(advantages, dtype=torch.float32).flatten().to(self.device)
         if len(adv) != len(batch):
             raise ValueError(f"{len(adv)} advantages for {len(batch)} segments")
-        plan = self._plan(batch)
+        # loss_fn.pack_keys: segments with equal keys share a micro-batch (e.g. DPO pairs)
+        plan = self._plan(batch, getattr(loss_fn, "pack_keys", None))
         if plan.n_mb == 0:
             raise ValueError("update() needs at least one segment (on some rank)")
         local = torch.tensor([sum(float(m.mask.sum()) for m in plan.mbs),

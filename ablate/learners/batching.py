@@ -29,11 +29,18 @@ class MicroBatch:
                           self.old_logprobs.to(device), self.lengths, self.allowed)
 
 
-def pack(segments: Sequence, max_tokens: int, skip: int = 0) -> list[list[int]]:
+def pack(segments: Sequence, max_tokens: int, skip: int = 0,
+         keys: Optional[Sequence] = None) -> list[list[int]]:
     """Group segment indices so that rows × longest row <= max_tokens (right-padded cost),
     rows counted without their first `skip` tokens (a shared prefix run once). Longest
     first, so each micro-batch's padding is small; a segment longer than the budget gets
-    a micro-batch of its own. Order does not change the summed loss."""
+    a micro-batch of its own. Order does not change the summed loss.
+
+    `keys` (one hashable per segment): segments with equal keys always share a
+    micro-batch (a loss that does not split additively over rows, e.g. DPO's over the
+    two episodes of a pair); a unit over the budget gets a micro-batch of its own."""
+    if keys is not None:
+        return _pack_units(segments, max_tokens, skip, keys)
     order = sorted(range(len(segments)), key=lambda i: -len(segments[i].ids))
     groups: list[list[int]] = []
     for i in order:
@@ -44,6 +51,27 @@ def pack(segments: Sequence, max_tokens: int, skip: int = 0) -> list[list[int]]:
                 g.append(i)
                 continue
         groups.append([i])
+    return groups
+
+
+def _pack_units(segments: Sequence, max_tokens: int, skip: int, keys: Sequence
+                ) -> list[list[int]]:
+    """`pack` over units of segments sharing a key, longest unit (by its longest row)
+    first; within a micro-batch the longest row comes first."""
+    if len(keys) != len(segments):
+        raise ValueError(f"{len(keys)} packing keys for {len(segments)} segments")
+    units: dict = {}
+    for i, k in enumerate(keys):
+        units.setdefault(k, []).append(i)
+    size = [len(s.ids) - skip for s in segments]
+    order = sorted(units.values(), key=lambda u: -max(size[i] for i in u))
+    groups: list[list[int]] = []
+    for unit in order:
+        unit = sorted(unit, key=lambda i: -size[i])
+        if groups and (len(groups[-1]) + len(unit)) * size[groups[-1][0]] <= max_tokens:
+            groups[-1].extend(unit)
+        else:
+            groups.append(unit)
     return groups
 
 
