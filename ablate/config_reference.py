@@ -111,6 +111,13 @@ def _default_cell():
     return compose_config([])
 
 
+def _is_interpolation(key: str) -> bool:
+    """`${oc.env:...}` and the like stay as written (the value depends on the shell)."""
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(_default_cell(), parent) if parent else _default_cell()
+    return OmegaConf.is_interpolation(node, leaf)
+
+
 def groups() -> str:
     lines = ["## Config groups", "", "| group | options (conf/<group>/*.yaml) | syntax |",
              "| --- | --- | --- |"]
@@ -132,7 +139,8 @@ def section(title: str, cls, prefix: str) -> list[str]:
     out += ["| key | type | schema default | default cell | meaning |",
             "| --- | --- | --- | --- | --- |"]
     for k, t, d, n in plain:
-        cell = _fmt(OmegaConf.select(_default_cell(), k))
+        cell = _fmt(OmegaConf.select(_default_cell(), k, throw_on_resolution_failure=False)
+                    if not _is_interpolation(k) else d)
         out.append(f"| `{k}` | {t} | `{d}` | {'same' if cell == d else f'`{cell}`'} | {n} |")
     out.append("")
     for key, sub in nested:
