@@ -66,7 +66,7 @@ def test_grid_expansion_counts_every_cell():
 # (overrides, text that the error must contain)
 INVALID = [
     (["+reward=bogus"], "reward/bogus"),
-    (["+algo=ppo"], "algo/ppo"),
+    (["+algo=bogus"], "algo/bogus"),
     (["model=gpt9"], "model/gpt9"),
     (["sampler=sglang"], "sampler/sglang"),
     (["learner=fsdp"], "learner/fsdp"),

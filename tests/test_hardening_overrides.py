@@ -19,7 +19,7 @@ SMALL_ENV = ["env.num_inboxes=3", "env.emails_per_inbox=20", "env.train_tasks=6"
 # (overrides, text the one-line error must contain); {FILE} is a regular file
 BAD = [
     (["+reward=bogus"], "reward/bogus"),
-    (["+algo=ppo"], "algo/ppo"),
+    (["+algo=bogus"], "algo/bogus"),
     (["model=gpt9"], "model/gpt9"),
     (["sampler=sglang"], "sampler/sglang"),
     (["learner=fsdp"], "learner/fsdp"),
