@@ -37,7 +37,9 @@ class TrainerConfig:
 class EvalConfig:
     every: int = 5                       # optimizer steps between evaluations (0 = final only)
     num_tasks: int = 64                  # held-out tasks (fixed subset, shared by all cells)
-    samples: int = 1                     # K samples per question
+    samples: int = 4                     # k samples per question: eval/accuracy is avg@k
+    temperature: Optional[float] = None  # of those samples; null = sampler.temperature, 0 = greedy
+    greedy: bool = True                  # also a greedy pass (eval/greedy_accuracy, beside it)
     at_start: bool = True                # evaluate the initial policy (step 0)
 
 
@@ -211,6 +213,8 @@ def _check_trainer(cfg) -> None:
     _need(e.every >= 0, "eval.every", e.every, "must be >= 0 (0 = final evaluation only)")
     _need(e.num_tasks >= 1, "eval.num_tasks", e.num_tasks, "must be >= 1")
     _need(e.samples >= 1, "eval.samples", e.samples, "must be >= 1")
+    _need(e.temperature is None or e.temperature >= 0, "eval.temperature", e.temperature,
+          "must be >= 0 (0 = greedy) or null (= sampler.temperature)")
 
 
 def _check_harness(cfg) -> None:
