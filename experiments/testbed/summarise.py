@@ -1,0 +1,98 @@
+"""Study summary, best settings and a figure of the trials, from the Optuna storage of
+`python -m ablate.search sweeps/testbed.yaml` (regenerates everything in this folder):
+
+    python experiments/testbed/summarise.py outputs/search/testbed/study.db \
+        [--coarse outputs/search/coarse/study.db] [--baseline WARM_START_CELL]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+import optuna
+from optuna.trial import TrialState
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+def trials(db: Path, study: str = "testbed") -> list[dict]:
+    s = optuna.load_study(study_name=study, storage=f"sqlite:///{db.resolve()}")
+    return [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params,
+             "intermediate": {int(k): v for k, v in t.intermediate_values.items()},
+             "overrides": t.user_attrs.get("overrides")}
+            for t in s.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+
+
+def baseline(cell: Path, n_questions: int) -> float:
+    """Sampled accuracy of the warm start on the first n held-out questions."""
+    rows = [json.loads(x) for x in (cell / "eval.jsonl").read_text().splitlines() if x]
+    rows = [r for r in rows if r.get("decoding") != "greedy"]
+    qs = sorted({r["task_id"] for r in rows}, key=[r["task_id"] for r in rows].index)[:n_questions]
+    per_q = [sum(r["correct"] for r in rows if r["task_id"] == q)
+             / sum(1 for r in rows if r["task_id"] == q) for q in qs]
+    return sum(per_q) / len(per_q)
+
+
+def figure(rows: list[dict], base: float | None, path: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for r in rows:
+        last = r["value"] if r["value"] is not None else max(r["intermediate"].items())[1]
+        colour = {"COMPLETE": "C0", "PRUNED": "C3"}[r["state"]]
+        marker = "x" if r.get("coarse") else "o"
+        axes[0].scatter(r["params"]["trainer.lr"], last, c=colour, marker=marker)
+        steps = sorted(r["intermediate"])
+        axes[1].plot([0, *steps], [base if base is not None else float("nan"),
+                                   *[r["intermediate"][s] for s in steps]],
+                     color=colour, marker=marker, alpha=0.7)
+    for ax in axes:
+        if base is not None:
+            ax.axhline(base, color="grey", ls="--", lw=1, label="warm start")
+        ax.set_ylabel("held-out sampled accuracy (avg@2, T=1)")
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("trainer.lr (x: coarse pass; red: pruned)")
+    axes[1].set_xlabel("optimizer step")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("db", type=Path)
+    ap.add_argument("--coarse", type=Path, default=None)
+    ap.add_argument("--baseline", type=Path, default=None)
+    ap.add_argument("--questions", type=int, default=32)
+    args = ap.parse_args()
+    rows = trials(args.db)
+    coarse = [dict(r, coarse=True) for r in trials(args.coarse)] if args.coarse else []
+    base = baseline(args.baseline, args.questions) if args.baseline else None
+    done = [r for r in rows if r["state"] == "COMPLETE"]
+    best = max(done, key=lambda r: r["value"]) if done else None
+    (HERE / "study_summary.json").write_text(json.dumps(
+        {"warm_start_accuracy": base, "n_trials": len(rows), "n_complete": len(done),
+         "n_pruned": len(rows) - len(done), "best": best, "trials": rows,
+         "coarse_trials": coarse}, indent=2))
+    if best:
+        (HERE / "best_overrides.txt").write_text(" ".join(best["overrides"]) + "\n")
+    figure(rows + coarse, base, HERE / "trials.png")
+    lines = ["| trial | state | lr | warm-up | tasks x G | epochs | T | acc step 4 | acc step 8 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows + coarse, key=lambda r: -(r["value"] or -1)):
+        p, iv = r["params"], r["intermediate"]
+        lines.append(f"| {'c' if r.get('coarse') else ''}{r['number']} | {r['state']} | "
+                     f"{p['trainer.lr']:.2e} | {p['learner.warmup_steps']} | "
+                     f"{p['trainer.tasks_per_step']}x{p['trainer.group_size']} | "
+                     f"{p['algo.ppo_epochs']} | {p['sampler.temperature']} | "
+                     f"{iv.get(4, float('nan')):.3f} | {iv.get(8, float('nan')):.3f} |")
+    (HERE / "trials.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"warm start {base}; best {best and best['value']}")
+
+
+if __name__ == "__main__":
+    main()
