@@ -1,8 +1,13 @@
 """Study summary, best settings and a figure of the trials, from the Optuna storage of
 `python -m ablate.search sweeps/testbed.yaml` (regenerates everything in this folder):
 
-    python experiments/testbed/summarise.py outputs/search/testbed/study.db \
-        [--coarse outputs/search/coarse/study.db] [--baseline WARM_START_CELL]
+    python experiments/testbed/summarise.py experiments/testbed/data/study.db \
+        --coarse experiments/testbed/data/coarse.db \
+        --baseline experiments/testbed/data/warm_start_eval.jsonl
+
+(the committed copies of outputs/search/testbed/study.db, outputs/search/coarse/study.db
+and the warm start's eval.jsonl: `python -m ablate +reward=shaped +algo=grpo
+trainer.max_steps=0 eval.num_tasks=48 eval.samples=2 eval.temperature=1.0`).
 """
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import json
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 import optuna
 from optuna.trial import TrialState
 
@@ -25,12 +31,14 @@ def trials(db: Path, study: str = "testbed") -> list[dict]:
     return [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params,
              "intermediate": {int(k): v for k, v in t.intermediate_values.items()},
              "overrides": t.user_attrs.get("overrides")}
-            for t in s.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+            for t in s.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+            or (t.state == TrialState.FAIL and t.intermediate_values)]  # stopped by hand
 
 
-def baseline(cell: Path, n_questions: int) -> float:
+def baseline(path: Path, n_questions: int) -> float:
     """Sampled accuracy of the warm start on the first n held-out questions."""
-    rows = [json.loads(x) for x in (cell / "eval.jsonl").read_text().splitlines() if x]
+    path = path / "eval.jsonl" if path.is_dir() else path
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x]
     rows = [r for r in rows if r.get("decoding") != "greedy"]
     qs = sorted({r["task_id"] for r in rows}, key=[r["task_id"] for r in rows].index)[:n_questions]
     per_q = [sum(r["correct"] for r in rows if r["task_id"] == q)
@@ -42,7 +50,7 @@ def figure(rows: list[dict], base: float | None, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
     for r in rows:
         last = r["value"] if r["value"] is not None else max(r["intermediate"].items())[1]
-        colour = {"COMPLETE": "C0", "PRUNED": "C3"}[r["state"]]
+        colour = {"COMPLETE": "C0", "PRUNED": "C3", "FAIL": "grey"}[r["state"]]
         marker = "x" if r.get("coarse") else "o"
         axes[0].scatter(r["params"]["trainer.lr"], last, c=colour, marker=marker)
         steps = sorted(r["intermediate"])
@@ -54,7 +62,8 @@ def figure(rows: list[dict], base: float | None, path: Path) -> None:
             ax.axhline(base, color="grey", ls="--", lw=1, label="warm start")
         ax.set_ylabel("held-out sampled accuracy (avg@2, T=1)")
     axes[0].set_xscale("log")
-    axes[0].set_xlabel("trainer.lr (x: coarse pass; red: pruned)")
+    axes[0].xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    axes[0].set_xlabel("trainer.lr (x: coarse pass; red: pruned; grey: stopped)")
     axes[1].set_xlabel("optimizer step")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
@@ -75,7 +84,7 @@ def main() -> None:
     best = max(done, key=lambda r: r["value"]) if done else None
     (HERE / "study_summary.json").write_text(json.dumps(
         {"warm_start_accuracy": base, "n_trials": len(rows), "n_complete": len(done),
-         "n_pruned": len(rows) - len(done), "best": best, "trials": rows,
+         "n_pruned": sum(r["state"] == "PRUNED" for r in rows), "best": best, "trials": rows,
          "coarse_trials": coarse}, indent=2))
     if best:
         (HERE / "best_overrides.txt").write_text(" ".join(best["overrides"]) + "\n")
