@@ -20,6 +20,9 @@ import matplotlib.ticker
 import optuna
 from optuna.trial import TrialState
 
+from ablate.eval_metrics import summarise
+from ablate.search import params_key
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -33,6 +36,18 @@ def trials(db: Path, study: str = "testbed") -> list[dict]:
              "overrides": t.user_attrs.get("overrides")}
             for t in s.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
             or (t.state == TrialState.FAIL and t.intermediate_values)]  # stopped by hand
+
+
+def final_rates(evals: Path, params: dict) -> dict:
+    """Answer / "I don't know" / wrong rates and per-hop accuracy of a trial's last
+    evaluation, from its eval.jsonl copied to evals/<params_key>.jsonl (if present)."""
+    path = evals / f"{params_key(params)}.jsonl"
+    if not path.exists():
+        return {}
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x]
+    last = max(r["step"] for r in rows)
+    return {k: v for k, v in summarise(last, [r for r in rows if r["step"] == last]).items()
+            if k.startswith(("eval/answer", "eval/idk", "eval/wrong", "eval/accuracy_hops"))}
 
 
 def baseline(path: Path, n_questions: int) -> float:
@@ -78,7 +93,11 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=32)
     args = ap.parse_args()
     rows = trials(args.db)
-    coarse = [dict(r, coarse=True) for r in trials(args.coarse)] if args.coarse else []
+    for r in rows:
+        r["final_rates"] = final_rates(args.db.parent / "trials", r["params"])
+    coarse = [dict(r, coarse=True, final_rates=final_rates(args.db.parent / "trials",
+                                                          r["params"]))
+              for r in trials(args.coarse)] if args.coarse else []
     base = baseline(args.baseline, args.questions) if args.baseline else None
     done = [r for r in rows if r["state"] == "COMPLETE"]
     best = max(done, key=lambda r: r["value"]) if done else None
@@ -89,17 +108,32 @@ def main() -> None:
     if best:
         (HERE / "best_overrides.txt").write_text(" ".join(best["overrides"]) + "\n")
     figure(rows + coarse, base, HERE / "trials.png")
-    lines = ["| trial | state | lr | warm-up | tasks x G | epochs | T | acc step 4 | acc step 8 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| trial | state | lr | warm-up | tasks x G | epochs | T | acc step 4 | acc step 8 "
+             "| answer | IDK | wrong | 1-hop | 2-hop |", "|---" * 14 + "|"]
     for r in sorted(rows + coarse, key=lambda r: -(r["value"] or -1)):
         p, iv = r["params"], r["intermediate"]
         lines.append(f"| {'c' if r.get('coarse') else ''}{r['number']} | {r['state']} | "
                      f"{p['trainer.lr']:.2e} | {p['learner.warmup_steps']} | "
                      f"{p['trainer.tasks_per_step']}x{p['trainer.group_size']} | "
                      f"{p['algo.ppo_epochs']} | {p['sampler.temperature']} | "
-                     f"{iv.get(4, float('nan')):.3f} | {iv.get(8, float('nan')):.3f} |")
+                     f"{iv.get(4, float('nan')):.3f} | {iv.get(8, float('nan')):.3f} | "
+                     + " | ".join(f"{(r.get('final_rates') or {}).get(k, float('nan')):.3f}"
+                                  for k in ("eval/answer_rate", "eval/idk_rate",
+                                            "eval/wrong_rate", "eval/accuracy_hops1",
+                                            "eval/accuracy_hops2")) + " |")
     (HERE / "trials.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    if args.baseline:
+        p = args.baseline / "eval.jsonl" if args.baseline.is_dir() else args.baseline
+        w = [json.loads(x) for x in p.read_text().splitlines() if x]
+        qs = list(dict.fromkeys(r["task_id"] for r in w))[:args.questions]
+        ws = summarise(0, [r for r in w if r["task_id"] in qs])
+        lines.append(f"| warm start | | | | | | 1.0 | | {ws['eval/accuracy']:.3f} | "
+                     + " | ".join(f"{ws[k]:.3f}" for k in (
+                         "eval/answer_rate", "eval/idk_rate", "eval/wrong_rate",
+                         "eval/accuracy_hops1", "eval/accuracy_hops2")) + " |")
+        (HERE / "trials.md").write_text("\n".join(lines) + "\n")
+        print(lines[-1])
     print(f"warm start {base}; best {best and best['value']}")
 
 
