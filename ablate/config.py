@@ -274,7 +274,7 @@ def _check_sampler_judge(cfg) -> None:
     s, j = cfg.sampler, cfg.judge
     _need(s.temperature > 0, "sampler.temperature", s.temperature,
           "training samples a group of rollouts per task: must be > 0 "
-          "(sampler.eval_temperature=0 is the greedy switch, for evaluation)")
+          "(eval.temperature=0 is the greedy switch, for evaluation)")
     _need(s.eval_temperature >= 0, "sampler.eval_temperature", s.eval_temperature,
           "must be >= 0 (0 = greedy)")
     _need(0 < s.top_p <= 1, "sampler.top_p", s.top_p, "must be in (0, 1]")
