@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 import matplotlib.ticker
 import optuna
 from optuna.trial import TrialState
@@ -48,6 +49,29 @@ def final_rates(evals: Path, params: dict) -> dict:
     last = max(r["step"] for r in rows)
     return {k: v for k, v in summarise(last, [r for r in rows if r["step"] == last]).items()
             if k.startswith(("eval/answer", "eval/idk", "eval/wrong", "eval/accuracy_hops"))}
+
+
+def per_question(rows: list[dict]) -> dict:
+    by_q: dict = {}
+    for r in rows:
+        by_q.setdefault(r["task_id"], []).append(float(r["correct"]))
+    return {q: sum(v) / len(v) for q, v in by_q.items()}
+
+
+def paired_gain(evals: Path, params: dict, warm: Path | None) -> dict:
+    """Last evaluation minus the warm start, per question (avg over samples first), with
+    the SE of the paired per-question differences (one seed: seed noise is not in it)."""
+    path = evals / f"{params_key(params)}.jsonl"
+    if warm is None or not path.exists():
+        return {}
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x]
+    last = max(r["step"] for r in rows)
+    b = per_question([r for r in rows if r["step"] == last and r.get("decoding") != "greedy"])
+    w = [json.loads(x) for x in warm.read_text().splitlines() if x]
+    a = per_question([r for r in w if r.get("decoding") != "greedy" and r["task_id"] in b])
+    d = np.array([b[q] - a[q] for q in b if q in a])
+    return {"delta": float(d.mean()), "se": float(d.std(ddof=1) / np.sqrt(len(d))),
+            "n_questions": len(d)}
 
 
 def baseline(path: Path, n_questions: int) -> float:
@@ -85,6 +109,10 @@ def figure(rows: list[dict], base: float | None, path: Path) -> None:
     fig.savefig(path, dpi=130)
 
 
+def gain_text(g: dict | None) -> str:
+    return f"{g['delta']:+.3f} +- {g['se']:.3f}" if g else ""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("db", type=Path)
@@ -95,6 +123,8 @@ def main() -> None:
     rows = trials(args.db)
     for r in rows:
         r["final_rates"] = final_rates(args.db.parent / "trials", r["params"])
+        r["gain_vs_warm_start"] = paired_gain(args.db.parent / "trials", r["params"],
+                                              args.baseline)
     coarse = [dict(r, coarse=True, final_rates=final_rates(args.db.parent / "trials",
                                                           r["params"]))
               for r in trials(args.coarse)] if args.coarse else []
@@ -109,7 +139,7 @@ def main() -> None:
         (HERE / "best_overrides.txt").write_text(" ".join(best["overrides"]) + "\n")
     figure(rows + coarse, base, HERE / "trials.png")
     lines = ["| trial | state | lr | warm-up | tasks x G | epochs | T | acc step 4 | acc step 8 "
-             "| answer | IDK | wrong | 1-hop | 2-hop |", "|---" * 14 + "|"]
+             "| answer | IDK | wrong | 1-hop | 2-hop | gain +- SE |", "|---" * 15 + "|"]
     for r in sorted(rows + coarse, key=lambda r: -(r["value"] or -1)):
         p, iv = r["params"], r["intermediate"]
         lines.append(f"| {'c' if r.get('coarse') else ''}{r['number']} | {r['state']} | "
@@ -120,7 +150,8 @@ def main() -> None:
                      + " | ".join(f"{(r.get('final_rates') or {}).get(k, float('nan')):.3f}"
                                   for k in ("eval/answer_rate", "eval/idk_rate",
                                             "eval/wrong_rate", "eval/accuracy_hops1",
-                                            "eval/accuracy_hops2")) + " |")
+                                            "eval/accuracy_hops2"))
+                     + f" | {gain_text(r.get('gain_vs_warm_start'))} |")
     (HERE / "trials.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     if args.baseline:
