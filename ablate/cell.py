@@ -24,6 +24,7 @@ import torch
 from omegaconf import DictConfig
 
 from ablate.config import ConfigError, validate
+from ablate.eval_metrics import GREEDY, SAMPLED, summarise
 from ablate.outputs import CellDir
 
 log = logging.getLogger("ablate.cell")
@@ -75,13 +76,9 @@ def score(episodes, env, reward_cfg) -> list[tuple[float, dict]]:
 
 
 def eval_summary(step: int, rows: list[dict]) -> dict:
-    """Accuracy and reward of one evaluation, overall and per hop count."""
-    summary = {"step": step, "eval/accuracy": float(np.mean([r["correct"] for r in rows])),
-               "eval/reward": float(np.mean([r["reward"] for r in rows]))}
-    for h in sorted({r["hops"] for r in rows}):
-        summary[f"eval/accuracy_hops{h}"] = float(np.mean([r["correct"] for r in rows
-                                                           if r["hops"] == h]))
-    return summary
+    """Sampled accuracy (avg@k, the primary metric), pass@k, answer / "I don't know" /
+    wrong rates, per-hop accuracy, and greedy accuracy beside them (ablate/eval_metrics.py)."""
+    return summarise(step, rows)
 
 
 def eval_history(rows: list[dict]) -> list[tuple[int, dict]]:
@@ -89,11 +86,11 @@ def eval_history(rows: list[dict]) -> list[tuple[int, dict]]:
     return [(s, eval_summary(s, [r for r in rows if r["step"] == s])) for s in steps]
 
 
-def eval_rows(step: int, episodes, rewards) -> list[dict]:
+def eval_rows(step: int, episodes, rewards, decoding: str = SAMPLED) -> list[dict]:
     rows = []
     for e, (total, comps) in zip(episodes, rewards):
         row = {"step": step, "task_id": e.task.id, "sample": e.sample, "hops": e.task.hops,
-               "correct": bool(e.correct), "reward": float(total)}
+               "correct": bool(e.correct), "reward": float(total), "decoding": decoding}
         row.update(e.behaviour())
         row.update({f"reward/{k}": float(v) for k, v in comps.items()})
         rows.append(row)
@@ -259,11 +256,17 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
 
     def evaluate(step: int) -> dict:
         te = time.time()
-        episodes = policy.act(eval_tasks, cfg.eval.samples,
-                              temperature=cfg.sampler.eval_temperature,
+        e = cfg.eval
+        # k samples per question at the evaluation (by default the training) temperature
+        temp = cfg.sampler.temperature if e.temperature is None else e.temperature
+        episodes = policy.act(eval_tasks, e.samples, temperature=temp,
                               seed=derived_seed(cfg.seed, step, 99991))
         rewards = score(episodes, judge, cfg.reward)
-        rows = eval_rows(step, episodes, rewards)
+        rows = eval_rows(step, episodes, rewards, SAMPLED if temp > 0 else GREEDY)
+        if e.greedy and temp > 0:   # a second, greedy pass reported beside it
+            g_eps = policy.act(eval_tasks, 1, temperature=0.0,
+                               seed=derived_seed(cfg.seed, step, 99992))
+            rows += eval_rows(step, g_eps, score(g_eps, judge, cfg.reward), GREEDY)
         cell.append("eval.jsonl", rows)
         write_trajectories(cell, step, episodes, rewards, cfg.run.num_trajectories)
         summary = eval_summary(step, rows)

@@ -41,7 +41,9 @@ class TrainerConfig:
 class EvalConfig:
     every: int = 5                       # optimizer steps between evaluations (0 = final only)
     num_tasks: int = 64                  # held-out tasks (fixed subset, shared by all cells)
-    samples: int = 1                     # K samples per question
+    samples: int = 4                     # k samples per question: eval/accuracy is avg@k
+    temperature: Optional[float] = None  # of those samples; null = sampler.temperature, 0 = greedy
+    greedy: bool = True                  # also a greedy pass (eval/greedy_accuracy, beside it)
     at_start: bool = True                # evaluate the initial policy (step 0)
 
 
@@ -238,6 +240,8 @@ def _check_trainer(cfg) -> None:
     _need(e.every >= 0, "eval.every", e.every, "must be >= 0 (0 = final evaluation only)")
     _need(e.num_tasks >= 1, "eval.num_tasks", e.num_tasks, "must be >= 1")
     _need(e.samples >= 1, "eval.samples", e.samples, "must be >= 1")
+    _need(e.temperature is None or e.temperature >= 0, "eval.temperature", e.temperature,
+          "must be >= 0 (0 = greedy) or null (= sampler.temperature)")
 
 
 def _check_harness(cfg) -> None:
@@ -297,7 +301,7 @@ def _check_sampler_judge(cfg) -> None:
     s, j = cfg.sampler, cfg.judge
     _need(s.temperature > 0, "sampler.temperature", s.temperature,
           "training samples a group of rollouts per task: must be > 0 "
-          "(sampler.eval_temperature=0 is the greedy switch, for evaluation)")
+          "(eval.temperature=0 is the greedy switch, for evaluation)")
     _need(s.eval_temperature >= 0, "sampler.eval_temperature", s.eval_temperature,
           "must be >= 0 (0 = greedy)")
     _need(0 < s.top_p <= 1, "sampler.top_p", s.top_p, "must be in (0, 1]")

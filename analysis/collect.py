@@ -29,6 +29,7 @@ class Run:
     complete: bool
     config_file: Path
     _eval: list | None = None
+    _greedy: list = field(default_factory=list)
     _metrics: list | None = None
     truncated: bool = False      # a run still writing: its half-written last line dropped
 
@@ -41,11 +42,20 @@ class Run:
         return self.path / "metrics.jsonl"
 
     def eval_rows(self) -> list[dict]:
+        """The sampled evaluation rows, the primary metric's (ablate/eval_metrics.py); rows
+        of the greedy pass (`decoding: greedy`) are in greedy_rows()."""
         if self._eval is None:
-            self._eval, cut = read_jsonl(self.eval_file, required=("step", "task_id"),
-                                         partial_tail=not self.complete)
+            rows, cut = read_jsonl(self.eval_file, required=("step", "task_id"),
+                                   partial_tail=not self.complete)
             self.truncated |= cut
+            self._greedy = [r for r in rows if r.get("decoding") == "greedy"]
+            # a greedy-only evaluation (eval.temperature=0) is the primary one
+            self._eval = [r for r in rows if r.get("decoding") != "greedy"] or self._greedy
         return self._eval
+
+    def greedy_rows(self) -> list[dict]:
+        self.eval_rows()
+        return self._greedy
 
     def metrics_rows(self) -> list[dict]:
         if self._metrics is None:

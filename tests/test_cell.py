@@ -17,7 +17,7 @@ import yaml
 SMALL = ["env.num_inboxes=6", "env.emails_per_inbox=40", "env.train_tasks=40",
          "env.test_tasks=16", "trainer.tasks_per_step=2", "trainer.group_size=2",
          "eval.num_tasks=4", "eval.every=1", "harness.max_tokens_per_episode=256",
-         "env.max_turns=4", "run.num_trajectories=2"]
+         "env.max_turns=4", "run.num_trajectories=2", "eval.samples=1", "eval.greedy=false"]
 
 TIMING_KEYS = ("rollout_s", "update_s", "step_s", "seconds", "tokens_per_s", "eval/seconds")
 
@@ -45,8 +45,10 @@ def cache(tmp_path_factory):
 
 def test_two_step_cell_writes_every_output(tmp_path, cache):
     out = tmp_path / "cell"
-    proc = cli([*SMALL, "trainer.max_steps=2", "+reward=shaped", "+algo=dapo",
-                f"hydra.run.dir={out}"], tmp_path, cache)
+    # k=2 sampled answers per question plus a greedy pass (ablate/eval_metrics.py)
+    small = [a for a in SMALL if not a.startswith(("eval.samples", "eval.greedy"))]
+    proc = cli([*small, "eval.samples=2", "eval.greedy=true", "trainer.max_steps=2",
+                "+reward=shaped", "+algo=dapo", f"hydra.run.dir={out}"], tmp_path, cache)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in ("config.yaml", ".hydra/config.yaml", "metrics.jsonl", "eval.jsonl",
                  "trajectories.jsonl", "trajectories.txt", "summary.json", "COMPLETE"):
@@ -66,14 +68,15 @@ def test_two_step_cell_writes_every_output(tmp_path, cache):
 
     evals = rows(out / "eval.jsonl")
     assert sorted({e["step"] for e in evals}) == [0, 1, 2]
-    assert len([e for e in evals if e["step"] == 2]) == 4  # eval.num_tasks x samples
+    final = [e for e in evals if e["step"] == 2 and e["decoding"] == "sampled"]
+    assert len(final) == 8  # eval.num_tasks x eval.samples
+    assert len([e for e in evals if e["step"] == 2 and e["decoding"] == "greedy"]) == 4
     for e in evals:
         for key in ("step", "task_id", "sample", "hops", "correct", "reward", "answered",
                     "turns", "keywords_per_search", "zero_hit_rate", "fabricated_sources"):
             assert key in e, key
         assert isinstance(e["correct"], bool)
     summary = json.loads((out / "summary.json").read_text())
-    final = [e for e in evals if e["step"] == 2]
     assert summary["final_accuracy"] == pytest.approx(
         sum(e["correct"] for e in final) / len(final))
     assert "search_inbox" in (out / "trajectories.txt").read_text() or \

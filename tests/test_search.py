@@ -162,3 +162,25 @@ def test_search_over_real_two_step_cells(tmp_path, monkeypatch):
         assert t.intermediate_values.keys() == {1, 2}   # fed by the periodic evaluations
         assert 0.0 <= t.value <= 1.0
     assert (tmp_path / "o" / "best_overrides.txt").exists()
+
+
+def test_testbed_space_loads_and_one_real_trial_runs(tmp_path, monkeypatch):
+    """sweeps/testbed.yaml (issue 17): its objective is the sampled accuracy of a real cell,
+    here shrunk to one step on a small mailbox by extra overrides (last one wins)."""
+    from pathlib import Path
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    space = load_space(Path(__file__).resolve().parents[1] / "sweeps" / "testbed.yaml")
+    assert space["metric"] == "eval/accuracy"
+    small = ["trainer.max_steps=1", "eval.every=1", "env.num_inboxes=6",
+             "env.emails_per_inbox=40", "env.train_tasks=40", "env.test_tasks=16",
+             "eval.num_tasks=3", "env.max_turns=3", "harness.max_tokens_per_episode=192",
+             "learner=torch"]
+    study = run_search(space, n_trials=1, storage=storage(tmp_path), out_dir=tmp_path / "o",
+                       extra_overrides=small)
+    (t,) = study.get_trials(states=(TrialState.COMPLETE,))
+    rows = (tmp_path / "o" / f"trial_{params_key(t.params)}" / "eval.jsonl").read_text()
+    import json
+    evals = [json.loads(x) for x in rows.splitlines()]
+    assert len(evals) == 3 * 2 and {e["decoding"] for e in evals} == {"sampled"}
+    assert t.value == pytest.approx(sum(e["correct"] for e in evals) / 6)
