@@ -1,7 +1,7 @@
 """Checks that need the machine, run by `python -m ablate` on every job of the command
 line before Hydra makes a cell directory: model weights present, optional packages
 importable, device and dtype usable, output and cache paths writable, token budgets
-within the model's context, and the data (ablate.env.check) valid.
+within the model's context, and the data (ablate.envs.email.check) valid.
 
 Each failure is one ConfigError naming the key, the value and what is allowed.
 `ablate.config.validate` holds the checks that need only the config.

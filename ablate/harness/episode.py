@@ -133,7 +133,7 @@ ABSTENTION_PREFIXES = ("i don't know", "i do not know", "i dont know", "i could 
 
 
 def is_abstention(answer: str) -> bool:
-    """'I don't know'-style answers count as no answer (naive reward's 0, DESIGN §4).
+    """'I don't know'-style answers count as no answer (naive reward's 0, docs/rewards.md).
     A real answer that merely starts with such a word ("Unknown Industries") does not."""
     a = " ".join(answer.strip().lower().replace("\u2019", "'").split()).rstrip(".!")
     return a in ABSTENTIONS or a.startswith(ABSTENTION_PREFIXES)

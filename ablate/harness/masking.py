@@ -1,4 +1,4 @@
-"""Action masking: constrained decoding of tool calls (DESIGN §4 "Harness").
+"""Action masking: constrained decoding of tool calls (docs/cpu.md, "Why the tiny model needs action masking").
 
 Inside a <tool_call> block the model may only complete a value with a candidate string.
 Which argument keys trigger which candidates is the environment's `grammar`
@@ -27,7 +27,7 @@ next tokens are restricted to those whose bytes keep the text on a candidate str
 (the token is a prefix of a candidate's remainder, or runs past the candidate's end,
 which closes the value). Every restricted position's allowed id list is recorded in
 `ActionMask.allowed` (generated position -> ids), so the learner trains under the same
-mask: at a position with one allowed id the masked log-prob is 0 (PLATFORM.md).
+mask: at a position with one allowed id the masked log-prob is 0 (docs/cpu.md).
 
 The mask is a pure function of its spec and the generated ids: `replay(ids)` recomputes
 the allowed sets after the fact (the vLLM path builds its masks inside the engine from

@@ -1,7 +1,7 @@
 """The rollout engine: G episodes per task, all live episodes advancing together.
 
 One turn = one batched `sampler.generate` over every episode still running, then each
-episode's tool calls, then its next prompt. The records are token-exact (DESIGN §2):
+episode's tool calls, then its next prompt. The records are token-exact (docs/architecture.md):
 
 * instruct mode: ONE Segment per episode, prompt + completion + observation ids + ...,
   each turn's prompt being the previous sequence (prefix extension); mask 1 and the

@@ -9,7 +9,7 @@ its own byte-level BPE tokenizer, warm-started by SFT on scripted-agent demonstr
     python -m ablate.models.tiny eval [--path DIR] [--tasks N] [--temperature T]
         [--masking none|ids|answers]: per-hop accuracy on the default env's held-out tasks.
 
-Why it can act at all (PLATFORM.md tiny-agent probes): message ids, code names and answer
+Why it can act at all (docs/cpu.md, "Why the tiny model needs action masking"): message ids, code names and answer
 values are single tokens (ablate.env.synthetic pools), so copying one out of the context is
 pointing at one token; copy tokens are weighted up in the SFT loss. Build details in
 ablate.models.tiny_train.

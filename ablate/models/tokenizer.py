@@ -14,7 +14,7 @@ API
         rendered into the system prompt, `enable_thinking`: False => the generation prompt
         ends with "<think>\\n\\n</think>\\n\\n"); unlike Qwen3's, it strips <think> blocks
         from EVERY earlier assistant message (Qwen3 keeps them after the last user query),
-        because the harness strips earlier thinking from later prompts (DESIGN §4).
+        because the harness strips earlier thinking from later prompts (Qwen3's chat template does the same).
         Deterministic: the same texts and arguments give an identical tokenizer.json.
     QWEN3_CHAT_TEMPLATE: the jinja template string above.
     SPECIAL_TOKENS, MARKER_TOKENS: the token strings listed above.

