@@ -77,13 +77,14 @@ def remove_stale_temps(folder: Path) -> list[Path]:
     removed = []
     for path in folder.glob(".*.tmp*"):
         pid = path.name.rsplit(".tmp", 1)[-1]
-        if path.is_file() and pid.isdigit() and not _alive(int(pid)):
+        if path.is_file() and pid.isdigit() and not process_alive(int(pid)):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Is a process of this id running on this machine?"""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

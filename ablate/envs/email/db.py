@@ -46,6 +46,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ablate.envs.email.data import DataFileError, read_emails
+from ablate.outputs import process_alive
 
 log = logging.getLogger(__name__)
 
@@ -383,23 +384,13 @@ def remove_stale_builds(dst: Path) -> list[Path]:
         except FileNotFoundError:
             continue
         mine = host == socket.gethostname().replace(".", "-") and pid.isdigit()
-        if (mine and not _alive(int(pid))) or age > STALE_BUILD_SECONDS:
+        if (mine and not process_alive(int(pid))) or age > STALE_BUILD_SECONDS:
             path.unlink(missing_ok=True)
             removed.append(path)
     if removed:
         log.info("EmailDB: removed %d file(s) left by an interrupted build of %s",
                  len(removed), dst)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _build_into(src: Path, tmp: Path, stage: Path, digest: str, n_lines: int,

@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ablate.envs.base import parse_arguments
 from ablate.envs.email.db import MAX_RESULTS_LIMIT, EmailDB, normalize_date
 
 log = logging.getLogger(__name__)
@@ -144,7 +145,7 @@ class ToolBox:
     def call(self, name: Any, arguments: Any) -> ToolCall:
         """Run one tool call. Never raises; malformed calls set `error`."""
         tool = name if isinstance(name, str) else ""
-        args = _parse_arguments(arguments)
+        args = parse_arguments(arguments)
         try:
             if tool not in TOOL_NAMES:
                 shown = _quote(name) if name not in (None, "") else "(none)"
@@ -234,20 +235,6 @@ class ToolBox:
             raise _BadCall(f'Error: {ANSWER} needs "sources": a list of message_id strings '
                            f"(may be empty), e.g. {_example(ANSWER)}.")
         return ToolCall(name=ANSWER, arguments=args, observation="")
-
-
-def _parse_arguments(arguments: Any) -> Any:
-    """OpenAI tool calls carry arguments as a JSON string; accept that or a dict. None
-    (no arguments at all) is an empty object. Anything else is returned as is and
-    rejected by the caller."""
-    if arguments is None:
-        return {}
-    if isinstance(arguments, str):
-        try:
-            return json.loads(arguments)
-        except (json.JSONDecodeError, RecursionError):
-            return arguments
-    return arguments
 
 
 def _example(tool: str) -> str:
