@@ -130,7 +130,10 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
     prompts = [chat.render_prompt(tokenizer, task, tools_schema, mode_cfg, system_prompt)
                for task in tasks]
     share = getattr(sampler, "share_prefix", None)   # optional (a duck-typed sampler)
-    shared_cost = 0.0
+    clear = getattr(sampler, "clear_cache", None)
+    if clear is not None:   # every rollout starts from the same sampler state, whatever ran
+        clear()             # before (an evaluation, a resume): keys and values, logprobs
+    shared_cost = 0.0       # and encoded-token counts do not depend on the history
     if prompts and share is not None:
         before = _encoded(sampler)
         share(prompts[0][:_common_prefix(prompts)])
