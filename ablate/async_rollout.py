@@ -140,7 +140,7 @@ def _next_weights(weights_q, parent: int):
 def _sampler_policy(cfg):
     """The environment and a sampler-only ModelPolicy (no learner) in this process."""
     from ablate.cell import SamplerPolicy
-    from ablate.env.bundle import build_env
+    from ablate.envs import make_env
 
-    env = build_env(cfg)
+    env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)   # as run_cell builds it
     return SamplerPolicy(env, cfg), env

@@ -421,7 +421,7 @@ def augment(cfg, policy, judge, algorithm, step, eps, rewards, groups, row):
                       act=lambda tasks, n: policy.act(
                           tasks, n, temperature=cfg.sampler.temperature,
                           seed=derived_seed(cfg.seed, step, 7919)),
-                      cfg=cfg, tokenizer=getattr(policy, "tokenizer", None))
+                      cfg=cfg, tokenizer=getattr(policy, "tokenizer", None), env=judge)
     eps, rewards, groups, metrics = algorithm.augment(eps, rewards, groups, ctx)
     row["generated_tokens"] += int(metrics.pop("generated_tokens", 0))
     row.update(metrics)

@@ -18,6 +18,7 @@ from ablate.algos.protocol import StepContext
 from ablate.algos.rft import keep_mask
 from ablate.cell import score
 from ablate.cli import compose_config, normalise_overrides
+from ablate.env import EmailEnv
 from ablate.env.judge import make_judge
 from ablate.harness import chat
 from ablate.harness.episode import Episode
@@ -101,7 +102,7 @@ class Policy:
     def act(self, tasks, group_size, *, temperature=1.0, seed=0):
         tok = U.tokenizer()
         return rollout(tasks, group_size=group_size, sampler=U.ScriptedSampler(tok, self.script),
-                       tokenizer=tok, make_toolbox=U.toolbox_factory(self.db),
+                       tokenizer=tok, env=U.email_env(self.db),
                        harness_cfg=self.cfg.harness, mode_cfg=self.cfg.mode, max_turns=4,
                        temperature=temperature, seed=seed)
 
@@ -110,14 +111,14 @@ class Policy:
 def test_star_trains_hinted_episodes_without_the_hint_in_context(tmp_path, mode):
     cfg = compose_config(normalise_overrides([f"+mode={mode}"]))
     db = U.make_db(tmp_path)
-    judge = make_judge(cfg.judge)
+    judge = EmailEnv.over_db(db, judge=make_judge(cfg.judge))   # scores like a cell
     policy = Policy(db, cfg, hint_script)
     first = policy.act(U.TASKS, 2)
     scored = score(first, judge, cfg.reward)
     assert not any(e.correct for e in first)            # every task failed: rationalise all
     ctx = StepContext(1, 2, act=lambda tasks, n: policy.act(tasks, n),
                       score=lambda e: score(e, judge, cfg.reward), cfg=cfg,
-                      tokenizer=U.tokenizer())
+                      tokenizer=U.tokenizer(), env=judge)
     star = STaR(hint=" (Hint: the correct answer is {answer}.)")
     eps, rewards, groups, metrics = star.augment(first, [r for r, _ in scored],
                                                  [e.group for e in first], ctx)
@@ -150,7 +151,7 @@ def test_star_drops_episodes_the_unhinted_masks_cannot_produce(tmp_path):
     cfg = compose_config([])
     assert cfg.harness.keyword_masking
     db = U.make_db(tmp_path)
-    judge = make_judge(cfg.judge)
+    judge = EmailEnv.over_db(db, judge=make_judge(cfg.judge))   # scores like a cell
     budget, falcon = (steps for _, steps in U.demo_steps())
     lopez = [chat.format_tool_call("search_inbox", {"keywords": ["Lopez"]})] + falcon[1:]
 
@@ -163,7 +164,7 @@ def test_star_drops_episodes_the_unhinted_masks_cannot_produce(tmp_path):
     scored = score(first, judge, cfg.reward)
     ctx = StepContext(1, 1, act=lambda tasks, n: policy.act(tasks, n),
                       score=lambda e: score(e, judge, cfg.reward), cfg=cfg,
-                      tokenizer=U.tokenizer())
+                      tokenizer=U.tokenizer(), env=judge)
     star = STaR(hint=" (Hint: the correct answer is {answer}.)")
     eps, _, groups, metrics = star.augment(first, [r for r, _ in scored], [0, 1], ctx)
     assert groups == [0] and metrics["star/dropped"] == 1 and metrics["star/rationalized"] == 1

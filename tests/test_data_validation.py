@@ -251,7 +251,7 @@ def test_real_cli_on_bad_data_has_no_traceback(clean, tmp_path):
     assert proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert not (tmp_path / "cell").exists() and not (tmp_path / "outputs").exists()
-    check = subprocess.run([sys.executable, "-m", "ablate.env.check", str(tmp_path / "d")],
+    check = subprocess.run([sys.executable, "-m", "ablate.envs.email.check", str(tmp_path / "d")],
                            capture_output=True, text=True, env=env, timeout=300)
     assert check.returncode == 1 and f"{paths['train']}:1:" in check.stderr
 

@@ -23,7 +23,8 @@ def test_user_environment_runs_a_two_step_cell(tmp_path):
     cfg = compose_config([SEARCH, "env=counter", "reward.name=outcome",
                           "trainer.max_steps=2", "trainer.tasks_per_step=2",
                           "trainer.group_size=2", "eval.num_tasks=2", "eval.every=0",
-                          "harness.max_new_tokens_per_turn=16", "run.quiet=true"])
+                          "harness.max_new_tokens_per_turn=16", "run.quiet=true",
+                          "eval.samples=1", "eval.greedy=false"])   # one row per question
     assert cfg.env._target_ == "envs_external.counter.CounterEnv"
     run_cell(cfg, tmp_path)
     train = rows(tmp_path / "metrics.jsonl")
@@ -47,7 +48,7 @@ def test_another_environments_reward_is_a_config_error():
 def test_coderepair_scripted_cell_logs_its_reward_and_behaviour(tmp_path, state_change):
     cfg = compose_config(["env=coderepair", "model=scripted", "eval.num_tasks=6",
                           "reward.name=tool_bonus", f"reward.state_change_bonus={state_change}",
-                          "run.quiet=true"])
+                          "run.quiet=true", "eval.samples=1", "eval.greedy=false"])
     check_env_reward(cfg)
     run_cell(cfg, tmp_path)
     evals = rows(tmp_path / "eval.jsonl")

@@ -435,11 +435,10 @@ def test_primed_model_masked_episodes_are_token_exact(tok, db):
     for mode in (INSTRUCT, ModeConfig(name="thinking", enable_thinking=True,
                                       max_think_tokens=2)):
         eps = rollout(U.TASKS, group_size=4, sampler=HFSampler(model, tok), tokenizer=tok,
-                      env=U.email_env(db),
+                      env=U.compact_env(db),
                       harness_cfg=HarnessConfig(max_new_tokens_per_turn=64,
                                                 action_masking=True, answer_masking=True),
-                      mode_cfg=mode, max_turns=4, temperature=1.0, seed=0,
-                      tools_schema=U.compact_schemas(), system_prompt=None)
+                      mode_cfg=mode, max_turns=4, temperature=1.0, seed=0)
         n_allowed = 0
         for ep in eps:
             for seg in ep.segments:

@@ -77,6 +77,13 @@ def email_env(db):
     return EmailEnv.over_db(db)
 
 
+def compact_env(db):
+    """The email environment with the compact tool schemas (short prompts for tiny fits)."""
+    env = email_env(db)
+    env.tool_schemas = compact_schemas       # the instance attribute shadows the method
+    return env
+
+
 class ScriptedSampler(Sampler):
     """Returns `script(prompt_text, turn)` encoded as ids (+ <|im_end|> unless the text
     says `endless`), cut at max_new_tokens like a real sampler; logprobs are -1."""
@@ -154,9 +161,8 @@ def primed_model(tok, db, steps: int = 60, seed: int = 0):
                                     max_think_tokens=64), 2)):
         eps = rollout(TASKS, group_size=1, sampler=ScriptedSampler(
             tok, demo_script(demo_steps(), words)), tokenizer=tok,
-            make_toolbox=toolbox_factory(db), harness_cfg=HarnessConfig(), mode_cfg=mode,
-            max_turns=3, temperature=1.0, seed=0, tools_schema=compact_schemas(),
-            system_prompt=None)
+            env=compact_env(db), harness_cfg=HarnessConfig(), mode_cfg=mode,
+            max_turns=3, temperature=1.0, seed=0)
         seqs += [(s.ids, s.mask) for e in eps for s in e.segments]
     model = tiny_model(tok, seed=seed)
     model.train()

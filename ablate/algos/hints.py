@@ -83,32 +83,30 @@ def _vocab(tokenizer):
     return token_bytes(tokenizer)
 
 
-def remask(episode, tokenizer, harness_cfg, mode_cfg, tools_schema=None
-           ) -> Optional[list[dict]]:
+def remask(episode, tokenizer, harness_cfg, mode_cfg, env) -> Optional[list[dict]]:
     """Per segment, the action masks the harness would have built for this episode's
-    generated ids in its own context (its task's question, its calls so far); None when
-    the harness builds none."""
+    generated ids in its own context: the environment's state for the episode's task,
+    replayed through its calls so far (the mask candidates come from that state); None
+    when the harness builds none."""
     from ablate.harness import chat
     from ablate.harness.rollout import _mask_for
-    if tools_schema is None:
-        from ablate.env.tools import TOOL_SCHEMAS
-        tools_schema = TOOL_SCHEMAS
     marks = tuple(tokenizer.convert_tokens_to_ids(t)
                   for t in (chat.THINK_OPEN, chat.THINK_CLOSE, chat.IM_START))
     out: list[dict] = [{} for _ in episode.segments]
-    vocab, calls, any_mask = None, [], False
+    vocab, any_mask = None, False
+    state = env.reset(episode.task)
     for turn, (j, start, end) in zip(episode.turns, turn_spans(episode)):
         if j >= 0:
             ids = episode.segments[j].ids
             if vocab is None and (harness_cfg.action_masking or mode_cfg.enable_thinking):
                 vocab = _vocab(tokenizer)
-            state = SimpleNamespace(context=list(ids[:start]), calls=list(calls),
-                                    ep=SimpleNamespace(task=episode.task))
-            mask = _mask_for(state, tools_schema, harness_cfg, mode_cfg, vocab, marks)
+            live = SimpleNamespace(context=list(ids[:start]), state=state)
+            mask = _mask_for(live, env, harness_cfg, mode_cfg, vocab, marks)
             if mask is not None:
                 any_mask = True
                 out[j].update({start + p: a for p, a in mask.replay(ids[start:end]).items()})
-        calls += turn.calls
+        for call in turn.calls:          # a read-only replay of what the episode did
+            env.call(state, call.name, call.arguments)
     return out if any_mask else None
 
 

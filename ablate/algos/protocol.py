@@ -92,6 +92,7 @@ class StepContext:
     score: Callable      # episodes -> [(reward, components)], judge verdicts set
     cfg: Any = None      # the cell's config
     tokenizer: Any = None   # the policy's tokenizer (None for a scripted policy)
+    env: Any = None         # the cell's environment (its mask candidates, for STaR)
 
 
 class Algorithm(Protocol):

@@ -222,10 +222,10 @@ class STaR(RFT):
         if not any(s.allowed for s in episode.segments):
             return stripped
         h, m = ctx.cfg.harness, ctx.cfg.mode
-        if not same_masks(episode, remask(episode, ctx.tokenizer, h, m)):
+        if not same_masks(episode, remask(episode, ctx.tokenizer, h, m, ctx.env)):
             self.dropped += 1
             return None
-        allowed = remask(stripped, ctx.tokenizer, h, m)
+        allowed = remask(stripped, ctx.tokenizer, h, m, ctx.env)
         if not masks_admit(stripped, allowed):
             self.dropped += 1
             return None
