@@ -50,11 +50,10 @@ def build(a, work: Path):
 def random_model(a, paths):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from ablate.env.tools import TOOL_SCHEMAS
-    from ablate.harness import chat
+    from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
     from ablate.models.tokenizer import build_tokenizer
     emails = [json.loads(line) for line in open(paths["emails"], encoding="utf-8")]
-    texts = [json.dumps(TOOL_SCHEMAS), chat.DEFAULT_SYSTEM_PROMPT] + \
+    texts = [json.dumps(TOOL_SCHEMAS), SYSTEM_PROMPT] + \
         [e["subject"] + "\n" + e["body"] for e in emails]
     tok = build_tokenizer(texts, 2000, extra_tokens=[e["message_id"] for e in emails])
     torch.manual_seed(0)
@@ -99,13 +98,14 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=4)
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    from ablate.env.tools import TOOL_SCHEMAS, ToolBox
+    from ablate.env import EmailEnv
+    from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
     from ablate.harness import chat
     from ablate.harness.config import ModeConfig
 
     model, tok, db, tasks, harness = build(a, Path(tempfile.mkdtemp(prefix="bench-rollout-")))
     kw = dict(group_size=a.group, model=model, tokenizer=tok, harness_cfg=harness,
-              make_toolbox=lambda t: ToolBox(db, t.inbox_address, t.query_date),
+              env=EmailEnv.over_db(db),
               mode_cfg=ModeConfig(), max_turns=a.turns, temperature=1.0, seed=0)
     timed_rollout(tasks[:1], {**kw, "group_size": 2, "max_turns": 1}, True)   # warm-up
     eps, t_roll, sampler = timed_rollout(tasks, kw, True)
@@ -113,7 +113,8 @@ def main(argv=None):
     own = sum(own_length(tok, e) for e in eps)
     gen = sum(e.response_tokens for e in eps)
 
-    prompts = [chat.render_prompt(tok, e.task, TOOL_SCHEMAS, ModeConfig()) for e in eps]
+    prompts = [chat.render_prompt(tok, e.task, TOOL_SCHEMAS, ModeConfig(), SYSTEM_PROMPT)
+               for e in eps]
     t0 = time.perf_counter()
     outs = sampler.generate(prompts, max_new_tokens=[e.response_tokens for e in eps],
                             temperature=1.0, seed=0)

@@ -24,10 +24,9 @@ import torch
 def build(hidden: int, layers: int, seed: int = 0):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from ablate.env.tools import TOOL_SCHEMAS
-    from ablate.harness import chat
+    from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
     from ablate.models.tokenizer import build_tokenizer
-    texts = [json.dumps(TOOL_SCHEMAS), chat.DEFAULT_SYSTEM_PROMPT] * 4
+    texts = [json.dumps(TOOL_SCHEMAS), SYSTEM_PROMPT] * 4
     tok = build_tokenizer(texts, 1000)
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(Qwen3Config(
