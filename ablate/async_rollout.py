@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import pickle
 import queue
 import time
 import traceback
@@ -123,6 +124,7 @@ def produce(plain_cfg: dict, start: int, max_steps: int, weights_q, out_q,
             tasks = sample_step_tasks(env.train_tasks, t.tasks_per_step, cfg.seed, step, 0)
             episodes = policy.act(tasks, t.group_size, temperature=cfg.sampler.temperature,
                                   seed=derived_seed(cfg.seed, step, 0))
+            pickle.dumps(episodes)   # a Queue drops what it cannot pickle: fail loudly here
             out_q.put(("batch", step, need, episodes, time.time() - ts))
     except BaseException:                    # noqa: BLE001 - reported to the learner
         out_q.put(("error", traceback.format_exc()))

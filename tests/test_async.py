@@ -109,8 +109,8 @@ def test_producer_rolls_out_exactly_the_scheduled_version(tmp_path, monkeypatch)
     equal an in-process rollout with those weights and the loop's tasks and seeds."""
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
     cfg = compose_config(normalise_overrides([*TINY, "trainer.max_async_level=1", *ASYNC]))
-    from ablate.env.bundle import build_env
-    env = build_env(cfg)
+    from ablate.envs import make_env
+    env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)   # as run_cell and the producer
     local = SamplerPolicy(env, cfg)
     w0 = {k: v.clone() for k, v in local.sampler.model.state_dict().items()}
     w1 = perturbed(w0, 0.05, 1)

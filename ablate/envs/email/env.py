@@ -30,6 +30,11 @@ class EmailState:
     toolbox: ToolBox
     calls: list             # the episode's ToolResults so far
 
+    def __getstate__(self) -> dict:
+        """Pickled (async rollouts send ended episodes between processes) without the
+        ToolBox, whose database connection cannot cross a process boundary."""
+        return {**self.__dict__, "toolbox": None}
+
 
 @register_env("enronhop")
 @register_env("synthetic")
