@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ablate.envs.base import parse_arguments
+from ablate.envs.base import parse_arguments, quote
 from ablate.envs.email.db import MAX_RESULTS_LIMIT, EmailDB, normalize_date
 
 log = logging.getLogger(__name__)
@@ -90,18 +90,6 @@ class _BadCall(Exception):
     """A malformed call; the message is the observation the model sees."""
 
 
-def _quote(value: Any, limit: int = 60) -> str:
-    """A short rendering of whatever the model sent, for error messages: strings quoted,
-    other values as JSON (so 3 and "3" read differently)."""
-    if isinstance(value, str):
-        text = value if len(value) <= limit else value[:limit] + "…"
-        return json.dumps(text, ensure_ascii=False)
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError, RecursionError):
-        text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "…"
-
 
 def render_email(email: dict, max_chars: int | None = None) -> str:
     """An email as the model reads it: headers, a blank line, the body."""
@@ -148,16 +136,16 @@ class ToolBox:
         args = parse_arguments(arguments)
         try:
             if tool not in TOOL_NAMES:
-                shown = _quote(name) if name not in (None, "") else "(none)"
+                shown = quote(name) if name not in (None, "") else "(none)"
                 raise _BadCall(f"Error: unknown tool {shown}. Available tools: "
                                f"{', '.join(TOOL_NAMES)}.")
             if not isinstance(args, dict):
                 raise _BadCall(f"Error: the arguments of {tool} must be a JSON object, "
-                               f"e.g. {_example(tool)}; got {_quote(arguments)}.")
+                               f"e.g. {_example(tool)}; got {quote(arguments)}.")
             extra = [k for k in args if k not in _PARAMS[tool]]
             if extra:
                 raise _BadCall(f"Error: {tool} got unexpected argument(s) "
-                               f"{', '.join(_quote(k, 30) for k in extra[:3])}; it takes "
+                               f"{', '.join(quote(k, 30) for k in extra[:3])}; it takes "
                                f"{', '.join(_PARAMS[tool])}, e.g. {_example(tool)}.")
             if tool == SEARCH:
                 return self._search(args)
@@ -179,7 +167,7 @@ class ToolBox:
         need = f'Error: {SEARCH} needs "keywords": a non-empty list of strings, ' \
                f'e.g. {_example(SEARCH)}'
         if not isinstance(kws, list):
-            raise _BadCall(need + (f"; got {_quote(kws)}." if "keywords" in args else "."))
+            raise _BadCall(need + (f"; got {quote(kws)}." if "keywords" in args else "."))
         if not kws:
             raise _BadCall(need + "; got an empty list.")
         if len(kws) > self.max_keywords:
@@ -187,12 +175,12 @@ class ToolBox:
                            f"got {len(kws)}.")
         for kw in kws:
             if not isinstance(kw, str):
-                raise _BadCall(need + f"; {_quote(kw)} is not a string.")
+                raise _BadCall(need + f"; {quote(kw)} is not a string.")
             if not kw.strip():
                 raise _BadCall(f"Error: {SEARCH} keywords must not be empty.")
             if len(kw) > MAX_KEYWORD_CHARS:
                 raise _BadCall(f"Error: a keyword is at most {MAX_KEYWORD_CHARS} characters; "
-                               f"{_quote(kw, 30)} has {len(kw)}.")
+                               f"{quote(kw, 30)} has {len(kw)}.")
         hits = self.db.search(self.inbox, kws, sent_before=self.query_date,
                               max_results=self.max_results)
         ids = [h["message_id"] for h in hits]
@@ -209,7 +197,7 @@ class ToolBox:
     def _read(self, args: dict) -> ToolCall:
         mid = args.get("message_id")
         if not isinstance(mid, str) or not mid.strip():
-            got = f"; got {_quote(mid)}" if "message_id" in args else ""
+            got = f"; got {quote(mid)}" if "message_id" in args else ""
             raise _BadCall(f'Error: {READ} needs "message_id": a non-empty string from the '
                            f"search results{got}.")
         if len(mid) > MAX_ID_CHARS:
@@ -218,7 +206,7 @@ class ToolBox:
         email = self.db.read(self.inbox, mid.strip(), sent_before=self.query_date)
         if email is None:   # well-formed call, nothing to show: not an `error`
             return ToolCall(name=READ, arguments=args, observation=(
-                f"Email not found: no email with message_id {_quote(mid.strip())} in this "
+                f"Email not found: no email with message_id {quote(mid.strip())} in this "
                 "inbox. Use a message_id from search results."))
         new = email["message_id"] not in self.read_ids
         self.read_ids.add(email["message_id"])
