@@ -85,6 +85,15 @@ def _fmt(value) -> str:
     return str(value).replace("|", "\\|")
 
 
+def builtin_names(allowed) -> list[str]:
+    """The names the package itself ships: a registry may also hold names a user's module
+    (`algo.plugins`, an environment's `_target_`) registered in this process."""
+    if not isinstance(allowed, dict):
+        return list(allowed)
+    return [name for name, entry in allowed.items()
+            if getattr(entry, "__module__", "ablate").split(".")[0] == "ablate"]
+
+
 def rows(cls, prefix: str = "") -> tuple[list[tuple], list[tuple[str, type]]]:
     """(key, type, default, comment) rows of the plain fields, and nested sections."""
     comments = field_comments(cls)
@@ -98,7 +107,7 @@ def rows(cls, prefix: str = "") -> tuple[list[tuple], list[tuple[str, type]]]:
         note = comments.get(f.name, "")
         if key in ALLOWED:
             note = (note + "; " if note else "") + "one of: " + ", ".join(
-                f"`{a}`" for a in ALLOWED[key])
+                f"`{a}`" for a in builtin_names(ALLOWED[key]))
         plain.append((key, _type_name(f.type), _fmt(default), note.replace("|", "\\|")))
     return plain, nested
 

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import pytest
+
+from ablate.config import ALLOWED
 
 
 @pytest.fixture(autouse=True)
@@ -22,3 +25,18 @@ def _restore_logging_handlers():
         for h in list(lg.handlers):
             if h not in keep:
                 lg.removeHandler(h)
+
+
+@pytest.fixture(autouse=True)
+def _restore_registries():
+    """A test that imports a user's plugin module (`algo.plugins`, an external environment)
+    registers names for the rest of the process; a later test (docs/configuration.md's
+    freshness, the docs-list-every-name checks) would see them. Drop what a test added,
+    and forget the module that added it, so the next import registers it again."""
+    registries = [r for r in ALLOWED.values() if isinstance(r, dict)]
+    saved = [dict(r) for r in registries]
+    yield
+    for reg, before in zip(registries, saved):
+        for name in [n for n in reg if n not in before]:
+            sys.modules.pop(getattr(reg[name], "__module__", ""), None)
+            del reg[name]

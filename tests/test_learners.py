@@ -349,7 +349,8 @@ def test_two_zero3_ranks_equal_one_torch_process(weights_dir, tmp_path, kind):
     script = tmp_path / "worker.py"
     script.write_text(WORKER.format(root=root))
     env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                        "ABLATE_DIST_ENV_PID")}
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                     "--nproc_per_node", "2", str(script), weights_dir, str(tmp_path), kind],
                    check=True, env=env, cwd=root, timeout=300)
@@ -366,3 +367,23 @@ def test_two_zero3_ranks_equal_one_torch_process(weights_dir, tmp_path, kind):
     got = {k: v.double() for k, v in torch.load(tmp_path / "weights.pt").items()}
     assert max_diff(got, weights(pt)) < 1e-5
     assert (tmp_path / "ckpt" / "step_00000001" / "COMPLETE").exists()
+
+
+def test_dist_env_is_not_inherited_from_a_training_parent(monkeypatch):
+    """A child of a process that set the single-process variables itself picks its own
+    port (CI: a CLI subprocess reused the pytest process's MASTER_PORT -> EADDRINUSE); a
+    launcher's variables (no owner) and our own (owner == this pid) are kept."""
+    import os
+    from ablate.learners.deepspeed_learner import OWNER, ensure_dist_env
+    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": "1", OWNER: str(os.getpid() + 1)}.items():
+        monkeypatch.setenv(k, v)
+    ensure_dist_env()                                   # inherited: a fresh port
+    port = os.environ["MASTER_PORT"]
+    assert port != "1" and os.environ[OWNER] == str(os.getpid())
+    ensure_dist_env()                                   # ours: kept
+    assert os.environ["MASTER_PORT"] == port
+    monkeypatch.delenv(OWNER)
+    monkeypatch.setenv("MASTER_PORT", "29501")
+    ensure_dist_env()                                   # a launcher's: kept
+    assert os.environ["MASTER_PORT"] == "29501"

@@ -32,16 +32,23 @@ warnings.filterwarnings("ignore", category=FutureWarning, message=r"`torch\.dist
 CKPT_TAG = "ds"
 
 
+DIST_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+OWNER = "ABLATE_DIST_ENV_PID"   # the process that set DIST_KEYS itself (no launcher)
+
+
 def ensure_dist_env() -> None:
-    """World size 1 without a launcher: deepspeed.initialize otherwise tries mpi4py."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+    """World size 1 without a launcher: deepspeed.initialize otherwise tries mpi4py.
+    A launcher's (torchrun, deepspeed) variables are kept. Ours are not inherited: a child
+    of a process that trained (a CLI run from a test, a sweep worker) would otherwise reuse
+    the parent's MASTER_PORT, on which the parent's store still listens (EADDRINUSE)."""
+    owner = os.environ.get(OWNER)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and owner in (None, str(os.getpid())):
         return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
-                 ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(port))):
-        os.environ.setdefault(k, v)
+    os.environ.update(zip(DIST_KEYS, ("0", "0", "1", "127.0.0.1", str(port))))
+    os.environ[OWNER] = str(os.getpid())
 
 
 def _merge(base: dict, over: dict) -> dict:
