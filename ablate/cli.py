@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import logging
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ablate.config import ConfigError, register
+from ablate.outputs import CellDir
 from ablate.preflight import check_output_dir, preflight as check_cfg
 
 log = logging.getLogger("ablate")
+FAILED_CELLS: list[str] = []   # cells of this -m grid that raised (the others went on)
 
 # Groups whose default comes from the schema (not the defaults list), so that the design
 # card's `+reward=shaped` is legal; `reward=shaped` is rewritten to it.
@@ -212,8 +216,19 @@ register()
 def _hydra_main(cfg: DictConfig) -> float | None:
     from ablate.cell import run_cell
 
-    out_dir = HydraConfig.get().runtime.output_dir
-    summary = run_cell(cfg, out_dir)
+    hc = HydraConfig.get()
+    out_dir = hc.runtime.output_dir
+    if hc.mode != RunMode.MULTIRUN:
+        summary = run_cell(cfg, out_dir)
+    else:
+        try:
+            summary = run_cell(cfg, out_dir)
+        except Exception as e:   # one bad cell must not stop a grid; KeyboardInterrupt does
+            CellDir(out_dir).mark_failed(one_line(e), traceback.format_exc())
+            FAILED_CELLS.append(out_dir)
+            log.error("cell %s FAILED (the grid goes on; see %s/FAILED): %s",
+                      hc.job.override_dirname or "default", out_dir, one_line(e))
+            return None
     return summary.get("final_accuracy") if summary else None
 
 
@@ -224,3 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(code)
     sys.argv = [sys.argv[0]] + args
     _hydra_main()
+    if FAILED_CELLS:
+        print(f"ablate: {len(FAILED_CELLS)} cell(s) of the grid failed (re-run the same "
+              f"command to retry them): " + ", ".join(FAILED_CELLS), file=sys.stderr)
+        sys.exit(1)

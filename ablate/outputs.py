@@ -22,6 +22,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 COMPLETE = "COMPLETE"
+FAILED = "FAILED"    # a grid cell that raised: its one-line error, then the traceback
 JSONL_FILES = ("metrics.jsonl", "eval.jsonl", "trajectories.jsonl")
 TRAJECTORIES_TXT = "trajectories.txt"
 # the header ablate.cell.write_trajectories writes before each evaluation's episodes
@@ -139,7 +140,12 @@ class CellDir:
         else:
             atomic_write_text(self.path / name, text)
 
+    def mark_failed(self, error: str, trace: str) -> None:
+        """Record why a grid cell failed (the other cells go on); a re-run retries it."""
+        atomic_write_text(self.path / FAILED, error + "\n\n" + trace)
+
     def mark_complete(self, summary: dict) -> None:
+        (self.path / FAILED).unlink(missing_ok=True)
         atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2, default=_jsonable))
         atomic_write_text(self.path / COMPLETE, "")
 
