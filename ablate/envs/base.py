@@ -152,6 +152,17 @@ class Environment(ABC):
         reading `episode.results` / `episode.correct`; {} = only the generic ones."""
         return {}
 
+    def outcome_labels(self) -> dict[str, dict[str, str]]:
+        """World-model predictions (docs/rewards.md): tool -> {label: what it means} for
+        the tools whose result the agent may predict; {} = nothing predictable."""
+        return {}
+
+    def outcome_label(self, state: Any, result: ToolResult) -> Optional[str]:
+        """The label (a key of outcome_labels()[result.name]) of what the call produced,
+        read after `step` on the episode's state; None = not predictable (an error, a
+        tool without labels)."""
+        return None
+
     def baseline(self, task: Task, seed: int = 0) -> Optional["Policy"]:
         """A scripted policy for this task (demonstrations, sanity floors); None if none."""
         return None
