@@ -19,10 +19,10 @@ offered only in its escaped form (backslash-quote, double backslash) and parses 
 itself. A token running past the sources list's `]` or the keywords' `]}}` is not
 constrained further. In thinking mode the same machinery forces `</think>` once the
 turn's thinking reaches its budget. With `predict_labels` (world-model predictions,
-ablate/harness/parser.py) the text after a `<predict>` written outside a call is one of
-the labels then `</predict>`, and a turn that does not start in thinking opens with the
-whole tag `<predict>LABEL</predict>` (the model chooses the label). Where none applies
-the logits pass through.
+ablate/harness/parser.py) every `</tool_call>` is followed by the whole tag
+`<predict>LABEL</predict>` (the model chooses the label), and the text after a
+`<predict>` the model writes outside a call is one of the labels then `</predict>`.
+Where none applies the logits pass through.
 
 How: the text generated so far in this turn is tracked as BYTES (byte-level BPE tokens
 need not end on character boundaries). When the text reaches a trigger (also in the
@@ -300,8 +300,6 @@ class ActionMask:
         self._think_len = 0
         self._cache: list[int] | None = None
         self._scan_from = 0       # triggers are looked for from here (after a closed tag)
-        if predict_labels and not think_open and max_think_tokens is None:
-            self._activate("predict_tag", 0)     # the turn opens with its prediction
 
     @classmethod
     def from_spec(cls, vocab: TokenBytes, spec: dict) -> "ActionMask":
@@ -389,9 +387,8 @@ class ActionMask:
     def _check_triggers(self, before: int) -> None:
         text = self._text
         if text.rfind(_CALL_OPEN) <= text.rfind(_CALL_CLOSE):   # not inside a call
-            pos = text.find(_PRED_OPEN, max(self._scan_from, before - len(_PRED_OPEN) + 1))
-            if self.cands["predict"] is not None and pos >= 0:
-                self._activate("predict", pos + len(_PRED_OPEN))
+            if self.cands["predict"] is not None:
+                self._check_predict(before)
             return
         best = None
         for kind, trig in self._triggers.items():
@@ -402,6 +399,14 @@ class ActionMask:
                 best = (pos + len(trig), kind)
         if best is not None:
             self._activate(best[1], best[0])
+
+    def _check_predict(self, before: int) -> None:
+        """After `</tool_call>`: the whole prediction tag; after `<predict>`: a label."""
+        for kind, trig in (("predict_tag", _CALL_CLOSE), ("predict", _PRED_OPEN)):
+            pos = self._text.find(trig, max(self._scan_from, before - len(trig) + 1))
+            if pos >= 0:
+                self._activate(kind, pos + len(trig))
+                return
 
     # -------------------------------------------------------------- processor API
     def _sync(self, generated: Sequence[int]) -> None:

@@ -18,9 +18,11 @@ Parsers (PARSERS, the single source of `harness.parser` names):
   Bounded work: at most MAX_TRIES opening and MAX_TRIES closing braces are tried.
   A call that needed a repair is flagged `repaired` (logged as `parser_repairs`).
 
-Predictions: `<predict>LABEL</predict>` written in the same turn before a call, outside
-the think block. A call's prediction is the last tag between the previous call's end and
-its own start (none: no prediction). Labels are compared lower-cased and stripped.
+Predictions: `<predict>LABEL</predict>` written in the same turn right after a call's
+`</tool_call>` (the call is written, its result not yet shown: a prediction of the
+consequence of that exact action), outside the think block. A call's prediction is the
+first tag between its end and the next call's start (none: no prediction). Labels are
+compared lower-cased and stripped.
 """
 from __future__ import annotations
 
@@ -156,24 +158,23 @@ def parse_actions(text: str, parser: str = "strict", predict: bool = False) -> l
         actions = [Action(ParsedCall("", None, "Error: unreadable tool call "
                                      f"({type(exc).__name__}).", text[:1000]), 0, 0)]
     if predict:
-        prev = 0
-        for a in actions:
-            a.prediction = prediction_between(text, prev, a.start)
-            prev = max(prev, a.end)
+        for a, nxt in zip(actions, actions[1:] + [None]):
+            a.prediction = prediction_between(text, a.end, len(text) if nxt is None
+                                              else max(a.end, nxt.start))
     return actions
 
 
 def prediction_between(text: str, lo: int, hi: int) -> Optional[str]:
-    """The label of the last complete <predict> tag inside text[lo:hi], normalised."""
-    tags = _PREDICT.findall(text, lo, hi)
-    return tags[-1].strip().lower() if tags else None
+    """The label of the first complete <predict> tag inside text[lo:hi], normalised."""
+    tag = _PREDICT.search(text, lo, hi)
+    return tag.group(1).strip().lower() if tag else None
 
 
 def prediction_instructions(labels: dict[str, dict[str, str]]) -> str:
     """The system-prompt paragraph that asks for predictions, from the environment's
     outcome_labels() (tool -> {label: what it means})."""
-    lines = [f"Before each tool call, predict its result: write {PREDICT_OPEN}LABEL"
-             f"{PREDICT_CLOSE} right before the <tool_call> in the same message. Labels:"]
+    lines = [f"After each tool call, predict its result: write {PREDICT_OPEN}LABEL"
+             f"{PREDICT_CLOSE} right after </tool_call>, in the same message. Labels:"]
     for tool, meanings in labels.items():
         opts = "; ".join(f"{lab} = {what}" for lab, what in meanings.items())
         lines.append(f"- {tool}: {opts}.")

@@ -12,7 +12,8 @@ episode's tool calls, then its next prompt. The records are token-exact (docs/ar
 Harness knobs (HarnessConfig, all logged): max_turns, max new tokens per turn and per
 episode, malformed calls (error observation and continue, or end; `max_malformed`
 malformed calls tolerated), `parser` strict|lenient (ablate/harness/parser.py),
-`predict` (world-model predictions, docs/rewards.md), `calls_per_turn` first|all, action/answer/keyword masking
+`predict` (world-model predictions, docs/rewards.md), `calls_per_turn` first|all,
+action/answer/keyword masking
 (keyword masking: search keywords from the question, the emails read and the search
 results seen so far in the episode, at most `max_masked_keywords` per search). The final
 answer ends the episode; calls and text after it in the same turn are ignored.
@@ -84,7 +85,7 @@ def _mask_for(s: _Live, env: Environment, harness_cfg, mode_cfg, vocab,
                               keyword_words=getattr(harness_cfg, "masked_keyword_words", 1))
     extra = dict(keywords=ctx["keywords"], max_keywords=harness_cfg.max_masked_keywords) \
         if kw and "keywords" in ctx else {}
-    if getattr(harness_cfg, "predict", False):   # the label after <predict>, forced first
+    if getattr(harness_cfg, "predict", False):   # the tag after each call, its label
         extra["predict_labels"] = _labels(env)
     return ActionMask(vocab, tool_names=ctx.get("tool_names", list(env.tool_names())),
                       ids=ctx.get("ids"), answers=ctx.get("answers"),
@@ -128,7 +129,8 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
         raise ValueError(f"harness.calls_per_turn={harness_cfg.calls_per_turn!r}")
     if harness_cfg.on_malformed not in ("continue", "end"):
         raise ValueError(f"harness.on_malformed={harness_cfg.on_malformed!r}")
-    if getattr(harness_cfg, "predict", False):
+    predict = bool(getattr(harness_cfg, "predict", False))
+    if predict:
         _labels(env)
         system_prompt += "\n\n" + parser.prediction_instructions(env.outcome_labels())
     thinking = bool(mode_cfg.enable_thinking)
@@ -233,7 +235,7 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
         if not s.done:
             _end(s, "max_turns")
         s.ep.env_metrics = {**env.behaviour(s.ep.task, s.results),
-                            **parser.episode_metrics(s.ep, bool(getattr(harness_cfg, "predict", False)))}
+                            **parser.episode_metrics(s.ep, predict)}
         s.ep.state = s.state
         if s.ep.segments and not any(seg.allowed for seg in s.ep.segments):
             for seg in s.ep.segments:

@@ -38,7 +38,13 @@ def compute_reward(episode: Episode, reward_cfg: Any,
 
 
 def check_reward_for(reward_cfg: Any, env) -> None:
-    """ValueError (one line) when `reward.name` is another environment's own scheme."""
+    """ValueError (one line) when `reward.name` is another environment's own scheme, or
+    the world-model reward is on for an environment with nothing to predict."""
+    wm, labels = getattr(reward_cfg, "world_model", None), getattr(env, "outcome_labels", None)
+    if wm is not None and wm.enable and labels is not None and not labels():
+        raise ValueError(f"reward.world_model.enable=true: env={env.name} defines no "
+                         "outcome_labels() to predict; allowed only for an environment "
+                         "that does (docs/environments.md)")
     name, own = reward_cfg.name, env.reward_schemes()
     if getattr(REWARDS.get(name), "env_only", False) and name not in own:
         generic = [n for n, f in REWARDS.items() if not getattr(f, "env_only", False)]
