@@ -217,6 +217,8 @@ def test_mask_constrains_the_label_after_a_written_tag(tok):
     after = ids.index(tok.convert_tokens_to_ids("</tool_call>")) + 1
     tag = {tok.decode([i]) for i in allowed[after]}       # forced: the whole tag after a call
     assert tag and all("<predict>".startswith(s) or s.startswith("<predict>") for s in tag)
+    again = ActionMask.from_spec(vb, m.spec())                # how the vLLM engine builds it
+    assert again.replay(ids) == allowed
     bad = tok.encode("<think>\nok\n</think>\n\n<predict>maybe</predict>", add_special_tokens=False)
     m2 = ActionMask(vb, predict_labels=EMAIL_LABELS, max_think_tokens=16)
     m2.replay(bad)

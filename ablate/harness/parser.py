@@ -16,7 +16,8 @@ Parsers (PARSERS, the single source of `harness.parser` names):
     4. a turn with no `<tool_call>` at all: the first object in the text (JSON or Python
        literal) that has a "name" key is the (single) call.
   Bounded work: at most MAX_TRIES opening and MAX_TRIES closing braces are tried.
-  A call that needed a repair is flagged `repaired` (logged as `parser_repairs`).
+  A call that needed a repair is flagged `repaired` (logged as `parser_repairs`); an
+  object read by a repair but of the wrong shape reports that shape error.
 
 Predictions: `<predict>LABEL</predict>` written in the same turn right after a call's
 `</tool_call>` (the call is written, its result not yet shown: a prediction of the

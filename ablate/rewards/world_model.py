@@ -36,6 +36,7 @@ def world_model_reward(episode: Episode, cfg: Any) -> float:
         raise ValueError(f"reward.world_model.aggregate={aggregate!r} is not one of "
                          f"{list(AGGREGATES)}")
     right, predictable, _ = prediction_counts(episode)
+    # RWML (Yu et al. 2026): paid for predicting the action's consequence right; mean/sum ours
     if aggregate == "sum":
         return weight * right
     return weight * right / predictable if predictable else 0.0
