@@ -118,6 +118,7 @@ def _repair(body: str) -> Optional[ParsedCall]:
 
 
 def parse_strict(text: str) -> list[Action]:
+    """chat.parse_tool_calls, with each call's place in the text."""
     found = list(_blocks(text))
     if not found:
         return [Action(parse_tool_calls(text)[0], 0, 0)]
@@ -125,6 +126,7 @@ def parse_strict(text: str) -> list[Action]:
 
 
 def parse_lenient(text: str) -> list[Action]:
+    """The strict reading, repaired where it fails (module docstring, repairs 1-4)."""
     found = list(_blocks(text))
     if not found:
         obj, s, e = _first_object(text, need_name=True)
