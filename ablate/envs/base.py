@@ -3,7 +3,8 @@
 An environment owns its tasks, its tool schemas (OpenAI function format), its system
 prompt, a per-episode state made by `reset`, a `step` from (state, tool name, arguments)
 to an observation plus structured info, the correctness of a final answer, its behaviour
-metrics, and snapshot/restore of a state (tree search). The harness, the rewards and the
+metrics, snapshot/restore of a state (tree search), and optionally the outcome label of
+a call (world-model predictions, docs/rewards.md). The harness, the rewards and the
 cell loop read only this protocol; docs/environments.md has a complete example.
 
 Design (read, not copied): verifiers' `MultiTurnEnv.setup_state` / `env_response` keep
