@@ -217,6 +217,13 @@ def test_mask_constrains_the_label_after_a_written_tag(tok):
     after = ids.index(tok.convert_tokens_to_ids("</tool_call>")) + 1
     tag = {tok.decode([i]) for i in allowed[after]}       # forced: the whole tag after a call
     assert tag and all("<predict>".startswith(s) or s.startswith("<predict>") for s in tag)
+    ends = ActionMask(vb, predict_labels=EMAIL_LABELS, predict_ends_turn=True)
+    one = tok.encode(SEARCH + "<predict>hits</predict>", add_special_tokens=False)
+    ends.replay(one)
+    assert ends.allowed_next() == [tok.convert_tokens_to_ids("<|im_end|>")]  # the turn ends
+    free = ActionMask(vb, predict_labels=EMAIL_LABELS)       # calls_per_turn=all: goes on
+    free.replay(one)
+    assert free.allowed_next() is None and ends.violations == free.violations == 0
     again = ActionMask.from_spec(vb, m.spec())                # how the vLLM engine builds it
     assert again.replay(ids) == allowed
     bad = tok.encode("<think>\nok\n</think>\n\n<predict>maybe</predict>", add_special_tokens=False)

@@ -21,8 +21,9 @@ constrained further. In thinking mode the same machinery forces `</think>` once 
 turn's thinking reaches its budget. With `predict_labels` (world-model predictions,
 ablate/harness/parser.py) every `</tool_call>` is followed by the whole tag
 `<predict>LABEL</predict>` (the model chooses the label), and the text after a
-`<predict>` the model writes outside a call is one of the labels then `</predict>`.
-Where none applies the logits pass through.
+`<predict>` the model writes outside a call is one of the labels then `</predict>`;
+with `predict_ends_turn` (calls_per_turn=first: later calls are ignored anyway) the
+forced tag is followed by `<|im_end|>`. Where none applies the logits pass through.
 
 How: the text generated so far in this turn is tracked as BYTES (byte-level BPE tokens
 need not end on character boundaries). When the text reaches a trigger (also in the
@@ -88,6 +89,7 @@ class TokenBytes:
             ids = tokenizer.convert_tokens_to_ids(s)
             return ids if isinstance(ids, int) and ids is not None and ids >= 0 else None
         self.think_open, self.think_close = tid("<think>"), tid("</think>")
+        self.turn_end = tid("<|im_end|>")       # ends a turn after its prediction
 
     def consistent(self, remainders: Iterable[bytes], follow: Sequence[bytes] | None = None,
                    left: int | None = None, closing: Iterable[bytes] = (b"]",)
@@ -248,7 +250,7 @@ class ActionMask:
                  answers: Sequence[str] | None = None, max_think_tokens: int | None = None,
                  think_open: bool = False, keywords: Sequence[str] | None = None,
                  max_keywords: int = 3, grammar: dict | None = None,
-                 predict_labels: Sequence[str] | None = None):
+                 predict_labels: Sequence[str] | None = None, predict_ends_turn: bool = False):
         self.vocab = vocab
         self._triggers, after_name, after_id, after_answer = _grammar(grammar)
         ids = list(ids) if ids is not None else None
@@ -285,6 +287,10 @@ class ActionMask:
             self._spec["grammar"] = dict(grammar)
         if predict_labels:
             self._spec["predict_labels"] = list(predict_labels)
+        if predict_ends_turn:
+            self._spec["predict_ends_turn"] = True
+        self._end_after_tag = predict_ends_turn and vocab.turn_end is not None
+        self._ended = False       # the forced tag closed: only the turn's end may follow
         self.max_kw = int(max_keywords)
         self._kw_count = 0            # keywords closed in the list being written
         self.max_think = max_think_tokens
@@ -313,7 +319,9 @@ class ActionMask:
     def allowed_next(self) -> list[int] | None:
         """The ids allowed at the next position (None: unconstrained)."""
         if self._cache is None:
-            if self._think_open and self.max_think is not None and \
+            if self._ended:
+                self._cache = [self.vocab.turn_end]
+            elif self._think_open and self.max_think is not None and \
                     self._think_len >= self.max_think and self.vocab.think_close is not None:
                 self._cache = [self.vocab.think_close]
             elif self._live is not None:
@@ -377,6 +385,7 @@ class ActionMask:
             else:   # a forced continuation may end in the next value's trigger
                 if kind in ("predict", "predict_tag"):
                     self._scan_from = end
+                    self._ended = kind == "predict_tag" and self._end_after_tag
                 self._check_triggers(len(self._text) - len(c))
             return
         self._live = [x for x in self._live if x.startswith(c)]

@@ -87,6 +87,7 @@ def _mask_for(s: _Live, env: Environment, harness_cfg, mode_cfg, vocab,
         if kw and "keywords" in ctx else {}
     if getattr(harness_cfg, "predict", False):   # the tag after each call, its label
         extra["predict_labels"] = _labels(env)
+        extra["predict_ends_turn"] = harness_cfg.calls_per_turn == "first"  # rest: ignored
     return ActionMask(vocab, tool_names=ctx.get("tool_names", list(env.tool_names())),
                       ids=ctx.get("ids"), answers=ctx.get("answers"),
                       grammar=ctx.get("grammar"), max_think_tokens=think, think_open=opened,
