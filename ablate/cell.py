@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 from ablate.config import ConfigError, validate
 from ablate.eval_metrics import GREEDY, SAMPLED, summarise
 from ablate.outputs import CellDir
+from ablate.harness.parser import step_metrics as harness_step_metrics
 
 log = logging.getLogger("ablate.cell")
 
@@ -341,6 +342,7 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
     remote = getattr(policy, "remote", None)   # asynchronous rollouts (max_async_level > 0)
     staleness = {"async/staleness": 0}
     kept_all: list = []
+    step_eps: list = []                  # every episode rolled out this step (all rounds)
     round_ = 0
     while True:
         need = t.tasks_per_step if round_ == 0 else t.tasks_per_step - sampler.kept_groups
@@ -351,6 +353,7 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
             episodes = policy.act(tasks, t.group_size, temperature=cfg.sampler.temperature,
                                   seed=derived_seed(cfg.seed, step, round_))
         scored = score(episodes, judge, cfg.reward)
+        step_eps += episodes
         # DAPO eq. 13 overlong penalty joins the task reward (a no-op unless enabled)
         rewards = algorithm.shape_rewards([r for r, _ in scored], episodes)
         for _, comps in scored:
@@ -380,6 +383,7 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
            "episodes": n_eps, "generated_tokens": generated, "rollout_s": rollout_s,
            "sampler/encoded_tokens": encoded, **staleness}
     row.update({f"reward/{k}": v / max(n_eps, 1) for k, v in comps_sum.items()})
+    row.update(harness_step_metrics(step_eps, bool(cfg.harness.predict)))
     if a.dynamic_sampling.enable:
         eps, rewards, groups = sampler.batch()
         row.update(sampler.metrics())

@@ -19,10 +19,12 @@ from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, ALGORITHMS, LOSS_AGGREG
 from ablate.env.config import EnvConfig, JudgeConfig
 from ablate.envs import ENVIRONMENTS, EnvError, env_class
 from ablate.harness.config import HarnessConfig, ModeConfig
+from ablate.harness.parser import PARSERS
 from ablate.learners.config import LearnerConfig
 from ablate.models.config import ModelConfig
 from ablate.rewards.config import RewardConfig
 from ablate.rewards.schemes import REWARDS
+from ablate.rewards.world_model import AGGREGATES
 from ablate.samplers.config import SamplerConfig
 
 
@@ -66,7 +68,9 @@ class AblateConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
-    harness: HarnessConfig = field(default_factory=HarnessConfig)
+    # harness.predict follows reward.world_model.enable unless set (predict, unpaid: an axis)
+    harness: HarnessConfig = field(default_factory=lambda: HarnessConfig(
+        predict="${reward.world_model.enable}"))
     mode: ModeConfig = field(default_factory=ModeConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
@@ -99,6 +103,8 @@ ALLOWED = {
     "judge.name": ("exact", "llm"),
     "harness.on_malformed": ("continue", "end"),
     "harness.calls_per_turn": ("first", "all"),
+    "harness.parser": PARSERS,
+    "reward.world_model.aggregate": AGGREGATES,
 }
 
 
@@ -249,6 +255,8 @@ def _check_harness(cfg) -> None:
     for key in ("max_new_tokens_per_turn", "max_tokens_per_episode", "max_masked_keywords"):
         _need(h[key] >= 1, f"harness.{key}", h[key], "must be >= 1")
     _need(h.max_malformed >= 0, "harness.max_malformed", h.max_malformed, "must be >= 0")
+    w = cfg.reward.world_model.weight
+    _need(w >= 0, "reward.world_model.weight", w, "must be >= 0")
     _need(h.masked_keyword_words in (1, 2), "harness.masked_keyword_words",
           h.masked_keyword_words, "choose 1 (single words) or 2 (also adjacent pairs)")
     if h.answer_masking and not h.action_masking:

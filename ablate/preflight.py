@@ -66,7 +66,8 @@ def check_env_reward(cfg: DictConfig) -> None:
     from ablate.rewards import check_reward_for
     cls = env_class(cfg.env)
     probe = SimpleNamespace(name=cfg.env.name,
-                            reward_schemes=lambda: cls.reward_schemes(None))
+                            reward_schemes=lambda: cls.reward_schemes(None),
+                            outcome_labels=lambda: cls.outcome_labels(None))
     try:
         check_reward_for(cfg.reward, probe)
     except ValueError as e:

@@ -3,7 +3,8 @@
 An environment owns its tasks, its tool schemas (OpenAI function format), its system
 prompt, a per-episode state made by `reset`, a `step` from (state, tool name, arguments)
 to an observation plus structured info, the correctness of a final answer, its behaviour
-metrics, and snapshot/restore of a state (tree search). The harness, the rewards and the
+metrics, snapshot/restore of a state (tree search), and optionally the outcome label of
+a call (world-model predictions, docs/rewards.md). The harness, the rewards and the
 cell loop read only this protocol; docs/environments.md has a complete example.
 
 Design (read, not copied): verifiers' `MultiTurnEnv.setup_state` / `env_response` keep
@@ -151,6 +152,17 @@ class Environment(ABC):
         """Reward schemes of this world, name -> fn(episode, cfg) -> (total, components),
         reading `episode.results` / `episode.correct`; {} = only the generic ones."""
         return {}
+
+    def outcome_labels(self) -> dict[str, dict[str, str]]:
+        """World-model predictions (docs/rewards.md): tool -> {label: what it means} for
+        the tools whose result the agent may predict; {} = nothing predictable."""
+        return {}
+
+    def outcome_label(self, state: Any, result: ToolResult) -> Optional[str]:
+        """The label (a key of outcome_labels()[result.name]) of what the call produced,
+        read after `step` on the episode's state; None = not predictable (an error, a
+        tool without labels)."""
+        return None
 
     def baseline(self, task: Task, seed: int = 0) -> Optional["Policy"]:
         """A scripted policy for this task (demonstrations, sanity floors); None if none."""

@@ -12,6 +12,8 @@ class HarnessConfig:
     on_malformed: str = "continue"       # continue (error observation) | end (episode ends)
     max_malformed: int = 3               # retries: malformed calls tolerated before ending
     calls_per_turn: str = "first"        # first | all
+    parser: str = "strict"               # strict | lenient (ablate/harness/parser.py)
+    predict: bool = False                # ask for predict tags; = reward.world_model.enable
     action_masking: bool = False         # constrained decoding (ids from context, known tools)
     answer_masking: bool = False         # answer values drawn from emails read (needs action_masking)
     keyword_masking: bool = False        # search keywords drawn from the question, emails read

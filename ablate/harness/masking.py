@@ -18,7 +18,12 @@ format_tool_call writes them), so a keyword holding a double quote or a backslas
 offered only in its escaped form (backslash-quote, double backslash) and parses back to
 itself. A token running past the sources list's `]` or the keywords' `]}}` is not
 constrained further. In thinking mode the same machinery forces `</think>` once the
-turn's thinking reaches its budget. Where none applies the logits pass through.
+turn's thinking reaches its budget. With `predict_labels` (world-model predictions,
+ablate/harness/parser.py) every `</tool_call>` is followed by the whole tag
+`<predict>LABEL</predict>` (the model chooses the label), and the text after a
+`<predict>` the model writes outside a call is one of the labels then `</predict>`;
+with `predict_ends_turn` (calls_per_turn=first: later calls are ignored anyway) the
+forced tag is followed by `<|im_end|>`. Where none applies the logits pass through.
 
 How: the text generated so far in this turn is tracked as BYTES (byte-level BPE tokens
 need not end on character boundaries). When the text reaches a trigger (also in the
@@ -84,6 +89,7 @@ class TokenBytes:
             ids = tokenizer.convert_tokens_to_ids(s)
             return ids if isinstance(ids, int) and ids is not None and ids >= 0 else None
         self.think_open, self.think_close = tid("<think>"), tid("</think>")
+        self.turn_end = tid("<|im_end|>")       # ends a turn after its prediction
 
     def consistent(self, remainders: Iterable[bytes], follow: Sequence[bytes] | None = None,
                    left: int | None = None, closing: Iterable[bytes] = (b"]",)
@@ -208,6 +214,7 @@ def keyword_candidates(texts: Iterable[str], max_words: int = 1) -> list[str]:
 
 
 _CALL_OPEN, _CALL_CLOSE = b"<tool_call>", b"</tool_call>"
+_PRED_OPEN, _PRED_CLOSE = b"<predict>", b"</predict>"
 _KW_CLOSE = b"]}}"     # the keywords list is its tool's only argument: it closes the call
 _SRC_CLOSE = b"]}}"    # the sources list is the answer tool's last argument: so does it
 
@@ -242,7 +249,8 @@ class ActionMask:
                  ids: Sequence[str] | None = None,
                  answers: Sequence[str] | None = None, max_think_tokens: int | None = None,
                  think_open: bool = False, keywords: Sequence[str] | None = None,
-                 max_keywords: int = 3, grammar: dict | None = None):
+                 max_keywords: int = 3, grammar: dict | None = None,
+                 predict_labels: Sequence[str] | None = None, predict_ends_turn: bool = False):
         self.vocab = vocab
         self._triggers, after_name, after_id, after_answer = _grammar(grammar)
         ids = list(ids) if ids is not None else None
@@ -262,7 +270,11 @@ class ActionMask:
             # keywords: the first item (no empty list), then more or `]}}`, then `]}}`
             "keywords": [b'"' + _j(k) for k in kws] if kws else None,
             "kwmore": [_KW_CLOSE] + [b', "' + _j(k) for k in kws] if kws else None,
-            "kwend": [_KW_CLOSE] if kws else None}
+            "kwend": [_KW_CLOSE] if kws else None,
+            "predict": [p.encode() + _PRED_CLOSE for p in predict_labels]
+            if predict_labels else None,
+            "predict_tag": [_PRED_OPEN + p.encode() + _PRED_CLOSE for p in predict_labels]
+            if predict_labels else None}
         self._follow = {k: _Pieces(self.cands[k]) if self.cands[k] else None
                         for k in ("more", "kwmore")}
         self._spec = dict(tool_names=list(tool_names) if tool_names is not None else None,
@@ -273,6 +285,12 @@ class ActionMask:
             self._spec.update(keywords=kws, max_keywords=int(max_keywords))
         if grammar:
             self._spec["grammar"] = dict(grammar)
+        if predict_labels:
+            self._spec["predict_labels"] = list(predict_labels)
+        if predict_ends_turn:
+            self._spec["predict_ends_turn"] = True
+        self._end_after_tag = predict_ends_turn and vocab.turn_end is not None
+        self._ended = False       # the forced tag closed: only the turn's end may follow
         self.max_kw = int(max_keywords)
         self._kw_count = 0            # keywords closed in the list being written
         self.max_think = max_think_tokens
@@ -287,6 +305,7 @@ class ActionMask:
         self._think_open = think_open     # the prompt opened <think> (thinking-only models)
         self._think_len = 0
         self._cache: list[int] | None = None
+        self._scan_from = 0       # triggers are looked for from here (after a closed tag)
 
     @classmethod
     def from_spec(cls, vocab: TokenBytes, spec: dict) -> "ActionMask":
@@ -300,7 +319,9 @@ class ActionMask:
     def allowed_next(self) -> list[int] | None:
         """The ids allowed at the next position (None: unconstrained)."""
         if self._cache is None:
-            if self._think_open and self.max_think is not None and \
+            if self._ended:
+                self._cache = [self.vocab.turn_end]
+            elif self._think_open and self.max_think is not None and \
                     self._think_len >= self.max_think and self.vocab.think_close is not None:
                 self._cache = [self.vocab.think_close]
             elif self._live is not None:
@@ -362,6 +383,9 @@ class ActionMask:
                 self._kw_count += 1
                 self._activate("kwmore" if self._kw_count < self.max_kw else "kwend", end)
             else:   # a forced continuation may end in the next value's trigger
+                if kind in ("predict", "predict_tag"):
+                    self._scan_from = end
+                    self._ended = kind == "predict_tag" and self._end_after_tag
                 self._check_triggers(len(self._text) - len(c))
             return
         self._live = [x for x in self._live if x.startswith(c)]
@@ -372,16 +396,26 @@ class ActionMask:
     def _check_triggers(self, before: int) -> None:
         text = self._text
         if text.rfind(_CALL_OPEN) <= text.rfind(_CALL_CLOSE):   # not inside a call
+            if self.cands["predict"] is not None:
+                self._check_predict(before)
             return
         best = None
         for kind, trig in self._triggers.items():
             if self.cands[kind] is None:
                 continue
-            pos = text.find(trig, max(0, before - len(trig) + 1))
+            pos = text.find(trig, max(self._scan_from, before - len(trig) + 1))
             if pos >= 0 and (best is None or pos + len(trig) < best[0]):
                 best = (pos + len(trig), kind)
         if best is not None:
             self._activate(best[1], best[0])
+
+    def _check_predict(self, before: int) -> None:
+        """After `</tool_call>`: the whole prediction tag; after `<predict>`: a label."""
+        for kind, trig in (("predict_tag", _CALL_CLOSE), ("predict", _PRED_OPEN)):
+            pos = self._text.find(trig, max(self._scan_from, before - len(trig) + 1))
+            if pos >= 0:
+                self._activate(kind, pos + len(trig))
+                return
 
     # -------------------------------------------------------------- processor API
     def _sync(self, generated: Sequence[int]) -> None:

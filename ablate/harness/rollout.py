@@ -11,7 +11,9 @@ episode's tool calls, then its next prompt. The records are token-exact (docs/ar
 
 Harness knobs (HarnessConfig, all logged): max_turns, max new tokens per turn and per
 episode, malformed calls (error observation and continue, or end; `max_malformed`
-malformed calls tolerated), `calls_per_turn` first|all, action/answer/keyword masking
+malformed calls tolerated), `parser` strict|lenient (ablate/harness/parser.py),
+`predict` (world-model predictions, docs/rewards.md), `calls_per_turn` first|all,
+action/answer/keyword masking
 (keyword masking: search keywords from the question, the emails read and the search
 results seen so far in the episode, at most `max_masked_keywords` per search). The final
 answer ends the episode; calls and text after it in the same turn are ignored.
@@ -40,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ablate.harness import chat
+from ablate.harness import chat, parser
 from ablate.harness.episode import Episode, Segment, Turn
 from ablate.harness.masking import ActionMask, token_bytes
 from ablate.envs.base import Environment, ToolResult   # after the harness: envs imports it
@@ -83,10 +85,22 @@ def _mask_for(s: _Live, env: Environment, harness_cfg, mode_cfg, vocab,
                               keyword_words=getattr(harness_cfg, "masked_keyword_words", 1))
     extra = dict(keywords=ctx["keywords"], max_keywords=harness_cfg.max_masked_keywords) \
         if kw and "keywords" in ctx else {}
+    if getattr(harness_cfg, "predict", False):   # the tag after each call, its label
+        extra["predict_labels"] = _labels(env)
+        extra["predict_ends_turn"] = harness_cfg.calls_per_turn == "first"  # rest: ignored
     return ActionMask(vocab, tool_names=ctx.get("tool_names", list(env.tool_names())),
                       ids=ctx.get("ids"), answers=ctx.get("answers"),
                       grammar=ctx.get("grammar"), max_think_tokens=think, think_open=opened,
                       **extra)
+
+
+def _labels(env: Environment) -> list[str]:
+    """Every outcome label of the environment, in order (harness.predict)."""
+    labels = {lab: None for m in env.outcome_labels().values() for lab in m}
+    if not labels:
+        raise ValueError(f"harness.predict=true (reward.world_model.enable): env "
+                         f"{env.name} defines no outcome_labels() to predict")
+    return list(labels)
 
 
 def _think_tokens(ids: Sequence[int], open_id, close_id, opened: bool = False) -> int:
@@ -116,6 +130,10 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
         raise ValueError(f"harness.calls_per_turn={harness_cfg.calls_per_turn!r}")
     if harness_cfg.on_malformed not in ("continue", "end"):
         raise ValueError(f"harness.on_malformed={harness_cfg.on_malformed!r}")
+    predict = bool(getattr(harness_cfg, "predict", False))
+    if predict:
+        _labels(env)
+        system_prompt += "\n\n" + parser.prediction_instructions(env.outcome_labels())
     thinking = bool(mode_cfg.enable_thinking)
     im_end = tokenizer.convert_tokens_to_ids(chat.IM_END)
     stops = [i for i in (im_end, tokenizer.convert_tokens_to_ids(chat.ENDOFTEXT),
@@ -217,7 +235,8 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
     for s in states:
         if not s.done:
             _end(s, "max_turns")
-        s.ep.env_metrics = env.behaviour(s.ep.task, s.results)
+        s.ep.env_metrics = {**env.behaviour(s.ep.task, s.results),
+                            **parser.episode_metrics(s.ep, predict)}
         s.ep.state = s.state
         if s.ep.segments and not any(seg.allowed for seg in s.ep.segments):
             for seg in s.ep.segments:
@@ -259,15 +278,18 @@ def _act(s: _Live, env: Environment, turn: Turn, text: str, harness_cfg) -> None
     _, rest = chat.split_thinking(text)
     for tok in (chat.IM_END, chat.ENDOFTEXT):
         rest = rest.replace(tok, "")
-    parsed = chat.parse_tool_calls(rest)
+    predict = bool(getattr(harness_cfg, "predict", False))
+    parsed = parser.parse_actions(rest, getattr(harness_cfg, "parser", "strict"), predict)
     if harness_cfg.calls_per_turn == "first":
         parsed = parsed[:1]
     bad = 0
-    for pc in parsed:
+    for act in parsed:
+        pc = act.call
         if pc.error is not None:
             r = ToolResult(name=pc.name, arguments=None, observation=pc.error, error=pc.error)
         else:
             r = env.call(s.state, pc.name, pc.arguments)
+        parser.annotate(r, act, predict, env, s.state)
         turn.calls.append(r)
         s.results.append(r)
         if r.error is not None:

@@ -5,6 +5,7 @@ from typing import Any, Optional
 
 from ablate.harness.episode import Episode
 from ablate.rewards.schemes import REWARDS, Components
+from ablate.rewards.world_model import world_model_reward
 
 
 def malformed_calls(episode: Episode) -> int:
@@ -17,7 +18,8 @@ def compute_reward(episode: Episode, reward_cfg: Any,
     environment's reward_schemes()) first, then in REWARDS. `format_penalty` (> 0 to enable) is
     subtracted once per malformed call and logged as the `format_penalty` component
     (always present, so keys are stable); with it on, totals can be negative even for
-    `shaped`, by choice. `state_change_bonus` is passed to the scheme in `reward_cfg`."""
+    `shaped`, by choice. `state_change_bonus` is passed to the scheme in `reward_cfg`.
+    `world_model.enable` adds the `world_model` component (ablate/rewards/world_model.py)."""
     name = reward_cfg.name
     table = {**REWARDS, **(schemes or {})}
     if name not in table:
@@ -28,11 +30,21 @@ def compute_reward(episode: Episode, reward_cfg: Any,
     total, comps = table[name](episode, reward_cfg)
     penalty = -penalty_per_call * malformed_calls(episode)
     comps = {**comps, "format_penalty": penalty}
+    wm = getattr(reward_cfg, "world_model", None)
+    if wm is not None and wm.enable:
+        comps["world_model"] = world_model_reward(episode, wm)
+        total += comps["world_model"]
     return total + penalty, comps
 
 
 def check_reward_for(reward_cfg: Any, env) -> None:
-    """ValueError (one line) when `reward.name` is another environment's own scheme."""
+    """ValueError (one line) when `reward.name` is another environment's own scheme, or
+    the world-model reward is on for an environment with nothing to predict."""
+    wm, labels = getattr(reward_cfg, "world_model", None), getattr(env, "outcome_labels", None)
+    if wm is not None and wm.enable and labels is not None and not labels():
+        raise ValueError(f"reward.world_model.enable=true: env={env.name} defines no "
+                         "outcome_labels() to predict; allowed only for an environment "
+                         "that does (docs/environments.md)")
     name, own = reward_cfg.name, env.reward_schemes()
     if getattr(REWARDS.get(name), "env_only", False) and name not in own:
         generic = [n for n, f in REWARDS.items() if not getattr(f, "env_only", False)]

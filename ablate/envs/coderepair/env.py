@@ -151,6 +151,16 @@ class CodeRepairEnv(Environment):
         from ablate.envs.coderepair.rewards import REWARDS   # rewards.py imports this module
         return dict(REWARDS)
 
+    def outcome_labels(self) -> dict[str, dict[str, str]]:
+        return {RUN: {"pass": "every test passes", "fail": "some test fails"}}
+
+    def outcome_label(self, state: CodeState, result: ToolResult) -> Optional[str]:
+        """run_tests: did every test pass (a failed build fails)?"""
+        if result.error is not None or result.name != RUN:
+            return None
+        ok = result.extra.get("failed", 1) == 0 and result.extra.get("passed", 0) > 0
+        return "pass" if ok else "fail"
+
     def baseline(self, task: Task, seed: int = 0):
         from ablate.envs.coderepair.baseline import HonestFixer   # it imports this module
         return HonestFixer()

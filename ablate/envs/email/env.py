@@ -18,7 +18,7 @@ from ablate.envs.base import Environment, Task, ToolResult, register_env
 from ablate.envs.email.bundle import EnvBundle, build_env
 from ablate.envs.email.config import EnvConfig
 from ablate.envs.email.data import Task as EmailTask
-from ablate.envs.email.judge import ExactJudge
+from ablate.envs.email.judge import ExactJudge, normalize_answer
 from ablate.envs.email.masking import GRAMMAR, episode_candidates
 from ablate.envs.email.scripted import ScriptedAgent
 from ablate.envs.email.tools import (ANSWER, READ, SEARCH, SYSTEM_PROMPT, TOOL_SCHEMAS,
@@ -132,6 +132,22 @@ class EmailEnv(Environment):
         ctx["grammar"] = GRAMMAR
         return ctx
 
+    def outcome_labels(self) -> dict[str, dict[str, str]]:
+        return dict(OUTCOME_LABELS)
+
+    def outcome_label(self, state: EmailState, result: ToolResult) -> Optional[str]:
+        """search_inbox: any hit or none; read_email: does the email shown hold the gold
+        answer (its normalised tokens as a contiguous span, the exact judge's
+        normalisation)? Errors: not predictable."""
+        if result.error is not None:
+            return None
+        if result.name == SEARCH:
+            return "hits" if result.extra.get("hits") else "none"
+        if result.name == READ:
+            return "answer" if contains_answer(result.observation, state.task.answer) \
+                else "no_answer"
+        return None
+
     def reward_schemes(self) -> dict:
         from ablate.envs.email.rewards import SCHEMES   # rewards.py imports this module
         return dict(SCHEMES)
@@ -161,6 +177,18 @@ class EmailEnv(Environment):
         close = getattr(self.bundle.db, "close", None)
         if close is not None:
             close()
+
+
+OUTCOME_LABELS = {
+    SEARCH: {"hits": "it returns at least one email", "none": "it returns no email"},
+    READ: {"answer": "the email contains the answer to the question",
+           "no_answer": "it does not"}}
+
+
+def contains_answer(text: str, gold: str) -> bool:
+    """Do the gold answer's normalised tokens appear contiguously in `text`'s?"""
+    g, t = normalize_answer(gold), normalize_answer(text)
+    return bool(g) and any(t[i:i + len(g)] == g for i in range(len(t) - len(g) + 1))
 
 
 def emails_read(results: list[ToolResult]) -> set[str]:
