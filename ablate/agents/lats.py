@@ -1,0 +1,223 @@
+"""LATS: Monte-Carlo tree search over an agent's tool-call steps (Zhou et al., 2024,
+"Language Agent Tree Search", arXiv:2310.04406, §4).
+
+One tree per (task, sample). A node is an episode prefix (the turns that lead to it); the
+root is the task's first prompt. Each iteration (§4, "Selection" to "Backpropagation"):
+
+* selection: from the root, descend to the child maximising UCT (eq. 1),
+  V(s)/N(s) + c·sqrt(ln N(parent) / N(s)), among children that can still be expanded,
+  down to a node not expanded yet;
+* expansion: sample k = `children` candidate next turns at that node (fewer when the node
+  budget is nearly spent); each is a new node;
+* evaluation and simulation: each candidate's episode is continued to its end by the
+  policy (the same rollout samples the candidate and completes it), and the node's value
+  is that episode's reward (the cell's reward scheme, judge included);
+* backpropagation: the reward is added to every node on the path to the root.
+
+A node whose turn ended its episode is terminal. The search stops when the tree holds
+`node_budget` nodes besides the root, when no node can be expanded, or (with
+`stop_on_success`) at the first judged-correct episode. The agent's episode for the
+(task, sample) is the highest-reward episode the search produced (the first on ties), a
+real rollout whose tokens and log-probabilities are as sampled, so it can be trained on.
+With node_budget 1 the search is one rollout from the root: single-sample behaviour.
+Branching is deterministic replay of the node's turns (ablate/agents/replay.py).
+
+The value uses the judge, so LATS's accuracy is that of a search with outcome feedback, as
+the paper's on HotPotQA; its compute (`agent_tokens`, every token any of its rollouts
+generated) is reported beside it (docs/agents.md).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ablate.agents.base import Agent, mix_seed, run_rollout
+from ablate.agents.registry import AGENTS
+from ablate.agents.replay import Action, ReplaySampler, turn_actions
+
+
+class ReplayError(RuntimeError):
+    """Replaying a node's turns did not reproduce them (a non-deterministic environment)."""
+
+
+@dataclass(eq=False)
+class Node:
+    action: Optional[Action] = None          # the turn that leads here (None: the root)
+    parent: Optional["Node"] = None
+    children: list = field(default_factory=list)
+    visits: int = 0
+    value_sum: float = 0.0
+    terminal: bool = False
+
+    @property
+    def depth(self) -> int:
+        return 0 if self.parent is None else self.parent.depth + 1
+
+    def path(self) -> list[Action]:
+        return [] if self.parent is None else self.parent.path() + [self.action]
+
+    def expandable(self) -> bool:
+        return not self.terminal and (not self.children or
+                                      any(c.expandable() for c in self.children))
+
+    def uct(self, c: float) -> float:
+        # Zhou et al., 2024, §4 eq. 1: V(s)/N(s) + w·sqrt(ln N(p) / N(s))
+        return self.value_sum / self.visits + c * math.sqrt(
+            math.log(self.parent.visits) / self.visits)
+
+    def shape(self) -> tuple:
+        """The tree as nested tuples (action ids, visits, value, terminal, children)."""
+        return (self.action.ids if self.action else (), self.visits,
+                round(self.value_sum, 9), self.terminal,
+                tuple(c.shape() for c in self.children))
+
+
+@dataclass(eq=False)
+class Tree:
+    task: Any
+    group: int
+    sample: int
+    root: Node = field(default_factory=Node)
+    episodes: list = field(default_factory=list)     # (reward, episode) of every rollout
+    tokens: int = 0                                  # tokens its rollouts really generated
+    done: bool = False
+
+    @property
+    def size(self) -> int:
+        """Nodes besides the root."""
+        def count(n: Node) -> int:
+            return len(n.children) + sum(count(c) for c in n.children)
+        return count(self.root)
+
+    def select(self, c: float) -> Optional[Node]:
+        node = self.root
+        while node.children:
+            open_ = [ch for ch in node.children if ch.expandable()]
+            if not open_:
+                return None
+            node = max(open_, key=lambda ch: ch.uct(c))   # first of equals: max is stable
+        return node if node.expandable() else None
+
+
+def backpropagate(node: Node, reward: float) -> None:
+    while node is not None:
+        node.visits += 1
+        node.value_sum += reward
+        node = node.parent
+
+
+@AGENTS.register("lats")
+class LATS(Agent):
+    name = "lats"
+
+    def __init__(self, *, node_budget: int = 8, children: int = 2, exploration: float = 1.0,
+                 stop_on_success: bool = True):
+        self.node_budget, self.children = int(node_budget), int(children)
+        self.exploration, self.stop_on_success = float(exploration), bool(stop_on_success)
+
+    @classmethod
+    def from_config(cls, agent_cfg) -> "LATS":
+        t = agent_cfg.lats
+        return cls(node_budget=t.node_budget, children=t.children,
+                   exploration=t.exploration, stop_on_success=t.stop_on_success)
+
+    def describe(self) -> dict:
+        return {"agent": self.name, "node_budget": self.node_budget,
+                "children": self.children, "exploration": self.exploration,
+                "stop_on_success": self.stop_on_success, "value": "rollout reward",
+                "branching": "deterministic replay"}
+
+    def act(self, policy, tasks, group_size, *, temperature, seed, score):
+        trees = self.search(policy, tasks, group_size, temperature=temperature, seed=seed,
+                            score=score)
+        return [self.best(t) for t in trees]
+
+    def search(self, policy, tasks, group_size, *, temperature, seed, score) -> list[Tree]:
+        """The trees of every (task, sample), in (task, sample) order."""
+        trees = [Tree(task, i, s) for i, task in enumerate(tasks) for s in range(group_size)]
+        for round_ in itertools.count():   # each round adds a node or closes a leaf
+            wanted = []
+            for t in trees:
+                leaf = None if t.done else t.select(self.exploration)
+                if leaf is None:
+                    t.done = True
+                    continue
+                wanted.append((t, leaf, min(self.children, self.node_budget - t.size)))
+            if not wanted:
+                break
+            for b, batch in enumerate(batches(wanted)):
+                # the first call of a search is a plain rollout with the caller's seed
+                s = seed if round_ == b == 0 else mix_seed(seed, round_, b)
+                self.expand(policy, batch, temperature, s, score)
+            for t in trees:
+                t.done = t.done or t.size >= self.node_budget
+        return trees
+
+    def expand(self, policy, batch, temperature, seed, score) -> None:
+        """One rollout call for a batch of (tree, leaf, n): n candidates per leaf, each
+        continued to its end; their rewards become the new nodes' values."""
+        actions = [a for _, leaf, _ in batch for a in leaf.path()]
+        tasks = [t.task for t, _, n in batch for _ in range(n)]
+        episodes = run_rollout(policy, tasks, 1, temperature=temperature, seed=seed,
+                               sampler=ReplaySampler(policy.sampler, actions))
+        rewards = [float(r) for r, _ in score(episodes)]
+        it = iter(zip(episodes, rewards))
+        for tree, leaf, n in batch:
+            for _ in range(n):
+                self.grow(tree, leaf, *next(it))
+
+    def grow(self, tree: Tree, leaf: Node, episode, reward: float) -> None:
+        path, d = leaf.path(), leaf.depth
+        turns = turn_actions(episode)
+        if [a.ids for a in turns[:d]] != [a.ids for a in path]:
+            raise ReplayError(f"agent=lats: replaying task {tree.task.id} did not reproduce "
+                              f"its first {d} turns: the environment is not deterministic "
+                              "under reset + step")
+        tree.tokens += episode.response_tokens - sum(len(a.ids) for a in path)
+        tree.episodes.append((reward, episode))
+        if len(turns) <= d:            # the episode ended before acting at this node
+            leaf.terminal = True
+            backpropagate(leaf, reward)
+        else:
+            child = Node(action=turns[d], parent=leaf,
+                         terminal=episode.num_turns == d + 1)
+            leaf.children.append(child)
+            backpropagate(child, reward)
+        if self.stop_on_success and episode.correct:
+            tree.done = True
+
+    @staticmethod
+    def best(tree: Tree):
+        top = max(r for r, _ in tree.episodes)
+        episode = next(e for r, e in tree.episodes if r == top)
+        episode.group, episode.sample = tree.group, tree.sample
+        depth = max((n.depth for n in nodes(tree.root)), default=0)
+        episode.env_metrics.update({"agent_tokens": tree.tokens, "lats_nodes": tree.size,
+                                    "lats_rollouts": len(tree.episodes),
+                                    "lats_depth": depth})
+        return episode
+
+
+def nodes(root: Node):
+    yield root
+    for c in root.children:
+        yield from nodes(c)
+
+
+def batches(wanted: list) -> list[list]:
+    """Split (tree, leaf, n) into rollout calls in which no two trees share a first
+    prompt (the replaying sampler keys recorded turns by prompt, so two trees of one task
+    on different paths must not share a call)."""
+    out: list[tuple[set, list]] = []
+    for item in wanted:
+        key = item[0].task.prompt
+        for seen, batch in out:
+            if key not in seen:
+                seen.add(key)
+                batch.append(item)
+                break
+        else:
+            out.append(({key}, [item]))
+    return [b for _, b in out]
