@@ -80,7 +80,8 @@ class Tree:
     group: int
     sample: int
     root: Node = field(default_factory=Node)
-    episodes: list = field(default_factory=list)     # (reward, episode) of every rollout
+    # (reward, episode, d) of every rollout, d: the turns it replayed (its leaf's depth)
+    episodes: list = field(default_factory=list)
     tokens: int = 0                                  # tokens its rollouts really generated
     done: bool = False
 
@@ -176,7 +177,7 @@ class LATS(Agent):
                               f"its first {d} turns: the environment is not deterministic "
                               "under reset + step")
         tree.tokens += episode.response_tokens - sum(len(a.ids) for a in path)
-        tree.episodes.append((reward, episode))
+        tree.episodes.append((reward, episode, d))
         if len(turns) <= d:            # the episode ended before acting at this node
             leaf.terminal = True
             backpropagate(leaf, reward)
@@ -190,8 +191,8 @@ class LATS(Agent):
 
     @staticmethod
     def best(tree: Tree):
-        top = max(r for r, _ in tree.episodes)
-        episode = next(e for r, e in tree.episodes if r == top)
+        top = max(r for r, _, _ in tree.episodes)
+        episode = next(e for r, e, _ in tree.episodes if r == top)
         episode.group, episode.sample = tree.group, tree.sample
         depth = max((n.depth for n in nodes(tree.root)), default=0)
         episode.env_metrics.update({"agent_tokens": tree.tokens, "lats_nodes": tree.size,
