@@ -8,6 +8,7 @@ nowhere else (Ω = 1), in the Ω following attempts otherwise; success@k counts 
 run a 2-step cell and resume after SIGKILL (tests/test_algos_rft.py's helper)."""
 from __future__ import annotations
 
+import random
 import re
 from types import SimpleNamespace
 
@@ -26,6 +27,8 @@ from ablate.cli import compose_config, normalise_overrides
 from ablate.config import ConfigError, validate
 from ablate.env import EmailEnv
 from ablate.env.judge import make_judge
+from ablate.envs import run_episode, scripted
+from ablate.envs.coderepair.env import CodeRepairEnv
 from ablate.eval_metrics import summarise
 from ablate.harness import chat
 from ablate.samplers.hf import HFSampler
@@ -112,6 +115,50 @@ def test_lats_episodes_are_real_rollouts(primed):
             lp = _recompute(model, seg, 1.0)
             m = torch.tensor(seg.mask, dtype=torch.bool)
             assert torch.allclose(lp[m], torch.tensor(seg.logprobs)[m], atol=2e-4)
+
+
+class Forking(U.ScriptedSampler):
+    """Plays a scripted fix turn by turn, or on rows the call's seed picks (a fixed
+    function of seed, row and turn) a detour call: a tree with branches, no model."""
+
+    def __init__(self, steps, detour):
+        super().__init__(U.tokenizer(), None)
+        self.steps, self.detour = steps, detour
+
+    def generate(self, prompts, *, max_new_tokens, seed=None, **kw):
+        outs = []
+        for row, p in enumerate(prompts):
+            turn = self.tok.decode(p).count("<|im_start|>assistant") - 1
+            pick = random.Random(f"{seed}-{row}-{turn}").random() < 0.4
+            self.script = lambda text, t: self.detour if pick else \
+                self.steps[min(t, len(self.steps) - 1)]
+            outs += super().generate([p], max_new_tokens=[max_new_tokens[row]], seed=seed)
+        return outs
+
+
+def test_lats_replays_a_stateful_environment():
+    """Code repair keeps edits in its state: every episode of the tree (replayed prefixes
+    included) ends in the state its own calls give on a fresh reset."""
+    env = CodeRepairEnv(gen_seed=0, train_tasks=2, test_tasks=1, max_turns=10)
+    task = env.tasks("train")[0]
+    fix = run_episode(env, task, env.baseline(task, 0), 10)
+    assert fix.correct and any(n == "replace_line" for n, _, _ in fix.steps())
+    cfg = compose_config(["env=coderepair", "env.max_turns=10", "reward.name=outcome",
+                          "harness.action_masking=false", "harness.answer_masking=false",
+                          "harness.keyword_masking=false"])
+    sampler = Forking([chat.format_tool_call(n, a) for n, a, _ in fix.steps()],
+                      chat.format_tool_call("run_tests", {}))
+    pol = SimpleNamespace(sampler=sampler, tokenizer=U.tokenizer(), env=env, cfg=cfg)
+    trees = LATS(node_budget=8, children=2, stop_on_success=False).search(
+        pol, [task], 1, temperature=1.0, seed=2, score=lambda e: score(e, env, cfg.reward))
+    tree = trees[0]
+    assert tree.size == 8 and max(d for _, _, d in tree.episodes) >= 2
+    for _, e, _ in tree.episodes:
+        calls = [(c.name, c.arguments) for c in e.calls]
+        again = run_episode(env, task, scripted(calls), len(calls))
+        assert again.state.files == e.state.files
+        assert [r.observation for r in again.results] == [c.observation for c in e.calls]
+    assert any(e.correct for _, e, _ in tree.episodes)
 
 
 def test_lats_raises_when_replay_diverges():
