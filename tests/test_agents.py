@@ -19,7 +19,7 @@ import test_harness_util as U
 from test_algos_rft import cell_resumes_after_sigkill
 from test_harness import _recompute
 from ablate.agents import AGENTS, LATS, Reflexion, build_agent, run_rollout
-from ablate.agents.lats import Node, ReplayError, Tree
+from ablate.agents.lats import RATE_ASK, Node, ReplayError, Tree
 from ablate.agents.reflexion import MEMORY_HEAD, REFLECTION_ASK
 from ablate.agents.replay import turn_actions
 from ablate.cell import eval_rows, score
@@ -159,6 +159,31 @@ def test_lats_replays_a_stateful_environment():
         assert again.state.files == e.state.files
         assert [r.observation for r in again.results] == [c.observation for c in e.calls]
     assert any(e.correct for _, e, _ in tree.episodes)
+
+
+def test_lats_policy_value_is_the_policys_rating_without_the_judge(tmp_path):
+    solve, c = U.demo_script(U.demo_steps()), chat.format_tool_call
+    detour = c("search_inbox", {"keywords": ["parking"]})
+
+    def script(prompt, turn):
+        if RATE_ASK in prompt:
+            return "7 of 10" if "Maria Lopez" in prompt else "2"
+        return solve(prompt, turn) if turn != 1 or U.TASKS[0].question in prompt else detour
+    sampler = U.ScriptedSampler(U.tokenizer(), script)
+    pol, _ = policy_for(U.make_db(tmp_path), sampler, ["env.max_turns=4"])
+
+    def judge(eps):
+        raise AssertionError("value=policy must not call the judge")
+    trees = LATS(node_budget=3, children=1, value="policy").search(
+        pol, U.TASKS, 1, temperature=1.0, seed=0, score=judge)
+    for t, rating in zip(trees, (0.2, 0.7)):
+        assert [v for v, _, _ in t.episodes] == [rating] * 3
+        assert t.root.value_sum == pytest.approx(3 * rating) and t.size == 3
+        rated = sum(len(U.tokenizer().encode(
+            "7 of 10" if rating == 0.7 else "2", add_special_tokens=False)) + 1 for _ in range(3))
+        assert t.tokens == rated + sum(e.response_tokens - sum(
+            len(a.ids) for a in turn_actions(e)[:d]) for _, e, d in t.episodes)
+    assert sum(RATE_ASK in p for p in sampler.prompts) == 6
 
 
 def test_lats_raises_when_replay_diverges():

@@ -20,6 +20,10 @@ class LatsConfig:
     node_budget: int = 8                 # tree nodes besides the root (one per sampled action)
     children: int = 2                    # k: candidate actions sampled per expansion
     exploration: float = 1.0             # UCT constant c (Zhou et al., 2024, §4, eq. 1)
+    # node value: rollout (the rollout's reward, judge included) | policy (the policy's
+    # own 0-10 rating of the rollout's answer, no judge)
+    value: str = "rollout"
+    rating_tokens: int = 8               # generation budget of one rating (value=policy)
     stop_on_success: bool = True         # stop a tree at its first judged-correct rollout
 
 
@@ -45,6 +49,9 @@ def check(cfg, need) -> None:
     need(t.node_budget >= 1, "agent.lats.node_budget", t.node_budget, "must be >= 1")
     need(t.children >= 1, "agent.lats.children", t.children, "must be >= 1")
     need(t.exploration >= 0, "agent.lats.exploration", t.exploration, "must be >= 0")
+    need(t.value in ("rollout", "policy"), "agent.lats.value", t.value,
+         "choose rollout or policy")
+    need(t.rating_tokens >= 1, "agent.lats.rating_tokens", t.rating_tokens, "must be >= 1")
     if a.name != "react" and cfg.model.name == "scripted":
         need(False, "agent.name", a.name, "needs a language model, not model=scripted")
     if a.train and a.name != "react":

@@ -11,31 +11,41 @@ root is the task's first prompt. Each iteration (§4, "Selection" to "Backpropag
   budget is nearly spent); each is a new node;
 * evaluation and simulation: each candidate's episode is continued to its end by the
   policy (the same rollout samples the candidate and completes it), and the node's value
-  is that episode's reward (the cell's reward scheme, judge included);
+  is that episode's reward (`value=rollout`: the cell's reward scheme, judge included) or
+  the policy's own estimate (`value=policy`: the policy, shown the episode, rates its
+  answer 0-10, §4 "Evaluation"; no judge; an episode without an answer is worth 0);
 * backpropagation: the reward is added to every node on the path to the root.
 
 A node whose turn ended its episode is terminal. The search stops when the tree holds
 `node_budget` nodes besides the root, when no node can be expanded, or (with
-`stop_on_success`) at the first judged-correct episode. The agent's episode for the
+`stop_on_success`) at the first judged-correct episode (`value=policy`: the first rated
+10/10). The agent's episode for the
 (task, sample) is the highest-reward episode the search produced (the first on ties), a
 real rollout whose tokens and log-probabilities are as sampled, so it can be trained on.
 With node_budget 1 the search is one rollout from the root: single-sample behaviour.
 Branching is deterministic replay of the node's turns (ablate/agents/replay.py).
 
-The value uses the judge, so LATS's accuracy is that of a search with outcome feedback, as
-the paper's on HotPotQA; its compute (`agent_tokens`, every token any of its rollouts
+With `value=rollout` the search uses the judge, so LATS's accuracy is that of a search
+with outcome feedback, as the paper's on HotPotQA; `value=policy` searches without it; its compute (`agent_tokens`, every token any of its rollouts
 generated) is reported beside it (docs/agents.md).
 """
 from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ablate.agents.base import Agent, mix_seed, run_rollout
+from ablate.agents.base import Agent, mix_seed, run_rollout, stop_ids
+from ablate.agents.reflexion import episode_prompt
 from ablate.agents.registry import AGENTS
 from ablate.agents.replay import Action, ReplaySampler, turn_actions
+
+VALUES = ("rollout", "policy")
+RATE_ASK = ("How likely is the final answer of this attempt to be correct? Reply with one "
+            "integer from 0 (surely wrong) to 10 (surely right).")
+RATE_SYSTEM = "You grade an attempt of an agent that used tools to answer a question."
 
 
 class ReplayError(RuntimeError):
@@ -114,20 +124,25 @@ class LATS(Agent):
     name = "lats"
 
     def __init__(self, *, node_budget: int = 8, children: int = 2, exploration: float = 1.0,
-                 stop_on_success: bool = True):
+                 stop_on_success: bool = True, value: str = "rollout",
+                 rating_tokens: int = 8):
+        if value not in VALUES:
+            raise ValueError(f"agent.lats.value={value!r} is not one of {list(VALUES)}")
         self.node_budget, self.children = int(node_budget), int(children)
         self.exploration, self.stop_on_success = float(exploration), bool(stop_on_success)
+        self.value, self.rating_tokens = value, int(rating_tokens)
 
     @classmethod
     def from_config(cls, agent_cfg) -> "LATS":
         t = agent_cfg.lats
         return cls(node_budget=t.node_budget, children=t.children,
-                   exploration=t.exploration, stop_on_success=t.stop_on_success)
+                   exploration=t.exploration, stop_on_success=t.stop_on_success,
+                   value=t.value, rating_tokens=t.rating_tokens)
 
     def describe(self) -> dict:
         return {"agent": self.name, "node_budget": self.node_budget,
                 "children": self.children, "exploration": self.exploration,
-                "stop_on_success": self.stop_on_success, "value": "rollout reward",
+                "stop_on_success": self.stop_on_success, "value": self.value,
                 "branching": "deterministic replay"}
 
     def act(self, policy, tasks, group_size, *, temperature, seed, score):
@@ -163,11 +178,37 @@ class LATS(Agent):
         tasks = [t.task for t, _, n in batch for _ in range(n)]
         episodes = run_rollout(policy, tasks, 1, temperature=temperature, seed=seed,
                                sampler=ReplaySampler(policy.sampler, actions))
-        rewards = [float(r) for r, _ in score(episodes)]
-        it = iter(zip(episodes, rewards))
+        if self.value == "rollout":
+            values, spent = [float(r) for r, _ in score(episodes)], [0] * len(episodes)
+        else:
+            values, spent = self.rate(policy, episodes, temperature, mix_seed(seed, 1))
+        it = iter(zip(episodes, values, spent))
         for tree, leaf, n in batch:
             for _ in range(n):
-                self.grow(tree, leaf, *next(it))
+                episode, value, rated = next(it)
+                tree.tokens += rated
+                self.grow(tree, leaf, episode, value)
+
+    def rate(self, policy, episodes, temperature, seed) -> tuple[list[float], list[int]]:
+        """The policy's own value of each episode: its 0-10 rating of the answer, / 10
+        (0 without an answer, or when no integer can be read); and the tokens spent."""
+        todo = [i for i, e in enumerate(episodes) if e.answered]
+        values, spent = [0.0] * len(episodes), [0] * len(episodes)
+        if not todo:
+            return values, spent
+        prompts = [episode_prompt(policy, episodes[i], RATE_SYSTEM, RATE_ASK) for i in todo]
+        cap = getattr(policy.sampler, "max_context", None)
+        outs = policy.sampler.generate(
+            prompts, max_new_tokens=[max(1, min(self.rating_tokens, cap - len(p)))
+                                     if cap else self.rating_tokens for p in prompts],
+            temperature=temperature, top_p=policy.cfg.sampler.top_p,
+            stop_token_ids=stop_ids(policy.tokenizer), seed=seed)
+        for i, o in zip(todo, outs):
+            found = re.search(r"\d+", policy.tokenizer.decode(list(o.ids),
+                                                            skip_special_tokens=True))
+            values[i] = min(int(found.group()), 10) / 10 if found else 0.0
+            spent[i] = len(o.ids)
+        return values, spent
 
     def grow(self, tree: Tree, leaf: Node, episode, reward: float) -> None:
         path, d = leaf.path(), leaf.depth
@@ -186,7 +227,8 @@ class LATS(Agent):
                          terminal=episode.num_turns == d + 1)
             leaf.children.append(child)
             backpropagate(child, reward)
-        if self.stop_on_success and episode.correct:
+        done = episode.correct if self.value == "rollout" else reward >= 1.0
+        if self.stop_on_success and done:
             tree.done = True
 
     @staticmethod

@@ -57,6 +57,16 @@ def transcript(episode, limit: int) -> str:
     return "\n".join(lines)[-limit:] if limit else ""
 
 
+def episode_prompt(policy, episode, system: str, ask: str, limit: int = 1500) -> list[int]:
+    """A prompt showing the policy one of its episodes (the task, the end of the
+    transcript, the final answer) and asking `ask` (a reflection, a rating)."""
+    answer = episode.final_answer if episode.final_answer is not None else "(none)"
+    user = (f"Question:\n{episode.task.prompt}\n\nThe attempt:\n"
+            f"{transcript(episode, limit)}\n\nFinal answer: {answer}\n\n{ask}")
+    return chat.render_prompt(policy.tokenizer, SimpleNamespace(prompt=user), None,
+                              policy.cfg.mode, system_prompt=system)
+
+
 def outcome(episode) -> str:
     if episode.final_answer is not None and episode.answered:
         return f"the answer {episode.final_answer!r} was judged wrong."
@@ -145,8 +155,5 @@ class Reflexion(Agent):
         return texts, [len(o.ids) for o in outs]
 
     def prompt(self, policy, episode, limit: int) -> list[int]:
-        user = (f"Question:\n{episode.task.prompt}\n\nThe attempt:\n"
-                f"{transcript(episode, limit)}\n\nOutcome: {outcome(episode)}\n\n"
-                + REFLECTION_ASK)
-        return chat.render_prompt(policy.tokenizer, SimpleNamespace(prompt=user), None,
-                                  policy.cfg.mode, system_prompt=REFLECTION_SYSTEM)
+        return episode_prompt(policy, episode, REFLECTION_SYSTEM,
+                              f"Outcome: {outcome(episode)}\n\n{REFLECTION_ASK}", limit)
