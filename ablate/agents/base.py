@@ -56,9 +56,6 @@ class Agent:
     def from_config(cls, agent_cfg: Any) -> "Agent":
         return cls()
 
-    def describe(self) -> dict:
-        return {"agent": self.name}
-
     def act(self, policy, tasks: Sequence, group_size: int, *, temperature: float,
             seed: int, score: Score) -> list:
         raise NotImplementedError

@@ -139,12 +139,6 @@ class LATS(Agent):
                    exploration=t.exploration, stop_on_success=t.stop_on_success,
                    value=t.value, rating_tokens=t.rating_tokens)
 
-    def describe(self) -> dict:
-        return {"agent": self.name, "node_budget": self.node_budget,
-                "children": self.children, "exploration": self.exploration,
-                "stop_on_success": self.stop_on_success, "value": self.value,
-                "branching": "deterministic replay"}
-
     def act(self, policy, tasks, group_size, *, temperature, seed, score):
         trees = self.search(policy, tasks, group_size, temperature=temperature, seed=seed,
                             score=score)

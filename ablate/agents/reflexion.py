@@ -44,15 +44,20 @@ def with_memory(task, memory: list[str]):
     return dataclasses.replace(task, **{field: block + getattr(task, field)})
 
 
+def visible(text: str) -> str:
+    """A completion without its thinking and end tokens, whitespace collapsed."""
+    _, text = chat.split_thinking(text)
+    for tok in (chat.IM_END, chat.ENDOFTEXT):
+        text = text.replace(tok, "")
+    return " ".join(text.split())
+
+
 def transcript(episode, limit: int) -> str:
     """The attempt as text: each turn's visible text and its tool results, its last
     `limit` characters."""
     lines = []
     for t in episode.turns:
-        _, text = chat.split_thinking(t.text)
-        for tok in (chat.IM_END, chat.ENDOFTEXT):
-            text = text.replace(tok, "")
-        lines.append(f"Assistant: {text.strip()}")
+        lines.append(f"Assistant: {visible(t.text)}")
         lines += [f"Result: {c.observation[:300]}" for c in t.calls]
     return "\n".join(lines)[-limit:] if limit else ""
 
@@ -89,9 +94,6 @@ class Reflexion(Agent):
         return cls(max_attempts=r.max_attempts, memory_size=r.memory_size,
                    max_reflection_tokens=r.max_reflection_tokens,
                    transcript_chars=r.transcript_chars)
-
-    def describe(self) -> dict:
-        return {"agent": self.name, **vars(self), "trained_context": "with the memory"}
 
     def act(self, policy, tasks, group_size, *, temperature, seed, score):
         slots = [(i, s) for i in range(len(tasks)) for s in range(group_size)]
@@ -146,12 +148,7 @@ class Reflexion(Agent):
         outs = sampler.generate(prompts, max_new_tokens=budgets, temperature=temperature,
                                 top_p=policy.cfg.sampler.top_p, stop_token_ids=stop_ids(tok),
                                 seed=seed)
-        texts = []
-        for o in outs:
-            _, text = chat.split_thinking(tok.decode(list(o.ids), skip_special_tokens=False))
-            for t in (chat.IM_END, chat.ENDOFTEXT):
-                text = text.replace(t, "")
-            texts.append(" ".join(text.split()))
+        texts = [visible(tok.decode(list(o.ids), skip_special_tokens=False)) for o in outs]
         return texts, [len(o.ids) for o in outs]
 
     def prompt(self, policy, episode, limit: int) -> list[int]:
