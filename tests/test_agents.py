@@ -18,7 +18,7 @@ import torch
 import test_harness_util as U
 from test_algos_rft import cell_resumes_after_sigkill
 from test_harness import _recompute
-from ablate.agents import AGENTS, LATS, Reflexion, build_agent, run_rollout
+from ablate.agents import AGENTS, LATS, Reflexion, agent_for, build_agent, run_rollout
 from ablate.agents.lats import RATE_ASK, Node, ReplayError, Tree
 from ablate.agents.reflexion import MEMORY_HEAD, REFLECTION_ASK
 from ablate.agents.replay import turn_actions
@@ -307,6 +307,9 @@ def test_agent_group_names_come_from_the_registry():
         cfg = compose_config([f"agent={name}"])
         validate(cfg)
         assert build_agent(cfg.agent).name == name
+    assert agent_for(compose_config([]), True) is None                 # react: the harness
+    assert agent_for(compose_config(["agent=lats"]), False) is None    # evaluation only
+    assert agent_for(compose_config(["agent=lats", "agent.train=true"]), False).name == "lats"
     with pytest.raises(ConfigError, match=r"agent.name='mcts' is not allowed.*lats"):
         validate(compose_config(["agent.name=mcts"]))
     with pytest.raises(ConfigError, match="agent.lats.node_budget=0"):
