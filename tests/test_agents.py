@@ -54,11 +54,11 @@ def primed(tmp_path_factory):
     return db, model
 
 
-def lats_policy(primed, **harness):
+def lats_policy(primed, mode="instruct"):
     db, model = primed
-    over = [f"harness.{k}={v}" for k, v in harness.items()]
     return policy_for(db, HFSampler(model, U.tokenizer()),
-                      ["harness.max_tokens_per_episode=80", *over], compact=True)
+                      ["harness.max_tokens_per_episode=80", f"+mode={mode}",
+                       "mode.max_think_tokens=16"], compact=True)
 
 
 def same_episode(a, b):
@@ -69,8 +69,9 @@ def same_episode(a, b):
     assert (a.final_answer, a.end_reason) == (b.final_answer, b.end_reason)
 
 
-def test_lats_with_budget_one_is_a_single_rollout(primed):
-    pol, sc = lats_policy(primed)
+@pytest.mark.parametrize("mode", ["instruct", "thinking"])
+def test_lats_with_budget_one_is_a_single_rollout(primed, mode):
+    pol, sc = lats_policy(primed, mode)
     got = LATS(node_budget=1, children=3).act(pol, U.TASKS, 1, temperature=1.0, seed=11,
                                                score=sc)
     plain = run_rollout(pol, U.TASKS, 1, temperature=1.0, seed=11)
@@ -101,16 +102,19 @@ def test_lats_tree_never_exceeds_its_budget_and_is_a_function_of_the_seed(primed
     assert [t.root.shape() for t in first] != [t.root.shape() for t in other]
 
 
-def test_lats_episodes_are_real_rollouts(primed):
+@pytest.mark.parametrize("mode", ["instruct", "thinking"])
+def test_lats_episodes_are_real_rollouts(primed, mode):
     """Episodes grown from deep nodes: recorded log-probabilities (replayed turns
-    included) are what the model gives their tokens in context, and the action masks."""
-    pol, sc = lats_policy(primed)
+    included) are what the model gives their tokens in context, and the action masks;
+    in thinking mode each turn is its own segment (earlier thinking stripped)."""
+    pol, sc = lats_policy(primed, mode)
     _, model = primed
     trees = LATS(node_budget=6, children=2, stop_on_success=False).search(
         pol, U.TASKS, 1, temperature=1.0, seed=5, score=sc)
     deep = [e for t in trees for _, e, d in t.episodes if d > 0]
     assert deep, "no episode grew below the root"
     for e in deep:
+        assert len(e.segments) == (e.num_turns if mode == "thinking" else 1)
         for seg in e.segments:
             lp = _recompute(model, seg, 1.0)
             m = torch.tensor(seg.mask, dtype=torch.bool)
