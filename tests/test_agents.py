@@ -320,12 +320,35 @@ def test_agent_group_names_come_from_the_registry():
         validate(compose_config(["agent=lats", "agent.lats.node_budget=0"]))
 
 
+# --- cells ---------------------------------------------------------------------------------------
+
+def test_reflexion_cell_evaluates_and_trains_through_the_agent(tmp_path, monkeypatch):
+    """In process: the cell's evaluation rows and summary carry the agent's metrics, and
+    its training rows count the agent's tokens (agent.train=true, RFT)."""
+    import json
+    from ablate.cell import run_cell
+    from test_hardening_resume import TINY
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    cfg = compose_config(normalise_overrides([
+        *TINY, "trainer.max_steps=1", "eval.at_start=false", "eval.greedy=false",
+        "agent=reflexion", "agent.train=true", "agent.reflexion.max_attempts=2",
+        "+algo=rft"]))
+    summary = run_cell(cfg, tmp_path / "cell")["final_eval"]
+    read = (lambda n: [json.loads(x) for x in
+                       (tmp_path / "cell" / n).read_text().splitlines() if x])
+    evals, (row,) = read("eval.jsonl"), read("metrics.jsonl")
+    assert {"eval/reflexion_success@1", "eval/reflexion_success@2",
+            "eval/agent_tokens"} <= set(summary)
+    assert all(r["reflexion_max_attempts"] == 2 for r in evals)
+    assert summary["eval/reflexion_success@2"] >= summary["eval/reflexion_success@1"]
+    assert "rft/kept" in row and row["generated_tokens"] >= row["episodes"]
+
+
 # --- a 2-step cell, resumed after SIGKILL ------------------------------------------------------
 
-@pytest.mark.parametrize("agent,key", [
-    ("lats", "eval/lats_nodes"),
-    # ~90 s like the LATS cell; the same cell code path, Reflexion's steps are covered above
-    pytest.param("reflexion", "eval/reflexion_success@2", marks=pytest.mark.heavy)])
+@pytest.mark.heavy     # ~90 s each on 2 cores (three cells); the in-process cell above is fast
+@pytest.mark.parametrize("agent,key", [("lats", "eval/lats_nodes"),
+                                       ("reflexion", "eval/reflexion_success@2")])
 def test_agent_runs_a_cell_as_rft_data_source_and_resumes_after_sigkill(agent, key, tmp_path):
     import json
     rows = cell_resumes_after_sigkill(
