@@ -19,7 +19,7 @@ import test_harness_util as U
 from test_algos_rft import cell_resumes_after_sigkill
 from test_harness import _recompute
 from ablate.agents import AGENTS, LATS, Reflexion, agent_for, build_agent, run_rollout
-from ablate.agents.lats import RATE_ASK, Node, ReplayError, Tree
+from ablate.agents.lats import RATE_ASK, Node, ReplayError, Tree, siblings
 from ablate.agents.reflexion import MEMORY_HEAD, REFLECTION_ASK
 from ablate.agents.replay import turn_actions
 from ablate.cell import eval_rows, score
@@ -95,11 +95,42 @@ def test_lats_tree_never_exceeds_its_budget_and_is_a_function_of_the_seed(primed
         assert t.size <= budget
         assert t.root.visits == len(t.episodes)      # every rollout backpropagated once
         assert t.tokens == sum(e.response_tokens - sum(len(a.ids) for a in
-                                                       turn_actions(e)[:d])
-                               for _, e, d in t.episodes)
+                                                       turn_actions(e)[:leaf.depth])
+                               for _, e, leaf in t.episodes)
     assert max(t.size for t in first) == budget      # the budget is used, not undershot
     assert [t.root.shape() for t in first] == [t.root.shape() for t in again]
     assert [t.root.shape() for t in first] != [t.root.shape() for t in other]
+
+
+def test_lats_sibling_groups_for_dpo(primed):
+    """train_episodes=siblings (training only): every rollout, one group per expanded
+    node; a group's episodes share the replayed turns; DPO pairs stay inside a group."""
+    from ablate.algos.dpo import group_pairs
+    pol, sc = lats_policy(primed)
+    agent = LATS(node_budget=5, children=2, stop_on_success=False,
+                 train_episodes="siblings")
+    kw = dict(temperature=1.0, seed=7, score=sc)
+    assert len(agent.act(pol, U.TASKS, 1, **kw)) == 2         # evaluation: one per tree
+    agent.training = True
+    assert len(agent.act(pol, U.TASKS, 1, **kw)) == sum(
+        len(t.episodes) for t in agent.search(pol, U.TASKS, 1, **kw))
+    trees = agent.search(pol, U.TASKS, 1, **kw)
+    leaf_of = {id(e): leaf for t in trees for _, e, leaf in t.episodes}
+    eps = siblings(trees)
+    assert len(eps) == len(leaf_of) > 2
+    assert sum(e.env_metrics["agent_tokens"] for e in eps) == sum(t.tokens for t in trees)
+    by_group = {}
+    for e in eps:
+        by_group.setdefault(e.group, []).append(e)
+        leaf = leaf_of[id(e)]
+        assert turn_actions(e)[:leaf.depth] == leaf.path()      # the shared prefix
+    assert len(by_group) > len(trees)                        # nodes below the roots too
+    for members in by_group.values():
+        assert [e.sample for e in members] == list(range(len(members)))
+        assert len({id(leaf_of[id(e)]) for e in members}) == 1
+    rewards = [r for r, _ in sc(eps)]
+    for w, lose in group_pairs(eps, rewards, [e.group for e in eps], "extremes"):
+        assert leaf_of[id(eps[w])] is leaf_of[id(eps[lose])]
 
 
 @pytest.mark.parametrize("mode", ["instruct", "thinking"])
@@ -111,7 +142,7 @@ def test_lats_episodes_are_real_rollouts(primed, mode):
     _, model = primed
     trees = LATS(node_budget=6, children=2, stop_on_success=False).search(
         pol, U.TASKS, 1, temperature=1.0, seed=5, score=sc)
-    deep = [e for t in trees for _, e, d in t.episodes if d > 0]
+    deep = [e for t in trees for _, e, leaf in t.episodes if leaf.depth > 0]
     assert deep, "no episode grew below the root"
     for e in deep:
         assert len(e.segments) == (e.num_turns if mode == "thinking" else 1)
@@ -156,7 +187,7 @@ def test_lats_replays_a_stateful_environment():
     trees = LATS(node_budget=8, children=2, stop_on_success=False).search(
         pol, [task], 1, temperature=1.0, seed=2, score=lambda e: score(e, env, cfg.reward))
     tree = trees[0]
-    assert tree.size == 8 and max(d for _, _, d in tree.episodes) >= 2
+    assert tree.size == 8 and max(leaf.depth for _, _, leaf in tree.episodes) >= 2
     for _, e, _ in tree.episodes:
         calls = [(c.name, c.arguments) for c in e.calls]
         again = run_episode(env, task, scripted(calls), len(calls))
@@ -186,7 +217,7 @@ def test_lats_policy_value_is_the_policys_rating_without_the_judge(tmp_path):
         rated = sum(len(U.tokenizer().encode(
             "7 of 10" if rating == 0.7 else "2", add_special_tokens=False)) + 1 for _ in range(3))
         assert t.tokens == rated + sum(e.response_tokens - sum(
-            len(a.ids) for a in turn_actions(e)[:d]) for _, e, d in t.episodes)
+            len(a.ids) for a in turn_actions(e)[:leaf.depth]) for _, e, leaf in t.episodes)
     assert sum(RATE_ASK in p for p in sampler.prompts) == 6
 
 

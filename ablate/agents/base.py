@@ -84,4 +84,6 @@ def agent_for(cfg: Any, evaluation: bool) -> Agent | None:
     a = cfg.get("agent") if hasattr(cfg, "get") else getattr(cfg, "agent", None)
     if a is None or a.name == "react" or not (evaluation or a.train):
         return None
-    return build_agent(a)
+    agent = build_agent(a)
+    agent.training = not evaluation
+    return agent

@@ -25,6 +25,9 @@ class LatsConfig:
     value: str = "rollout"
     rating_tokens: int = 8               # generation budget of one rating (value=policy)
     stop_on_success: bool = True         # stop a tree at its first judged-correct rollout
+    # training episodes (agent.train): best (one per tree) | siblings (every rollout, a
+    # group per expanded node: Agent Q's sibling pairs for +algo=dpo, or RFT's data)
+    train_episodes: str = "best"
 
 
 @dataclass
@@ -52,6 +55,14 @@ def check(cfg, need) -> None:
     need(t.value in ("rollout", "policy"), "agent.lats.value", t.value,
          "choose rollout or policy")
     need(t.rating_tokens >= 1, "agent.lats.rating_tokens", t.rating_tokens, "must be >= 1")
+    need(t.train_episodes in ("best", "siblings"), "agent.lats.train_episodes",
+         t.train_episodes, "choose best or siblings")
+    if t.train_episodes == "siblings" and a.train and a.name == "lats":
+        need(cfg.algo.algorithm in ("dpo", "rft"), "agent.lats.train_episodes",
+             t.train_episodes, "groups of siblings vary in size: use +algo=dpo or +algo=rft")
+        need(not cfg.algo.dynamic_sampling.enable and not cfg.algo.buffer.enable,
+             "agent.lats.train_episodes", t.train_episodes,
+             "a sibling group is not a task's group: disable dynamic sampling and the buffer")
     if a.name != "react" and cfg.model.name == "scripted":
         need(False, "agent.name", a.name, "needs a language model, not model=scripted")
     if a.train and a.name != "react":

@@ -90,7 +90,7 @@ class Tree:
     group: int
     sample: int
     root: Node = field(default_factory=Node)
-    # (reward, episode, d) of every rollout, d: the turns it replayed (its leaf's depth)
+    # (value, episode, leaf) of every rollout; the leaf it grew from replayed leaf.depth turns
     episodes: list = field(default_factory=list)
     tokens: int = 0                                  # tokens its rollouts really generated
     done: bool = False
@@ -125,23 +125,28 @@ class LATS(Agent):
 
     def __init__(self, *, node_budget: int = 8, children: int = 2, exploration: float = 1.0,
                  stop_on_success: bool = True, value: str = "rollout",
-                 rating_tokens: int = 8):
+                 rating_tokens: int = 8, train_episodes: str = "best"):
         if value not in VALUES:
             raise ValueError(f"agent.lats.value={value!r} is not one of {list(VALUES)}")
         self.node_budget, self.children = int(node_budget), int(children)
         self.exploration, self.stop_on_success = float(exploration), bool(stop_on_success)
         self.value, self.rating_tokens = value, int(rating_tokens)
+        self.train_episodes = train_episodes
+        self.training = False       # set by agent_for: this agent makes training rollouts
 
     @classmethod
     def from_config(cls, agent_cfg) -> "LATS":
         t = agent_cfg.lats
         return cls(node_budget=t.node_budget, children=t.children,
                    exploration=t.exploration, stop_on_success=t.stop_on_success,
-                   value=t.value, rating_tokens=t.rating_tokens)
+                   value=t.value, rating_tokens=t.rating_tokens,
+                   train_episodes=t.train_episodes)
 
     def act(self, policy, tasks, group_size, *, temperature, seed, score):
         trees = self.search(policy, tasks, group_size, temperature=temperature, seed=seed,
                             score=score)
+        if self.training and self.train_episodes == "siblings":
+            return siblings(trees)
         return [self.best(t) for t in trees]
 
     def search(self, policy, tasks, group_size, *, temperature, seed, score) -> list[Tree]:
@@ -212,7 +217,7 @@ class LATS(Agent):
                               f"its first {d} turns: the environment is not deterministic "
                               "under reset + step")
         tree.tokens += episode.response_tokens - sum(len(a.ids) for a in path)
-        tree.episodes.append((reward, episode, d))
+        tree.episodes.append((reward, episode, leaf))
         if len(turns) <= d:            # the episode ended before acting at this node
             leaf.terminal = True
             backpropagate(leaf, reward)
@@ -235,6 +240,25 @@ class LATS(Agent):
                                     "lats_rollouts": len(tree.episodes),
                                     "lats_depth": depth})
         return episode
+
+
+def siblings(trees: list[Tree]) -> list:
+    """Every rollout of every tree, grouped by the leaf it grew from: the episodes of a
+    group share their replayed prefix and differ from the next turn on (Agent Q's node
+    pairs, Putta et al., 2024, arXiv:2408.07199, §4). `agent_tokens`: each episode's
+    own new tokens, the tree's ratings on its first."""
+    out, group_of = [], {}
+    for tree in trees:
+        first = len(out)
+        for _, e, leaf in tree.episodes:
+            e.group = group_of.setdefault(id(leaf), len(group_of))
+            e.sample = sum(1 for x in out if x.group == e.group)
+            e.env_metrics["agent_tokens"] = e.response_tokens - sum(
+                len(a.ids) for a in leaf.path())
+            out.append(e)
+        rest = tree.tokens - sum(e.env_metrics["agent_tokens"] for e in out[first:])
+        out[first].env_metrics["agent_tokens"] += rest
+    return out
 
 
 def nodes(root: Node):
