@@ -19,15 +19,17 @@ root is the task's first prompt. Each iteration (§4, "Selection" to "Backpropag
 A node whose turn ended its episode is terminal. The search stops when the tree holds
 `node_budget` nodes besides the root, when no node can be expanded, or (with
 `stop_on_success`) at the first judged-correct episode (`value=policy`: the first rated
-10/10). The agent's episode for the
-(task, sample) is the highest-reward episode the search produced (the first on ties), a
-real rollout whose tokens and log-probabilities are as sampled, so it can be trained on.
-With node_budget 1 the search is one rollout from the root: single-sample behaviour.
-Branching is deterministic replay of the node's turns (ablate/agents/replay.py).
+10/10). The agent's episode for the (task, sample) is the highest-value episode the
+search produced (the first on ties), a real rollout whose tokens and log-probabilities
+are as sampled, so it can be trained on (`train_episodes=siblings`: all of them, grouped
+by the node they grew from). With node_budget 1 the search is one rollout from the root:
+single-sample behaviour. Branching is deterministic replay of the node's turns
+(ablate/agents/replay.py).
 
 With `value=rollout` the search uses the judge, so LATS's accuracy is that of a search
-with outcome feedback, as the paper's on HotPotQA; `value=policy` searches without it; its compute (`agent_tokens`, every token any of its rollouts
-generated) is reported beside it (docs/agents.md).
+with outcome feedback, as the paper's on HotPotQA; `value=policy` searches without it.
+Its compute (`agent_tokens`: every token its rollouts and ratings generated) is reported
+beside its accuracy (docs/agents.md).
 """
 from __future__ import annotations
 
