@@ -114,10 +114,10 @@ class Tree:
         return node if node.expandable() else None
 
 
-def backpropagate(node: Node, reward: float) -> None:
+def backpropagate(node: Node, value: float) -> None:
     while node is not None:
         node.visits += 1
-        node.value_sum += reward
+        node.value_sum += value
         node = node.parent
 
 
@@ -174,7 +174,7 @@ class LATS(Agent):
 
     def expand(self, policy, batch, temperature, seed, score) -> None:
         """One rollout call for a batch of (tree, leaf, n): n candidates per leaf, each
-        continued to its end; their rewards become the new nodes' values."""
+        continued to its end and valued (`value`)."""
         actions = [a for _, leaf, _ in batch for a in leaf.path()]
         tasks = [t.task for t, _, n in batch for _ in range(n)]
         episodes = run_rollout(policy, tasks, 1, temperature=temperature, seed=seed,
@@ -211,7 +211,7 @@ class LATS(Agent):
             spent[i] = len(o.ids)
         return values, spent
 
-    def grow(self, tree: Tree, leaf: Node, episode, reward: float) -> None:
+    def grow(self, tree: Tree, leaf: Node, episode, value: float) -> None:
         path, d = leaf.path(), leaf.depth
         turns = turn_actions(episode)
         if [a.ids for a in turns[:d]] != [a.ids for a in path]:
@@ -219,16 +219,16 @@ class LATS(Agent):
                               f"its first {d} turns: the environment is not deterministic "
                               "under reset + step")
         tree.tokens += episode.response_tokens - sum(len(a.ids) for a in path)
-        tree.episodes.append((reward, episode, leaf))
+        tree.episodes.append((value, episode, leaf))
         if len(turns) <= d:            # the episode ended before acting at this node
             leaf.terminal = True
-            backpropagate(leaf, reward)
+            backpropagate(leaf, value)
         else:
             child = Node(action=turns[d], parent=leaf,
                          terminal=episode.num_turns == d + 1)
             leaf.children.append(child)
-            backpropagate(child, reward)
-        done = episode.correct if self.value == "rollout" else reward >= 1.0
+            backpropagate(child, value)
+        done = episode.correct if self.value == "rollout" else value >= 1.0
         if self.stop_on_success and done:
             tree.done = True
 
