@@ -109,7 +109,7 @@ class ScriptedPolicy:
     def __init__(self, env, cfg):
         self.env, self.cfg = env, cfg
 
-    def act(self, tasks, group_size, *, temperature, seed):
+    def act(self, tasks, group_size, *, temperature, seed, evaluation=False):
         from ablate.envs import run_episode
         from ablate.harness.episode import scripted_episode
         episodes = []
@@ -158,9 +158,14 @@ class ModelPolicy:
     def push_weights(self):
         self.sampler.load_weights(self.learner.export_state_dict())
 
-    def act(self, tasks, group_size, *, temperature, seed):
+    def act(self, tasks, group_size, *, temperature, seed, evaluation=False):
+        from ablate.agents import agent_for
         from ablate.harness.rollout import rollout
         c = self.cfg
+        agent = agent_for(c, evaluation)   # agent=reflexion|lats (ablate/agents); else ReAct
+        if agent is not None:
+            return agent.act(self, tasks, group_size, temperature=temperature, seed=seed,
+                             score=lambda eps: score(eps, self.env, c.reward))
         return rollout(tasks, group_size=group_size, sampler=self.sampler,
                        tokenizer=self.tokenizer, env=self.env,
                        harness_cfg=c.harness, mode_cfg=c.mode, max_turns=c.env.max_turns,
@@ -261,12 +266,12 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
         # k samples per question at the evaluation (by default the training) temperature
         temp = cfg.sampler.temperature if e.temperature is None else e.temperature
         episodes = policy.act(eval_tasks, e.samples, temperature=temp,
-                              seed=derived_seed(cfg.seed, step, 99991))
+                              seed=derived_seed(cfg.seed, step, 99991), evaluation=True)
         rewards = score(episodes, judge, cfg.reward)
         rows = eval_rows(step, episodes, rewards, SAMPLED if temp > 0 else GREEDY)
         if e.greedy and temp > 0:   # a second, greedy pass reported beside it
             g_eps = policy.act(eval_tasks, 1, temperature=0.0,
-                               seed=derived_seed(cfg.seed, step, 99992))
+                               seed=derived_seed(cfg.seed, step, 99992), evaluation=True)
             rows += eval_rows(step, g_eps, score(g_eps, judge, cfg.reward), GREEDY)
         cell.append("eval.jsonl", rows)
         write_trajectories(cell, step, episodes, rewards, cfg.run.num_trajectories)
@@ -362,7 +367,8 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
         n_eps += len(episodes)
         correct += sum(bool(e.correct) for e in episodes)
         answered += sum(e.answered for e in episodes)
-        generated += sum(e.response_tokens for e in episodes)
+        generated += sum(e.env_metrics.get("agent_tokens", e.response_tokens)
+                         for e in episodes)   # an agent's search / reflections included
         encoded += sum(e.encoded_tokens for e in episodes)
         seen_rewards.append(rewards)
         groups = [e.group for e in episodes]

@@ -12,6 +12,8 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from ablate.agents import AGENTS
+from ablate.agents.config import AgentConfig, check as check_agent
 from ablate.algos.config import AlgoConfig
 from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, ALGORITHMS, LOSS_AGGREGATIONS,
                                    PAIR_RULES, POLICY_LOSSES, ROLLOUT_CORRECTIONS,
@@ -77,6 +79,7 @@ class AblateConfig:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
     run: RunConfig = field(default_factory=RunConfig)
     experiment: Optional[str] = None     # the +experiment=NAME preset applied, if any
 
@@ -94,6 +97,7 @@ ALLOWED = {
     "algo.dpo.pairs": PAIR_RULES,
     "algo.rft.keep": ("correct", "reward"),
     "algo.curriculum.mode": ("schedule", "promotion"),
+    "agent.name": AGENTS,
     "mode.name": ("instruct", "thinking"),
     "env.name": ENVIRONMENTS,
     "sampler.name": ("hf", "vllm"),
@@ -221,6 +225,7 @@ def validate(cfg: DictConfig | Any) -> None:
     _check_learner(cfg.learner)
     _check_sampler_judge(cfg)
     _check_run(cfg)
+    check_agent(cfg, _need)
 
 
 def _need(ok: bool, key: str, value, allowed: str) -> None:

@@ -13,6 +13,8 @@ from math import comb
 
 import numpy as np
 
+from ablate.agents.metrics import agent_summary
+
 SAMPLED, GREEDY = "sampled", "greedy"
 
 
@@ -67,6 +69,7 @@ def summarise(step: int, rows: list[dict]) -> dict:
     for h in sorted({r["hops"] for r in main}):
         s[f"eval/accuracy_hops{h}"] = per_question_mean(
             [r for r in main if r["hops"] == h], lambda r: r["correct"])
+    s.update(agent_summary(main, per_question_mean))   # agent=reflexion|lats (ablate/agents)
     if greedy and sampled:
         s["eval/greedy_accuracy"] = per_question_mean(greedy, lambda r: r["correct"])
         s["eval/greedy_answer_rate"] = per_question_mean(

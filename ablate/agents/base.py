@@ -1,0 +1,89 @@
+"""The agent protocol: how a policy turns tasks into episodes.
+
+    agent = build_agent(cfg.agent)
+    episodes = agent.act(policy, tasks, group_size, temperature=..., seed=..., score=...)
+
+`policy` is anything with `sampler`, `tokenizer`, `env` and `cfg` (the cell's ModelPolicy);
+`score(episodes)` judges and rewards episodes as the cell does (it sets `correct`) and
+returns [(reward, components)]. An agent returns `group_size` episodes per task in (task,
+sample) order, token-exact like the harness's rollout, so they can be evaluated and
+trained on like any other. Each episode's `env_metrics["agent_tokens"]` is everything the
+agent generated to produce it (its search or earlier attempts included): the compute a
+comparison with plain sampling must match.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ablate.agents.registry import AGENTS
+from ablate.harness import chat
+from ablate.harness.rollout import rollout
+
+Score = Callable[[list], list]
+
+
+def run_rollout(policy, tasks: Sequence, group_size: int, *, temperature: float, seed: int,
+                sampler=None) -> list:
+    """The harness's rollout with the policy's settings (as the cell's ModelPolicy.act),
+    optionally through another sampler (LATS's replaying wrapper)."""
+    c = policy.cfg
+    return rollout(tasks, group_size=group_size, sampler=sampler or policy.sampler,
+                   tokenizer=policy.tokenizer, env=policy.env, harness_cfg=c.harness,
+                   mode_cfg=c.mode, max_turns=c.env.max_turns, temperature=temperature,
+                   top_p=c.sampler.top_p, seed=seed)
+
+
+def mix_seed(*parts: int) -> int:
+    """A stable 31-bit seed from integers (as ablate.cell.derived_seed)."""
+    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts])
+               .generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def stop_ids(tokenizer) -> list[int]:
+    """The ids that end a turn (as the harness's rollout stops on)."""
+    ids = [tokenizer.convert_tokens_to_ids(chat.IM_END),
+           tokenizer.convert_tokens_to_ids(chat.ENDOFTEXT), tokenizer.eos_token_id]
+    return list(dict.fromkeys(i for i in ids if isinstance(i, int) and i >= 0))
+
+
+class Agent:
+    """Base class: `act` as the module docstring says; `from_config` reads `agent.*`."""
+    name = ""
+
+    @classmethod
+    def from_config(cls, agent_cfg: Any) -> "Agent":
+        return cls()
+
+    def act(self, policy, tasks: Sequence, group_size: int, *, temperature: float,
+            seed: int, score: Score) -> list:
+        raise NotImplementedError
+
+
+@AGENTS.register("react")
+class ReAct(Agent):
+    """One rollout per (task, sample): exactly the harness's rollout (the default)."""
+    name = "react"
+
+    def act(self, policy, tasks, group_size, *, temperature, seed, score):
+        return run_rollout(policy, tasks, group_size, temperature=temperature, seed=seed)
+
+
+def build_agent(agent_cfg: Any) -> Agent:
+    """The configured agent (`agent.name` from the registry)."""
+    cls = AGENTS.get_checked(agent_cfg.name)
+    agent = cls.from_config(agent_cfg)
+    agent.name = agent_cfg.name
+    return agent
+
+
+def agent_for(cfg: Any, evaluation: bool) -> Agent | None:
+    """The agent a cell uses for this purpose, or None for the harness's plain rollout
+    (agent=react, or a training rollout when `agent.train` is false)."""
+    a = cfg.get("agent") if hasattr(cfg, "get") else getattr(cfg, "agent", None)
+    if a is None or a.name == "react" or not (evaluation or a.train):
+        return None
+    agent = build_agent(a)
+    agent.training = not evaluation
+    return agent
