@@ -1,6 +1,7 @@
 """SmolLM2-135M-Instruct (model=smollm2_135m, the `smollm` extra) on CPU, in one process:
 
     python benchmarks/bench_smollm.py [--tasks 4] [--group 2] [--new 48] [--turns 2] [--threads 1]
+        [--warm] [--skip-off] [--skip-on]
 
 1. Tool-call habit with the harness masks OFF, on a small synthetic mailbox, through the
    real rollout (ablate.harness.rollout) with the chat conventions of the model's own
@@ -131,9 +132,12 @@ def main(argv=None):
     ap.add_argument("--turns", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)   # 1: as run.num_threads (shared CPU)
     ap.add_argument("--skip-off", action="store_true")
+    ap.add_argument("--skip-on", action="store_true")
+    ap.add_argument("--warm", action="store_true",     # model.warm_start=true
+                    help="the SFT warm start (python -m ablate.models.smollm warmstart)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    cfg = compose_config(["model=smollm2_135m"])
+    cfg = compose_config(["model=smollm2_135m", f"model.warm_start={str(a.warm).lower()}"])
     work = Path(tempfile.mkdtemp(prefix="bench-smollm-"))
     paths = generate(work, seed=0, num_inboxes=4, emails_per_inbox=40, train_tasks=20,
                      test_tasks=4)
@@ -147,7 +151,8 @@ def main(argv=None):
         rates, gen, secs = masks_off(a, tasks, sampler, tok, cfg, env)
         out.update(masks_off=rates, hf_generated_tokens=gen,
                    hf_gen_tokens_per_s=round(gen / secs, 1))
-    out["masks_on"] = masks_on(a, tasks, model, sampler, tok, cfg, env)
+    if not a.skip_on:
+        out["masks_on"] = masks_on(a, tasks, model, sampler, tok, cfg, env)
     print(json.dumps(out, indent=1))
 
 

@@ -90,7 +90,7 @@ def remask(episode, tokenizer, harness_cfg, mode_cfg, env) -> Optional[list[dict
     when the harness builds none."""
     from ablate.harness.rollout import _mask_for
     from ablate.harness.templates import ChatConventions
-    marks = ChatConventions.from_tokenizer(tokenizer, enable_thinking=mode_cfg.enable_thinking)
+    conv = ChatConventions.from_tokenizer(tokenizer, enable_thinking=mode_cfg.enable_thinking)
     out: list[dict] = [{} for _ in episode.segments]
     vocab, any_mask = None, False
     state = env.reset(episode.task)
@@ -100,7 +100,7 @@ def remask(episode, tokenizer, harness_cfg, mode_cfg, env) -> Optional[list[dict
             if vocab is None and (harness_cfg.action_masking or mode_cfg.enable_thinking):
                 vocab = _vocab(tokenizer)
             live = SimpleNamespace(context=list(ids[:start]), state=state)
-            mask = _mask_for(live, env, harness_cfg, mode_cfg, vocab, marks)
+            mask = _mask_for(live, env, harness_cfg, mode_cfg, vocab, conv)
             if mask is not None:
                 any_mask = True
                 out[j].update({start + p: a for p, a in mask.replay(ids[start:end]).items()})

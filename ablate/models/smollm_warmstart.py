@@ -3,7 +3,7 @@ rendered with its OWN chat template (ablate.harness.templates: json_text tool fo
 tools in the system turn), so that it writes tool calls before RL starts. Without it the
 model answers in prose: 0 well-formed calls in 10 masks-off turns (benchmarks/bench_smollm.py).
 
-    python -m ablate.models.smollm warmstart [--demos 24] [--epochs 2] [--batch 8]
+    python -m ablate.models.smollm warmstart [--demos 8] [--epochs 2] [--batch 4]
     then: model=smollm2_135m model.warm_start=true
 
 Demonstrations: the scripted agent (ablate.envs.email.scripted.ScriptedAgent, no
@@ -34,10 +34,11 @@ DONE_MARK = "ablate_warmstart.json"
 
 @dataclass(frozen=True)
 class Recipe:
-    demos: int = 24            # scripted episodes (correct answers only)
+    demos: int = 8             # scripted episodes (correct answers only)
     epochs: int = 2
-    batch: int = 8             # episodes per optimizer step
-    lr: float = 1e-4
+    batch: int = 4             # episodes per optimizer step (4 steps: ~5 min each here)
+    lr: float = 2e-4
+    max_hops: int = 1          # 1: search, read, answer (short episodes: CPU minutes)
     seed: int = 0
 
 
@@ -55,7 +56,8 @@ def demonstrations(conv, recipe: Recipe, work: Path) -> list[tuple[list[int], li
     from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS, ToolBox
     from ablate.harness.templates import demonstration
     p = generate(work, seed=1000 + recipe.seed, num_inboxes=max(4, recipe.demos // 3),
-                 emails_per_inbox=40, train_tasks=2 * recipe.demos, test_tasks=2)
+                 emails_per_inbox=40, train_tasks=2 * recipe.demos, test_tasks=2,
+                 max_hops=recipe.max_hops)
     agent, rng, out = ScriptedAgent(think=False, give_up_prob=0.0), \
         random.Random(recipe.seed), []
     db = EmailDB.build(p["emails"], work / "db.sqlite")
@@ -88,14 +90,15 @@ def train(model, tok, learner_cfg, recipe: Recipe, work: Path, log=print):
     segs = [Segment(ids=i, mask=m, logprobs=[0.0] * len(i), allowed=None) for i, m in demos]
     lrn = make_learner(learner_cfg, model, lr=recipe.lr, seed=recipe.seed, temperature=1.0,
                        ckpt_dir=work / "ckpt")
-    rng = random.Random(recipe.seed)
+    rng, seen = random.Random(recipe.seed), 0
     for epoch in range(recipe.epochs):
         rng.shuffle(segs)
         for b in range(0, len(segs), recipe.batch):
             batch = segs[b:b + recipe.batch]
             stats = lrn.update(batch, torch.ones(len(batch)), _nll)
+            seen += stats["tokens"]
             log(f"warmstart: epoch {epoch} batch {b // recipe.batch} "
-                f"nll {stats['loss']:.3f} ({stats['seconds']:.0f}s)")
+                f"nll {stats['loss']:.3f} ({stats['seconds']:.0f}s, {seen} tokens)")
     return lrn.export_state_dict()
 
 
