@@ -19,7 +19,7 @@ def test_missing_warm_start_names_the_command(tmp_path, monkeypatch):
         resolve_weights(cfg.model)
     msg = str(err.value)
     assert "\n" not in msg and "python -m ablate.models.smollm warmstart" in msg
-    assert warm_dir("b", Recipe()) != warm_dir("b", Recipe(lr=2e-4))    # keyed by recipe
+    assert warm_dir("b", Recipe()) != warm_dir("b", Recipe(lr=Recipe().lr / 2))   # keyed by recipe
 
 
 def test_demonstrations_are_the_rollout_pieces(tmp_path):
