@@ -169,7 +169,8 @@ class ModelPolicy:
         return rollout(tasks, group_size=group_size, sampler=self.sampler,
                        tokenizer=self.tokenizer, env=self.env,
                        harness_cfg=c.harness, mode_cfg=c.mode, max_turns=c.env.max_turns,
-                       temperature=temperature, top_p=c.sampler.top_p, seed=seed)
+                       temperature=temperature, top_p=c.sampler.top_p, seed=seed,
+                       model_cfg=c.model)
 
 
 class SamplerPolicy(ModelPolicy):

@@ -1,20 +1,23 @@
 """SmolLM2-135M-Instruct (model=smollm2_135m, the `smollm` extra) on CPU, in one process:
 
     python benchmarks/bench_smollm.py [--tasks 4] [--group 2] [--new 48] [--turns 2] [--threads 1]
+        [--warm] [--skip-off] [--skip-on]
 
 1. Tool-call habit with the harness masks OFF, on a small synthetic mailbox, through the
-   real rollout (ablate.harness.rollout): the rate of turns whose first call is
-   well-formed (parses; `valid_tool` also needs a known tool name), for
-     as_is       the harness as it is (SmolLM2's template has no `tools`: it drops them)
-     hermes_sys  the Qwen3/Hermes tools block written into the system prompt
-     json_text   first turns from ablate.harness.templates (json_text format, its parser)
+   real rollout (ablate.harness.rollout) with the chat conventions of the model's own
+   template (ablate.harness.templates): the rate of turns whose first call is
+   well-formed (parses; `valid_tool` also needs a known tool name), for each tool format
+     json_text    the one detected from SmolLM2's template (tools described in the
+                  system turn, the call a JSON object)
+     hermes       <tool_call> JSON (Qwen3's syntax), described in the system turn
    and the HF sampler's generated tokens/s over all of these.
 2. Masks ON: one task x `group` episodes; the sampler's logprobs against the learner's
    recomputation (max |diff| over generated tokens), for LoRA under DeepSpeed ZeRO-3 and
-   under plain torch; one update each (learner tokens/s, ratio ZeRO-3 / torch); the
-   weights pushed back to the sampler, a fresh rollout, and the same check after the
-   update (with the change of the learner's logprobs on the old episodes, > 0 when the
-   update moved the policy). Prints one JSON object.
+   under plain torch; one update each (learner tokens/s, ratio ZeRO-3 / torch); one step's
+   wall time (rollout + ZeRO-3 update); the weights pushed back to the sampler, a fresh
+   rollout, and the same check after the update (with the change of the learner's
+   logprobs on the old episodes, > 0 when the update moved the policy). Prints one JSON
+   object.
 """
 from __future__ import annotations
 
@@ -25,68 +28,48 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ablate.cli import compose_config  # noqa: E402
+from ablate.env import EmailEnv  # noqa: E402
 from ablate.env.data import read_tasks  # noqa: E402
 from ablate.env.db import EmailDB  # noqa: E402
 from ablate.env.synthetic import generate  # noqa: E402
-from ablate.env.tools import TOOL_SCHEMAS, ToolBox  # noqa: E402
-from ablate.harness import chat  # noqa: E402
 from ablate.harness.rollout import rollout  # noqa: E402
-from ablate.harness.templates import ChatConventions  # noqa: E402
 from ablate.learners import make_learner  # noqa: E402
 from ablate.models.loading import load_policy  # noqa: E402
-from ablate.models.tokenizer import _TOOLS_FOOTER, _TOOLS_HEADER  # noqa: E402
 from ablate.samplers.hf import HFSampler  # noqa: E402
 
-NAMES = {t["function"]["name"] for t in TOOL_SCHEMAS}
 
-
-def hermes_system() -> str:
-    """Qwen3's tools block (ablate/models/tokenizer.py) as plain system-prompt text."""
-    tools = "".join("\n" + json.dumps(t) for t in TOOL_SCHEMAS)
-    return chat.DEFAULT_SYSTEM_PROMPT + "\n\n" + _TOOLS_HEADER + tools + _TOOLS_FOOTER
-
-
-def call_rates(turn_calls: list) -> dict:
+def call_rates(turn_calls: list, names: set) -> dict:
     """Per turn, its first call: well-formed = parsed (arguments read as a JSON object),
     valid_tool = well-formed and naming one of the tools."""
     firsts = [c[0] if c else None for c in turn_calls]
     n = max(len(firsts), 1)
     parsed = [c for c in firsts if c is not None and c.arguments is not None]
     return {"turns": len(firsts), "well_formed": round(len(parsed) / n, 3),
-            "valid_tool": round(sum(c.name in NAMES for c in parsed) / n, 3)}
+            "valid_tool": round(sum(c.name in names for c in parsed) / n, 3)}
 
 
-def masks_off(a, tasks, sampler, tok, cfg, make_tb) -> tuple[dict, int, float]:
+def masks_off(a, tasks, sampler, tok, cfg, env) -> tuple[dict, int, float]:
     h = copy.deepcopy(cfg.harness)
     h.action_masking = h.answer_masking = h.keyword_masking = False
     h.max_new_tokens_per_turn = a.new
+    names = set(env.tool_names())
     out, gen, secs = {}, 0, 0.0
-    for name, system in (("as_is", chat.DEFAULT_SYSTEM_PROMPT), ("hermes_sys", hermes_system())):
+    for fmt in ("json_text", "hermes"):
         t = time.perf_counter()
-        eps = rollout(tasks, group_size=a.group, sampler=sampler, tokenizer=tok,
-                      make_toolbox=make_tb, harness_cfg=h, mode_cfg=cfg.mode,
-                      max_turns=a.turns, temperature=1.0, seed=0, system_prompt=system)
+        eps = rollout(tasks, group_size=a.group, sampler=sampler, tokenizer=tok, env=env,
+                      harness_cfg=h, mode_cfg=cfg.mode, max_turns=a.turns, temperature=1.0,
+                      seed=0, model_cfg=SimpleNamespace(tool_format=fmt, chat_template=None))
         secs += time.perf_counter() - t
         gen += sum(e.response_tokens for e in eps)
-        out[name] = call_rates([[c for c in turn.calls] for e in eps for turn in e.turns])
-        out[name]["example"] = eps[0].turns[0].text[:160]
-    conv = ChatConventions.from_tokenizer(tok)
-    prompts = [conv.prompt_ids(chat.DEFAULT_SYSTEM_PROMPT, chat.question_text(t), TOOL_SCHEMAS)
-               for t in tasks for _ in range(a.group)]
-    t = time.perf_counter()
-    outs = sampler.generate(prompts, max_new_tokens=a.new, temperature=1.0, seed=0,
-                            stop_token_ids=[conv.end_of_turn_id])
-    secs += time.perf_counter() - t
-    gen += sum(len(o.ids) for o in outs)
-    texts = [tok.decode(o.ids, skip_special_tokens=True) for o in outs]
-    out["json_text"] = call_rates([conv.parse_calls(x) for x in texts])
-    out["json_text"]["example"] = texts[0][:160]
+        out[fmt] = call_rates([list(turn.calls) for e in eps for turn in e.turns], names)
+        out[fmt]["example"] = eps[0].turns[0].text[:160]
     return out, gen, secs
 
 
@@ -105,16 +88,19 @@ def loss_fn(x):
     return (per_tok * x.mask).sum() / max(x.num_tokens, 1), {}
 
 
-def masks_on(a, tasks, model, sampler, tok, cfg, make_tb) -> dict:
-    kw = dict(group_size=a.group, sampler=sampler, tokenizer=tok, make_toolbox=make_tb,
+def masks_on(a, tasks, model, sampler, tok, cfg, env) -> dict:
+    kw = dict(group_size=a.group, sampler=sampler, tokenizer=tok, env=env,
               harness_cfg=cfg.harness, mode_cfg=cfg.mode, max_turns=a.turns,
-              temperature=1.0, seed=1)
+              temperature=1.0, seed=1, model_cfg=cfg.model)
+    t0 = time.perf_counter()
     eps = rollout(tasks[:1], **kw)
+    rollout_s = time.perf_counter() - t0
     segs = [s for e in eps for s in e.segments]
     adv = torch.tensor([1.0 if i % 2 else -1.0 for i in range(len(segs))])
     res = {"episode_tokens": [len(s.ids) for s in segs],
            "generated": [sum(s.mask) for s in segs],
-           "example": eps[0].turns[0].text[:160]}
+           "example": eps[0].turns[0].text[:160], "rollout_s": round(rollout_s, 2),
+           "end_reasons": [e.end_reason for e in eps]}
     for name in ("deepspeed", "torch"):
         lcfg = copy.deepcopy(cfg.learner)
         lcfg.name = name
@@ -134,6 +120,7 @@ def masks_on(a, tasks, model, sampler, tok, cfg, make_tb) -> dict:
         del lrn
     res["zero3_over_torch_update_s"] = round(res["deepspeed"]["update_s"] /
                                              res["torch"]["update_s"], 3)
+    res["step_s_rollout_plus_zero3_update"] = round(rollout_s + res["deepspeed"]["update_s"], 2)
     return res
 
 
@@ -145,24 +132,27 @@ def main(argv=None):
     ap.add_argument("--turns", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)   # 1: as run.num_threads (shared CPU)
     ap.add_argument("--skip-off", action="store_true")
+    ap.add_argument("--skip-on", action="store_true")
+    ap.add_argument("--warm", action="store_true",     # model.warm_start=true
+                    help="the SFT warm start (python -m ablate.models.smollm warmstart)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    cfg = compose_config(["model=smollm2_135m"])
+    cfg = compose_config(["model=smollm2_135m", f"model.warm_start={str(a.warm).lower()}"])
     work = Path(tempfile.mkdtemp(prefix="bench-smollm-"))
     paths = generate(work, seed=0, num_inboxes=4, emails_per_inbox=40, train_tasks=20,
                      test_tasks=4)
-    db = EmailDB.build(paths["emails"], work / "emails.db")
+    env = EmailEnv.over_db(EmailDB.build(paths["emails"], work / "emails.db"))
     tasks = read_tasks(paths["train_tasks"])[: a.tasks]
-    make_tb = lambda t: ToolBox(db, t.inbox_address, t.query_date)  # noqa: E731
     t = time.perf_counter()
     model, tok = load_policy(cfg.model)
     out = {"load_s": round(time.perf_counter() - t, 1), "args": vars(a)}
     sampler = HFSampler(copy.deepcopy(model), tok)
     if not a.skip_off:
-        rates, gen, secs = masks_off(a, tasks, sampler, tok, cfg, make_tb)
+        rates, gen, secs = masks_off(a, tasks, sampler, tok, cfg, env)
         out.update(masks_off=rates, hf_generated_tokens=gen,
                    hf_gen_tokens_per_s=round(gen / secs, 1))
-    out["masks_on"] = masks_on(a, tasks, model, sampler, tok, cfg, make_tb)
+    if not a.skip_on:
+        out["masks_on"] = masks_on(a, tasks, model, sampler, tok, cfg, env)
     print(json.dumps(out, indent=1))
 
 

@@ -88,10 +88,9 @@ def remask(episode, tokenizer, harness_cfg, mode_cfg, env) -> Optional[list[dict
     generated ids in its own context: the environment's state for the episode's task,
     replayed through its calls so far (the mask candidates come from that state); None
     when the harness builds none."""
-    from ablate.harness import chat
     from ablate.harness.rollout import _mask_for
-    marks = tuple(tokenizer.convert_tokens_to_ids(t)
-                  for t in (chat.THINK_OPEN, chat.THINK_CLOSE, chat.IM_START))
+    from ablate.harness.templates import ChatConventions
+    conv = ChatConventions.from_tokenizer(tokenizer, enable_thinking=mode_cfg.enable_thinking)
     out: list[dict] = [{} for _ in episode.segments]
     vocab, any_mask = None, False
     state = env.reset(episode.task)
@@ -101,7 +100,7 @@ def remask(episode, tokenizer, harness_cfg, mode_cfg, env) -> Optional[list[dict
             if vocab is None and (harness_cfg.action_masking or mode_cfg.enable_thinking):
                 vocab = _vocab(tokenizer)
             live = SimpleNamespace(context=list(ids[:start]), state=state)
-            mask = _mask_for(live, env, harness_cfg, mode_cfg, vocab, marks)
+            mask = _mask_for(live, env, harness_cfg, mode_cfg, vocab, conv)
             if mask is not None:
                 any_mask = True
                 out[j].update({start + p: a for p, a in mask.replay(ids[start:end]).items()})

@@ -1,6 +1,10 @@
 """Action masking: constrained decoding of tool calls (docs/cpu.md, "Why the tiny model needs action masking").
 
-Inside a <tool_call> block the model may only complete a value with a candidate string.
+Inside a tool call the model may only complete a value with a candidate string. Where a
+call is depends on the model's tool-call syntax (ablate.harness.templates.ToolFormat
+.mask_spec): between <tool_call> and </tool_call> (hermes, Qwen3), or anywhere for calls
+written as bare JSON objects (json_text, llama3_json, whose arguments key "parameters"
+replaces "arguments" in what a tool name forces).
 Which argument keys trigger which candidates is the environment's `grammar`
 (Environment.mask_candidates; the email task's is ablate/envs/email/masking.py):
     `"name": "`         -> a known tool name (always)
@@ -18,12 +22,14 @@ format_tool_call writes them), so a keyword holding a double quote or a backslas
 offered only in its escaped form (backslash-quote, double backslash) and parses back to
 itself. A token running past the sources list's `]` or the keywords' `]}}` is not
 constrained further. In thinking mode the same machinery forces `</think>` once the
-turn's thinking reaches its budget. With `predict_labels` (world-model predictions,
-ablate/harness/parser.py) every `</tool_call>` is followed by the whole tag
-`<predict>LABEL</predict>` (the model chooses the label), and the text after a
-`<predict>` the model writes outside a call is one of the labels then `</predict>`;
-with `predict_ends_turn` (calls_per_turn=first: later calls are ignored anyway) the
-forced tag is followed by `<|im_end|>`. Where none applies the logits pass through.
+turn's thinking reaches its budget (one token, or the BPE pieces of `</think>` one by one
+in a vocabulary without it: such markers are found in the bytes, see marker_positions).
+With `predict_labels` (world-model predictions, ablate/harness/parser.py) every
+`</tool_call>` is followed by the whole tag `<predict>LABEL</predict>` (the model chooses
+the label), and the text after a `<predict>` the model writes outside a call is one of
+the labels then `</predict>`; with `predict_ends_turn` (calls_per_turn=first: later calls
+are ignored anyway) the forced tag is followed by `<|im_end|>`. Where none applies the
+logits pass through.
 
 How: the text generated so far in this turn is tracked as BYTES (byte-level BPE tokens
 need not end on character boundaries). When the text reaches a trigger (also in the
@@ -47,10 +53,12 @@ non-canonical token sequences.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 from typing import Iterable, Sequence
 
 IDK = "I don't know"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _PUNCT = ".,;:!?()[]{}<>\"'`*"
 MAX_KEYWORD_CHARS = 200     # keyword candidates longer than this are not offered
 
@@ -85,10 +93,14 @@ class TokenBytes:
         self._sorted = order
         self.vocab_size = n
 
-        def tid(s):
-            ids = tokenizer.convert_tokens_to_ids(s)
-            return ids if isinstance(ids, int) and ids is not None and ids >= 0 else None
-        self.think_open, self.think_close = tid("<think>"), tid("</think>")
+        def tid(s):      # one token of this vocabulary, never the unknown token's id
+            i = tokenizer.convert_tokens_to_ids(s)
+            ok = isinstance(i, int) and i >= 0 and tokenizer.convert_ids_to_tokens(i) == s
+            return i if ok else None
+        self.think_open, self.think_close = tid(THINK_OPEN), tid(THINK_CLOSE)
+        # what forcing </think> writes: its one id, or its BPE pieces (SmolLM2)
+        self.think_close_ids = [self.think_close] if self.think_close is not None else \
+            list(tokenizer.encode(THINK_CLOSE, add_special_tokens=False))
         self.turn_end = tid("<|im_end|>")       # ends a turn after its prediction
 
     def consistent(self, remainders: Iterable[bytes], follow: Sequence[bytes] | None = None,
@@ -161,6 +173,52 @@ def token_bytes(tokenizer) -> TokenBytes:
     return tb
 
 
+def _offsets(vocab: TokenBytes, ids: Sequence[int]) -> tuple[bytes, list[int]]:
+    """The bytes of `ids` and the byte offset after each token."""
+    pieces = [vocab.bytes[i] if 0 <= i < len(vocab.bytes) else b"" for i in ids]
+    return b"".join(pieces), list(itertools.accumulate(len(p) for p in pieces))
+
+
+def marker_positions(vocab: TokenBytes, ids: Sequence[int], marker: str
+                     ) -> list[tuple[int, int]]:
+    """(first token, token after the last) of each occurrence of `marker` in the bytes
+    of `ids`: one token for a marker in the vocabulary (Qwen3's <think>), several for
+    one written in plain BPE pieces (SmolLM2), also when a piece straddles its border."""
+    data, ends = _offsets(vocab, ids)
+    m, out, pos = marker.encode("utf-8"), [], 0
+    while (p := data.find(m, pos)) >= 0:
+        out.append((bisect.bisect_right(ends, p), bisect.bisect_left(ends, p + len(m)) + 1))
+        pos = p + len(m)
+    return out
+
+
+def strip_thinking(tokenizer, vocab: TokenBytes, ids: Sequence[int]) -> list[int]:
+    """A turn's ids with its think block cut out, as later prompts show it. With
+    </think> one token, ablate.harness.chat.strip_thinking_ids; else the same cut on
+    bytes: everything up to the last </think> and the newlines after it goes, the ids
+    from there on are kept when a token starts there, else that remainder is re-encoded
+    (it is context, never trained) with the trailing special tokens kept as ids."""
+    from ablate.harness.chat import strip_thinking_ids
+    if vocab.think_close is not None:
+        return strip_thinking_ids(tokenizer, ids)
+    ids = list(ids)
+    data, ends = _offsets(vocab, ids)
+    p = data.rfind(THINK_CLOSE.encode())
+    if p < 0:
+        return ids
+    cut = p + len(THINK_CLOSE)
+    while data[cut:cut + 1] == b"\n":
+        cut += 1
+    k = bisect.bisect_right(ends, cut)                # first token ending after the cut
+    if k == len(ids) or ends[k] - len(vocab.bytes[ids[k]]) == cut:
+        return ids[k:]
+    end = len(ids)
+    while end > k and ids[end - 1] in vocab.special:
+        end -= 1
+    body = data[cut:ends[end - 1]].decode("utf-8", errors="replace")
+    return list(tokenizer.encode(body, add_special_tokens=False)) + ids[end:]
+
+
 def _j(s: str) -> bytes:
     """A JSON string's inside, then the closing quote: what follows an opening quote."""
     return json.dumps(s, ensure_ascii=False)[1:].encode("utf-8")
@@ -219,18 +277,23 @@ _KW_CLOSE = b"]}}"     # the keywords list is its tool's only argument: it close
 _SRC_CLOSE = b"]}}"    # the sources list is the answer tool's last argument: so does it
 
 
-def _grammar(grammar: dict | None) -> tuple[dict, dict, bytes, bytes]:
+def _grammar(grammar: dict | None, arguments_key: str = "arguments"
+             ) -> tuple[dict, dict, bytes, bytes]:
     """(triggers, after_name, after_id, after_answer) of an environment's grammar: the
     argument keys whose values are constrained, and what a tool name, an id and an answer
-    force next in format_tool_call's canonical layout (so no key can be invented)."""
+    force next in format_tool_call's canonical layout (so no key can be invented). The
+    grammar is written with `"arguments"`; a tool format whose arguments key differs
+    (llama3_json: "parameters") gets it renamed in what a tool name forces."""
     g = grammar or {}
+    rename = (lambda v: v.replace('"arguments": ', f'"{arguments_key}": ', 1)) \
+        if arguments_key != "arguments" else (lambda v: v)
     triggers = {"name": b'"name": "'}
     for kind, key, opener in (("id", "id_key", '"'), ("answer", "answer_key", '"'),
                               ("sources", "sources_key", "["),
                               ("keywords", "keywords_key", "[")):
         if g.get(key):
             triggers[kind] = f'"{g[key]}": {opener}'.encode()
-    after_name = {t: str(v).encode() for t, v in (g.get("after_name") or {}).items()}
+    after_name = {t: rename(str(v)).encode() for t, v in (g.get("after_name") or {}).items()}
     return (triggers, after_name, str(g.get("after_id", "")).encode(),
             str(g.get("after_answer", "")).encode())
 
@@ -243,16 +306,23 @@ class ActionMask:
     The sources list is a small grammar: `[` then `]` or `"<id>"`, then `, "<id>"` or
     `]`. With an empty id list, a tool that needs an id should be left out of tool_names
     (the environment's mask_candidates does), since no id could be written. The keywords list:
-    `[` then `"<kw>"`, then `, "<kw>"` or `]}}`, at most max_keywords keywords (>= 1)."""
+    `[` then `"<kw>"`, then `, "<kw>"` or `]}}`, at most max_keywords keywords (>= 1).
+    The tool-call syntax (ablate.harness.templates.ToolFormat.mask_spec): values are
+    constrained between `call_open` and `call_close` (None: anywhere, for calls written
+    as bare JSON objects), and `arguments_key` names the arguments object."""
 
     def __init__(self, vocab: TokenBytes, *, tool_names: Sequence[str] | None = None,
                  ids: Sequence[str] | None = None,
                  answers: Sequence[str] | None = None, max_think_tokens: int | None = None,
                  think_open: bool = False, keywords: Sequence[str] | None = None,
                  max_keywords: int = 3, grammar: dict | None = None,
-                 predict_labels: Sequence[str] | None = None, predict_ends_turn: bool = False):
+                 predict_labels: Sequence[str] | None = None, predict_ends_turn: bool = False,
+                 call_open: str | None = _CALL_OPEN.decode(),
+                 call_close: str | None = _CALL_CLOSE.decode(),
+                 arguments_key: str = "arguments"):
         self.vocab = vocab
-        self._triggers, after_name, after_id, after_answer = _grammar(grammar)
+        self._triggers, after_name, after_id, after_answer = _grammar(grammar, arguments_key)
+        self._call = (call_open.encode(), (call_close or "").encode()) if call_open else None
         ids = list(ids) if ids is not None else None
         kws = list(keywords) if keywords is not None else None
         if kws is not None and max_keywords < 1:
@@ -291,6 +361,10 @@ class ActionMask:
             self._spec["predict_ends_turn"] = True
         self._end_after_tag = predict_ends_turn and vocab.turn_end is not None
         self._ended = False       # the forced tag closed: only the turn's end may follow
+        syntax = dict(call_open=call_open, call_close=call_close, arguments_key=arguments_key)
+        if syntax != dict(call_open=_CALL_OPEN.decode(), call_close=_CALL_CLOSE.decode(),
+                          arguments_key="arguments"):
+            self._spec.update(syntax)     # (absent for the hermes layout: specs as before)
         self.max_kw = int(max_keywords)
         self._kw_count = 0            # keywords closed in the list being written
         self.max_think = max_think_tokens
@@ -304,6 +378,7 @@ class ActionMask:
         self._consumed = b""
         self._think_open = think_open     # the prompt opened <think> (thinking-only models)
         self._think_len = 0
+        self._forced = 0                  # pieces of a multi-token </think> forced so far
         self._cache: list[int] | None = None
         self._scan_from = 0       # triggers are looked for from here (after a closed tag)
 
@@ -319,11 +394,12 @@ class ActionMask:
     def allowed_next(self) -> list[int] | None:
         """The ids allowed at the next position (None: unconstrained)."""
         if self._cache is None:
+            close = self.vocab.think_close_ids
             if self._ended:
                 self._cache = [self.vocab.turn_end]
             elif self._think_open and self.max_think is not None and \
-                    self._think_len >= self.max_think and self.vocab.think_close is not None:
-                self._cache = [self.vocab.think_close]
+                    self._think_len >= self.max_think and self._forced < len(close):
+                self._cache = [close[self._forced]]
             elif self._live is not None:
                 k = len(self._consumed)
                 follow, left, closing = None, None, (_SRC_CLOSE,)
@@ -349,16 +425,26 @@ class ActionMask:
         tb = self.vocab.bytes[token] if 0 <= token < len(self.vocab.bytes) else b""
         before = len(self._text)
         self._text += tb
-        if token == self.vocab.think_open:
-            self._think_open, self._think_len = True, 0
-        elif token == self.vocab.think_close:
-            self._think_open = False
+        if self._marker(token, self.vocab.think_open, THINK_OPEN, before):
+            self._think_open, self._think_len, self._forced = True, 0, 0
+        elif self._marker(token, self.vocab.think_close, THINK_CLOSE, before):
+            self._think_open, self._forced = False, 0
         elif self._think_open:
+            if self.max_think is not None and self._think_len >= self.max_think:
+                self._forced += 1            # a forced piece of a multi-token </think>
             self._think_len += 1
         elif self._live is not None:
             self._consume(tb)
         else:
             self._check_triggers(before)
+
+    def _marker(self, token: int, marker_id: int | None, marker: str, before: int) -> bool:
+        """Did `token` complete `marker`: its id, or (a marker written in plain BPE
+        pieces) its bytes ending inside this token's bytes."""
+        if marker_id is not None:
+            return token == marker_id
+        m = marker.encode()
+        return self._text.find(m, max(0, before - len(m) + 1)) >= 0
 
     def _activate(self, kind: str, start: int) -> None:
         cands = self.cands[kind]
@@ -395,7 +481,8 @@ class ActionMask:
 
     def _check_triggers(self, before: int) -> None:
         text = self._text
-        if text.rfind(_CALL_OPEN) <= text.rfind(_CALL_CLOSE):   # not inside a call
+        if self._call is not None and \
+                text.rfind(self._call[0]) <= text.rfind(self._call[1]):   # not in a call
             if self.cands["predict"] is not None:
                 self._check_predict(before)
             return

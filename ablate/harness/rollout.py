@@ -1,11 +1,14 @@
 """The rollout engine: G episodes per task, all live episodes advancing together.
 
 One turn = one batched `sampler.generate` over every episode still running, then each
-episode's tool calls, then its next prompt. The records are token-exact (docs/architecture.md):
+episode's tool calls, then its next prompt. The records are token-exact (docs/architecture.md).
+Every id sequence fed to the sampler comes from the model's own chat template through
+ablate.harness.templates.ChatConventions (prompt, observation turns, generation header,
+end-of-turn and stop ids, the tool-call syntax the calls are parsed and masked in):
 
 * instruct mode: ONE Segment per episode, prompt + completion + observation ids + ...,
   each turn's prompt being the previous sequence (prefix extension); mask 1 and the
-  sampler's logprobs only on generated ids (the closing <|im_end|> included).
+  sampler's logprobs only on generated ids (the closing end-of-turn token included).
 * thinking mode: earlier turns' thinking is stripped from later prompts (Qwen3), so the
   turns no longer share a prefix: one Segment per turn (that turn's prompt + completion).
 
@@ -44,7 +47,8 @@ from typing import Any, Sequence
 
 from ablate.harness import chat, parser
 from ablate.harness.episode import Episode, Segment, Turn
-from ablate.harness.masking import ActionMask, token_bytes
+from ablate.harness.masking import ActionMask, marker_positions, strip_thinking, token_bytes
+from ablate.harness.templates import ChatConventions
 from ablate.envs.base import Environment, ToolResult   # after the harness: envs imports it
 
 
@@ -61,22 +65,12 @@ class _Live:
     t0: float = 0.0
 
 
-def _open_think(ids: Sequence[int], open_id, close_id, start_id) -> bool:
-    """Does the prompt end inside a <think> block (thinking-only templates open it)?"""
-    for t in reversed(ids):
-        if t == open_id:
-            return True
-        if t in (close_id, start_id):
-            return False
-    return False
-
-
 def _mask_for(s: _Live, env: Environment, harness_cfg, mode_cfg, vocab,
-              marks) -> ActionMask | None:
+              conv: ChatConventions) -> ActionMask | None:
     think = getattr(mode_cfg, "max_think_tokens", None) if mode_cfg.enable_thinking else None
     if not harness_cfg.action_masking and not think:
         return None
-    opened = _open_think(s.context, *marks)
+    opened = conv.opens_think
     if not harness_cfg.action_masking:
         return ActionMask(vocab, max_think_tokens=think, think_open=opened)
     kw = bool(getattr(harness_cfg, "keyword_masking", False))
@@ -91,7 +85,7 @@ def _mask_for(s: _Live, env: Environment, harness_cfg, mode_cfg, vocab,
     return ActionMask(vocab, tool_names=ctx.get("tool_names", list(env.tool_names())),
                       ids=ctx.get("ids"), answers=ctx.get("answers"),
                       grammar=ctx.get("grammar"), max_think_tokens=think, think_open=opened,
-                      **extra)
+                      **extra, **conv.fmt.mask_spec())
 
 
 def _labels(env: Environment) -> list[str]:
@@ -103,26 +97,32 @@ def _labels(env: Environment) -> list[str]:
     return list(labels)
 
 
-def _think_tokens(ids: Sequence[int], open_id, close_id, opened: bool = False) -> int:
+def _think_tokens(ids: Sequence[int], vocab, opened: bool = False) -> int:
     """Tokens of the turn's think block, its markers included (opened: the prompt
-    already opened it, as thinking-only templates do)."""
+    already opened it, as thinking-only templates do). A marker that is no single token
+    of the vocabulary is found in the turn's bytes (masking.marker_positions)."""
     ids = list(ids)
-    if open_id in ids:
-        start = ids.index(open_id)
-    elif opened or (close_id in ids):
-        start = 0 if close_id in ids or opened else len(ids)
+    opens = marker_positions(vocab, ids, chat.THINK_OPEN)
+    closes = marker_positions(vocab, ids, chat.THINK_CLOSE)
+    if opens:
+        start = opens[0][0]
+    elif opened or closes:
+        start = 0
     else:
         return 0
-    end = ids.index(close_id, start) + 1 if close_id in ids[start:] else len(ids)
+    end = next((e for b, e in closes if b >= start), len(ids))
     return end - start
 
 
 def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Environment,
             harness_cfg, mode_cfg, max_turns: int, temperature: float, top_p: float = 1.0,
-            seed: int = 0, system_prompt: str | None = None) -> list[Episode]:
+            seed: int = 0, system_prompt: str | None = None,
+            model_cfg=None) -> list[Episode]:
     """Run `group_size` episodes for every task of `env` (tasks: its Tasks, or anything
     its reset takes that has a `.prompt`); returns them in (task, sample) order.
-    `system_prompt` overrides the environment's."""
+    `system_prompt` overrides the environment's; `model_cfg` (model.tool_format,
+    model.chat_template; None: auto-detected from the tokenizer's own template) selects
+    the chat conventions (ablate.harness.templates)."""
     tools_schema = env.tool_schemas()
     if system_prompt is None:
         system_prompt = env.system_prompt()
@@ -135,18 +135,16 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
         _labels(env)
         system_prompt += "\n\n" + parser.prediction_instructions(env.outcome_labels())
     thinking = bool(mode_cfg.enable_thinking)
-    im_end = tokenizer.convert_tokens_to_ids(chat.IM_END)
-    stops = [i for i in (im_end, tokenizer.convert_tokens_to_ids(chat.ENDOFTEXT),
-                         tokenizer.eos_token_id) if isinstance(i, int) and i >= 0]
-    stops = list(dict.fromkeys(stops))
-    vocab = token_bytes(tokenizer) if (harness_cfg.action_masking or thinking) else None
-    think_open = tokenizer.convert_tokens_to_ids(chat.THINK_OPEN)
-    think_close = tokenizer.convert_tokens_to_ids(chat.THINK_CLOSE)
-    marks = (think_open, think_close, tokenizer.convert_tokens_to_ids(chat.IM_START))
+    conv = ChatConventions.from_config(tokenizer, model_cfg, mode_cfg)
+    if predict and conv.fmt.name != "hermes":
+        raise ValueError(f"harness.predict=true (reward.world_model.enable) needs the hermes "
+                         f"tool-call format (<predict> follows </tool_call>); this model's "
+                         f"is model.tool_format={conv.fmt.name!r}")
+    stops = conv.stop_ids
+    vocab = token_bytes(tokenizer)
 
     states: list[_Live] = []
-    prompts = [chat.render_prompt(tokenizer, task, tools_schema, mode_cfg, system_prompt)
-               for task in tasks]
+    prompts = [conv.prompt_ids(system_prompt, task.prompt, tools_schema) for task in tasks]
     share = getattr(sampler, "share_prefix", None)   # optional (a duck-typed sampler)
     clear = getattr(sampler, "clear_cache", None)
     if clear is not None:   # every rollout starts from the same sampler state, whatever ran
@@ -178,14 +176,13 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
         if not live:
             break
         budgets = [_budget(s, harness_cfg, cap) for s in live]
-        masks = [_mask_for(s, env, harness_cfg, mode_cfg, vocab, marks) for s in live]
-        opened = [_open_think(s.context, *marks) for s in live]
+        masks = [_mask_for(s, env, harness_cfg, mode_cfg, vocab, conv) for s in live]
         outs = sampler.generate(
             [s.context for s in live], max_new_tokens=budgets, temperature=temperature,
             top_p=top_p, stop_token_ids=stops,
             logits_processors=masks if any(m is not None for m in masks) else None,
             seed=(int(seed) * 1_000_003 + turn) % (2 ** 63))
-        for s, out, mask, op in zip(live, outs, masks, opened):
+        for s, out, mask in zip(live, outs, masks):
             ids = list(out.ids)
             allowed = mask.replay(ids) if mask is not None else {}
             offset = len(s.context)
@@ -203,9 +200,9 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
             s.ep.encoded_tokens += out.extra.get("encoded_tokens", 0)
             text = tokenizer.decode(ids, skip_special_tokens=False)
             t = Turn(text=text, completion_tokens=len(ids),
-                     think_tokens=_think_tokens(ids, think_open, think_close, op))
+                     think_tokens=_think_tokens(ids, vocab, conv.opens_think))
             s.ep.turns.append(t)
-            _act(s, env, t, text, harness_cfg)
+            _act(s, env, t, text, harness_cfg, conv)
             if not s.done:
                 full = cap is not None and offset + len(ids) >= cap
                 if out.finish_reason != "stop" and full:
@@ -216,10 +213,9 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
                 elif turn + 1 >= max_turns:
                     _end(s, "max_turns")
             if not s.done:
-                obs = chat.observation_ids(tokenizer, [c.observation for c in t.calls],
-                                           mode_cfg, turn_closed=bool(ids) and
-                                           ids[-1] == im_end)
-                head = chat.strip_thinking_ids(tokenizer, ids) if thinking else ids
+                obs = conv.closing_ids(ids) + \
+                    conv.observation_ids([c.observation for c in t.calls])
+                head = strip_thinking(tokenizer, vocab, ids) if thinking else ids
                 if cap is not None and offset + len(head) + len(obs) >= cap:
                     _end(s, "max_context")    # no room left to answer the observation
                 elif thinking:
@@ -273,13 +269,18 @@ def _end(s: _Live, reason: str) -> None:
     s.ep.seconds = time.perf_counter() - s.t0
 
 
-def _act(s: _Live, env: Environment, turn: Turn, text: str, harness_cfg) -> None:
-    """Parse the turn's calls, run them, apply the final-answer and malformed rules."""
+def _act(s: _Live, env: Environment, turn: Turn, text: str, harness_cfg,
+         conv: ChatConventions) -> None:
+    """Parse the turn's calls (the model's tool-call format), run them, apply the
+    final-answer and malformed rules."""
     _, rest = chat.split_thinking(text)
-    for tok in (chat.IM_END, chat.ENDOFTEXT):
+    for tok in (conv.end_of_turn, chat.IM_END, chat.ENDOFTEXT):
         rest = rest.replace(tok, "")
     predict = bool(getattr(harness_cfg, "predict", False))
-    parsed = parser.parse_actions(rest, getattr(harness_cfg, "parser", "strict"), predict)
+    if conv.fmt.name == "hermes":   # strict|lenient, predictions: ablate/harness/parser.py
+        parsed = parser.parse_actions(rest, getattr(harness_cfg, "parser", "strict"), predict)
+    else:                           # the model's own syntax: ablate/harness/templates.py
+        parsed = [parser.Action(pc, 0, 0) for pc in conv.parse_calls(rest)]
     if harness_cfg.calls_per_turn == "first":
         parsed = parsed[:1]
     bad = 0

@@ -27,7 +27,14 @@ API
                                                            from past turns (Qwen3 hybrid,
                                                            instruct: the empty think block)
         .end_of_turn_id                                    the id closing a turn
+        .closing_ids(generated) -> [] | [end_of_turn_id]   what a turn stopped by another
+                                                           stop id still needs
+        .stop_ids                                          end of turn, <|endoftext|>, eos
+        .think_ids / .opens_think                          think markers: their ids (None:
+                                                           plain BPE text), header opens one
         .format_call(name, arguments) / .parse_calls(text) the tool-call syntax
+        .fmt.mask_spec()                                   the action mask's view of it
+    marker_id(tokenizer, text) -> int | None   `text` as ONE token, never the unknown id
     demonstration(conv, system, user, tools, turns) -> (ids, loss_mask)   SFT data
     check_incremental(conv, system, user, tools, turns) -> (ok, index, incremental, whole)
         turns: [(assistant_text, [observation, ...]), ...]
@@ -44,7 +51,8 @@ import jinja2
 from jinja2 import meta
 
 # _parse_one: the JSON-body validation of a call (same errors as the hermes parser)
-from ablate.harness.chat import ParsedCall, _parse_one, format_tool_call, parse_tool_calls
+from ablate.harness.chat import (CALL_CLOSE, CALL_OPEN, ENDOFTEXT, THINK_CLOSE, THINK_OPEN,
+                                 ParsedCall, _parse_one, format_tool_call, parse_tool_calls)
 
 SENTINEL = "\u2063ABLATE{}\u2063"      # an invisible separator no template writes itself
 
@@ -86,11 +94,18 @@ def _format_json_text(name: str, arguments: dict) -> str:
     return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
 
 
-def _json_text_system(system: str, tools: Sequence[dict]) -> str:
+def _json_text_system(system: str, tools: Sequence[dict], fmt=None) -> str:
+    """The system turn of a template that does not render `tools`: the schemas as JSON
+    lines and how to call one, in the tool format's own syntax (bare JSON by default)."""
     lines = [system, "", "You can call these tools (JSON schemas):"]
     lines += [json.dumps(t, ensure_ascii=False) for t in tools]
-    lines += ["", 'To call a tool, answer with only a JSON object: '
-                  '{"name": <tool name>, "arguments": {<argument>: <value>}}']
+    if fmt is None or fmt.call_open is None:
+        key = fmt.arguments_key if fmt is not None else "arguments"
+        lines += ["", 'To call a tool, answer with only a JSON object: '
+                      f'{{"name": <tool name>, "{key}": {{<argument>: <value>}}}}']
+    else:
+        example = fmt.format_call("<tool name>", {"<argument>": "<value>"})
+        lines += ["", f"To call a tool, answer with:\n{example}"]
     return "\n".join(lines).lstrip("\n")
 
 
@@ -102,13 +117,24 @@ class ToolFormat:
     observation_role: str = "tool"
     detect_marks: tuple = ()            # template substrings that select this format
     tools_in_system: bool = False       # True: we describe tools in the system prompt
+    call_open: str | None = None        # the text opening a call (None: a bare JSON object)
+    call_close: str | None = None       # the text closing it
+    arguments_key: str = "arguments"    # the JSON key holding the call's arguments
+
+    def mask_spec(self) -> dict:
+        """The action mask's view of this syntax (ablate.harness.masking.ActionMask):
+        empty for hermes, the layout the masks were written for."""
+        out = dict(call_open=self.call_open, call_close=self.call_close,
+                   arguments_key=self.arguments_key)
+        hermes = dict(call_open=CALL_OPEN, call_close=CALL_CLOSE, arguments_key="arguments")
+        return {} if out == hermes else out
 
 
 TOOL_FORMATS = {
     "hermes": ToolFormat("hermes", format_tool_call, parse_tool_calls, "tool",
-                         ("<tool_call>",)),
+                         ("<tool_call>",), call_open=CALL_OPEN, call_close=CALL_CLOSE),
     "llama3_json": ToolFormat("llama3_json", _format_llama3, _parse_json_text, "ipython",
-                              ("<|python_tag|>", "ipython")),
+                              ("<|python_tag|>", "ipython"), arguments_key="parameters"),
     "json_text": ToolFormat("json_text", _format_json_text, _parse_json_text, "user",
                             (), tools_in_system=True),
 }
@@ -180,7 +206,7 @@ class ChatConventions:
 
     def head_messages(self, system: str | None, user: str, tools=()) -> list[dict]:
         if tools and not self.renders_tools:
-            system = _json_text_system(system or "", tools)
+            system = _json_text_system(system or "", tools, self.fmt)
         msgs = [{"role": "system", "content": system}] if system else []
         return msgs + [{"role": "user", "content": user}]
 
@@ -228,6 +254,34 @@ class ChatConventions:
     def end_of_turn_id(self) -> int:
         return self.tokenizer.convert_tokens_to_ids(self.end_of_turn)
 
+    @property
+    def stop_ids(self) -> list[int]:
+        """Ids that end a generated turn: the end-of-turn token, then <|endoftext|> and
+        eos where they are tokens of this vocabulary (no duplicates)."""
+        ids = (self.end_of_turn_id, marker_id(self.tokenizer, ENDOFTEXT),
+               self.tokenizer.eos_token_id)
+        return list(dict.fromkeys(i for i in ids if isinstance(i, int) and i >= 0))
+
+    @property
+    def think_ids(self) -> tuple[int | None, int | None]:
+        """(<think>, </think>) ids where each is one token; None where it is plain text
+        (SmolLM2: BPE pieces) and the harness finds it in the decoded text instead."""
+        return marker_id(self.tokenizer, THINK_OPEN), marker_id(self.tokenizer, THINK_CLOSE)
+
+    @property
+    def opens_think(self) -> bool:
+        """Does every generation header leave a <think> block open (thinking-only
+        models, e.g. Qwen3-*-Thinking-2507)? Every prompt ends with the header."""
+        head = self.header_text
+        return THINK_OPEN in head and THINK_CLOSE not in head[head.rindex(THINK_OPEN):]
+
+    def closing_ids(self, generated: Sequence[int]) -> list[int]:
+        """What follows a generated turn before its observation: nothing when the turn
+        ended with its end-of-turn token, else that token (the turn was closed by
+        another stop id, e.g. eos)."""
+        closed = bool(generated) and generated[-1] == self.end_of_turn_id
+        return [] if closed else [self.end_of_turn_id]
+
     def prompt_ids(self, system, user, tools=()) -> list[int]:
         return self.encode(self.prompt_text(system, user, tools))
 
@@ -241,11 +295,20 @@ class ChatConventions:
         return self.fmt.parse_calls(text)
 
 
+def marker_id(tokenizer, text: str) -> int | None:
+    """The id of `text` when it is ONE token of the vocabulary, else None (never the
+    unknown-token id that convert_tokens_to_ids returns for a string it lacks)."""
+    i = tokenizer.convert_tokens_to_ids(text)
+    if not isinstance(i, int) or i < 0:
+        return None
+    return i if tokenizer.convert_ids_to_tokens(i) == text else None
+
+
 def _end_of_turn(tokenizer, template: str) -> str:
     """The token that closes an assistant turn in this template: <|im_end|> (ChatML),
     <|eot_id|> (Llama 3), else the tokenizer's eos token."""
     for tok in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"):
-        if tok in template and tokenizer.convert_tokens_to_ids(tok) is not None:
+        if tok in template and marker_id(tokenizer, tok) is not None:
             return tok
     if not tokenizer.eos_token:
         raise ChatTemplateError("the tokenizer has no eos token and its chat template no "

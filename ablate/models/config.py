@@ -12,6 +12,6 @@ class ModelConfig:
     dtype: str = "float32"               # float32 | bfloat16
     trust_remote_code: bool = False      # let transformers run the model repo's own code
     hf_id: Optional[str] = None          # Hugging Face repo id looked up in the local cache
-    tool_format: str = "auto"            # auto | hermes | llama3_json | json_text
-    #   (ablate.harness.templates.TOOL_FORMATS; auto: detected from the chat template)
+    tool_format: str = "auto"            # auto (from the template) | hermes | llama3_json | json_text
     chat_template: Optional[str] = None  # a .jinja file for a tokenizer that has none
+    warm_start: bool = False             # smollm2_135m: SFT warm start (python -m ablate.models.smollm warmstart)

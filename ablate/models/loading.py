@@ -53,7 +53,9 @@ def resolve_weights(model_cfg) -> str:
                 f"holding the Hugging Face files of {repo or name} (config.json, tokenizer, "
                 "*.safetensors)")
     if name in _packaged():
-        from ablate.models.smollm import converted_dir
+        from ablate.models.smollm import converted_dir, warm_started_dir
+        if getattr(model_cfg, "warm_start", False):
+            return warm_started_dir(name)
         return converted_dir(name)
     if repo is None:
         raise ModelNotFoundError(f"model.name={name!r} has no known repo id; set model.path")

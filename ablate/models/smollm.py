@@ -6,6 +6,8 @@ local-path loader (ablate.models.loading) reads like any checkpoint.
     check_available(name)                     one-line ModelNotFoundError with the install
                                               command when the package is absent
     converted_dir(name, cache_root=None)      the cached directory, converting on first use
+    warm_started_dir(name)                    the SFT warm start's directory (model.warm_start),
+                                              built by `python -m ablate.models.smollm warmstart`
 
 The one model here is SmolLM2-135M-Instruct (Allal et al. 2025, "SmolLM2: When Smol Goes
 Big", arXiv:2502.02737), a Llama-architecture model with a ChatML template, from the
@@ -23,7 +25,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -136,3 +138,35 @@ def _convert(src: Path, out: Path) -> None:
         del model.config.quantization_config
     model.save_pretrained(str(out), safe_serialization=True)
     tok.save_pretrained(str(out))
+
+
+def warm_started_dir(name: str) -> str:
+    """The warm-started weights of `name` (ablate/models/smollm_warmstart.py), or a
+    one-line ModelNotFoundError with the command that builds them (a run never trains
+    them silently)."""
+    from ablate.models.smollm_warmstart import DONE_MARK as WARM_MARK, Recipe, warm_dir
+    final = warm_dir(converted_dir(name), Recipe())
+    if not (final / WARM_MARK).is_file():
+        raise ModelNotFoundError(f"model.warm_start=true needs the warm-started weights of "
+                                 f"{name}; build them once with: python -m ablate.models."
+                                 f"smollm warmstart")
+    return str(final)
+
+
+def main(argv=None) -> int:
+    import argparse
+    from ablate.models.smollm_warmstart import Recipe, build
+    ap = argparse.ArgumentParser(prog="python -m ablate.models.smollm")
+    ap.add_argument("command", choices=["convert", "warmstart"])
+    for f in fields(Recipe):
+        ap.add_argument(f"--{f.name}", type=type(f.default), default=f.default)
+    a = ap.parse_args(argv)
+    if a.command == "convert":
+        print(converted_dir("smollm2_135m"))
+        return 0
+    print(build(Recipe(**{f.name: getattr(a, f.name) for f in fields(Recipe)})))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
