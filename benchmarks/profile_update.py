@@ -6,10 +6,11 @@
 Step 1 of the default cell (`python -m ablate`, plus overrides after `--`): its rollouts
 by the untrained policy, the rewards, `algorithm.prepare`; the batch is pickled to
 --batch (and read from there when the file exists, so every learner and every run sees
-the same segments). Then, per learner, two learners built from the same weights update
-in turn `--steps` times on that batch: the output head over every position (the engine
-before ablate/learners/head.py) and on trained positions only (today's); the medians of
-steps >= 2 give the ratio, and their losses must agree. Then the trained-only learner runs
+the same segments). Then, per learner, three learners built from the same weights update
+in turn `--steps` times on that batch (VARIANTS: no shared prefix and the output head
+over every position, the learner before issue 11; shared prefix and full head, the one
+before ablate/learners/head.py; today's, head on trained positions only); the medians of
+steps >= 2 give the ratios, and their losses must agree. Then the trained-only learner runs
 one update under torch.profiler (top operators by self CPU time), and
 `export_state_dict` (the weight push) is timed on its own."""
 from __future__ import annotations
@@ -51,12 +52,12 @@ def capture(overrides: list[str], path: Path):
     return cfg
 
 
-def fresh_learner(cfg, name: str):
+def fresh_learner(cfg, name: str, shared_prefix: bool = True):
     from ablate.learners import build_model_for_learner, make_learner
     from ablate.models.loading import load_policy
 
     lcfg = cfg.learner.copy()
-    lcfg.name = name
+    lcfg.name, lcfg.shared_prefix = name, shared_prefix
     model = build_model_for_learner(lambda: load_policy(cfg.model)[0], lcfg)
     return make_learner(lcfg, model, lr=cfg.trainer.lr, seed=cfg.seed,
                         temperature=cfg.sampler.temperature, ckpt_dir=tempfile.mkdtemp())
@@ -79,30 +80,36 @@ def profiled(learner, batch, loss_fn, top: int) -> dict:
     return {"table": table}
 
 
+# the learner before issue 11 (every segment forwards the prompt, full head), the one
+# before ablate/learners/head.py (shared prefix, full head), and today's
+VARIANTS = {"plain": (False, False), "full_head": (True, False), "trained_head": (True, True)}
+
+
 def paired(cfg, name: str, batch, loss_fn, steps: int) -> dict:
-    """Two learners from the same weights, the full head (before) and the head on trained
-    positions only (now), updating in turn on the same batch: step times and losses."""
+    """One learner per variant, all from the same weights, updating in turn on the same
+    batch: step times (median of steps >= 2, as ratios to trained_head) and losses."""
     pair = {}
-    for only in (False, True):
-        pair[only] = fresh_learner(cfg, name)
-        pair[only].head_on_trained_only = only
-    times, losses = {False: [], True: []}, {False: [], True: []}
+    for v, (shared, only) in VARIANTS.items():
+        pair[v] = fresh_learner(cfg, name, shared)
+        pair[v].head_on_trained_only = only
+    times, losses, m = {v: [] for v in pair}, {v: [] for v in pair}, {}
     for _ in range(steps):
-        for only, lrn in pair.items():
+        for v, lrn in pair.items():
             t0 = time.perf_counter()
-            m = lrn.update(batch["segments"], batch["advantages"], loss_fn)
-            times[only].append(time.perf_counter() - t0)
-            losses[only].append(m["loss"])
-    med = {k: statistics.median(v[1:] or v) for k, v in times.items()}
+            m[v] = lrn.update(batch["segments"], batch["advantages"], loss_fn)
+            times[v].append(time.perf_counter() - t0)
+            losses[v].append(m[v]["loss"])
+    med = {v: statistics.median(t[1:] or t) for v, t in times.items()}
     t0 = time.perf_counter()
-    pair[True].export_state_dict()
-    return {"full_head_s": [round(x, 3) for x in times[False]],
-            "trained_head_s": [round(x, 3) for x in times[True]],
-            "ratio_trained_over_full": round(med[True] / med[False], 3),
-            "loss_max_abs_diff": max(abs(a - b) for a, b in zip(losses[False], losses[True])),
-            "forward_tokens": m["forward_tokens"], "train_tokens": m["train_tokens"],
-            "micro_batches": m["micro_batches"], "export_s": round(time.perf_counter() - t0, 3),
-            "learner": pair[True]}
+    pair["trained_head"].export_state_dict()
+    return {"step_s": {v: [round(x, 3) for x in t] for v, t in times.items()},
+            "ratio_to_trained_head": {v: round(med[v] / med["trained_head"], 3) for v in med},
+            "loss_max_abs_diff": {v: max(abs(a - b) for a, b in zip(losses[v], losses[
+                "trained_head"])) for v in pair},
+            "forward_tokens": {v: m[v]["forward_tokens"] for v in m},
+            "train_tokens": m["trained_head"]["train_tokens"],
+            "micro_batches": {v: m[v]["micro_batches"] for v in m},
+            "export_s": round(time.perf_counter() - t0, 3), "learner": pair["trained_head"]}
 
 
 def main(argv=None):
