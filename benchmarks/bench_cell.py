@@ -1,19 +1,21 @@
-"""Default cell wall time: today's engine vs the full-recompute sampler, in one process.
+"""Default cell wall time: today's engine vs earlier ones, in one process.
 
-    python benchmarks/bench_cell.py [--order new,old] [-- hydra overrides...]
+    python benchmarks/bench_cell.py [--order new,full-head,old] [-- hydra overrides...]
 
 Runs `run_cell` on the composed default config (what `python -m ablate` runs, plus any
 overrides after `--`) once per engine, in the order given:
-  new: HFSampler as built by make_sampler (KV reuse across turns, shared prefix);
-  old: the same sampler with kv_reuse=False, every prompt re-encoded from token 0 (the
-       engine before KV reuse; kept only as this baseline).
+  new:       as configured (sampler KV reuse across turns and shared prefix; learner
+             shared prefix, output head on trained positions only);
+  full-head: the same with the learner's output head over every position (the engine
+             before ablate/learners/head.py; its rows must equal new's);
+  old:       the engine before issue 11: sampler kv_reuse=False (every prompt
+             re-encoded from token 0), learner.shared_prefix=false, full head.
 Prints, as JSON, each run's wall time, rollout/update/eval seconds (from metrics.jsonl
-and eval.jsonl), the sampler's token counters, the ratio old/new of the wall times and
-of the rollout seconds, and whether the two cells' metric and eval rows are identical
-apart from timing fields (the engines must produce the same episodes). Warm caches: the
-environment is built before the first timed run. Both runs share one process and one
-machine state, so the ratios are comparable even on a busy machine; absolute seconds
-are not.
+and eval.jsonl), the sampler's token counters, the ratio of each engine's wall time (and
+rollout, update seconds) over new's, and the metric and eval fields that differ from
+new's apart from timing fields. Warm caches: the environment is built before the first
+timed run. All runs share one process and one machine state, so the ratios are
+comparable even on a busy machine; absolute seconds are not.
 """
 from __future__ import annotations
 
@@ -52,13 +54,17 @@ def _differences(a: list[dict], b: list[dict], rtol: float = 1e-4) -> dict:
     return out
 
 
+ENGINES = {"new": [], "full-head": [], "old": ["learner.shared_prefix=false"]}
+
+
 def run(engine: str, overrides: list[str], out: Path) -> dict:
     import ablate.samplers as samplers
     from ablate.cell import run_cell
     from ablate.cli import compose_config
+    from ablate.learners.base import Learner
 
     made = []
-    original = samplers.make_sampler
+    original, head = samplers.make_sampler, Learner.head_on_trained_only
 
     def make(*a, **kw):
         s = original(*a, **kw)
@@ -68,13 +74,14 @@ def run(engine: str, overrides: list[str], out: Path) -> dict:
         return s
 
     samplers.make_sampler = make
+    Learner.head_on_trained_only = engine == "new"
     try:
-        cfg = compose_config(overrides + ["run.quiet=true"])
+        cfg = compose_config(overrides + ENGINES[engine] + ["run.quiet=true"])
         t0 = time.perf_counter()
         summary = run_cell(cfg, out)
         wall = time.perf_counter() - t0
     finally:
-        samplers.make_sampler = original
+        samplers.make_sampler, Learner.head_on_trained_only = original, head
     metrics, evals = _rows(out / "metrics.jsonl"), _rows(out / "eval.jsonl")
     res = {"wall_s": round(wall, 1),
            "rollout_s": round(sum(r["rollout_s"] for r in metrics), 1),
@@ -89,7 +96,7 @@ def run(engine: str, overrides: list[str], out: Path) -> dict:
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--order", default="new,old")
+    ap.add_argument("--order", default="new,full-head,old")
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args(argv)
     from ablate.cli import compose_config
@@ -99,14 +106,17 @@ def main(argv=None):
     res = {}
     for engine in a.order.split(","):
         res[engine] = run(engine, a.overrides, work / engine)
-    new, old = res["new"], res["old"]
-    diff = _differences(new.pop("metrics"), old.pop("metrics"))
-    diff_eval = _differences(new.pop("evals"), old.pop("evals"))
-    print(json.dumps({
-        "overrides": a.overrides, "order": a.order, "new": new, "old": old,
-        "wall_ratio_old_over_new": round(old["wall_s"] / new["wall_s"], 2),
-        "rollout_ratio_old_over_new": round(old["rollout_s"] / max(new["rollout_s"], 1e-9), 2),
-        "metrics_fields_differing": diff, "eval_fields_differing": diff_eval}, indent=1))
+    new = res["new"]
+    rows = {e: (r.pop("metrics"), r.pop("evals")) for e, r in res.items()}
+    report = {"overrides": a.overrides, "order": a.order, "engines": res}
+    for e, r in res.items():
+        if e == "new":
+            continue
+        for k in ("wall_s", "rollout_s", "update_s"):
+            report[f"{k}_ratio_{e}_over_new"] = round(r[k] / max(new[k], 1e-9), 3)
+        report[f"metrics_fields_differing_{e}"] = _differences(rows["new"][0], rows[e][0], 0.0)
+        report[f"eval_fields_differing_{e}"] = _differences(rows["new"][1], rows[e][1], 0.0)
+    print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

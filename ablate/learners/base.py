@@ -23,15 +23,18 @@ import torch
 
 from ablate.learners.batching import (SUM_METRICS, MicroBatch, collate, combine_metrics,
                                       pack, token_stats)
-from ablate.learners.prefix import (Prefix, cache_tensors, expanded_cache, shared_prefix_len,
-                                    suffix_stats)
+from ablate.learners.head import head_rows, trained_positions
+from ablate.learners.prefix import (Prefix, cache_tensors, expanded_cache, first_stats,
+                                    shared_prefix_len, suffix_stats)
 
 DUMMY = [0, 0]   # the prefix pass of a rank without a shared prefix (collectives in step)
 
 
 @dataclass
 class LossInputs:
-    """What a loss function receives for one micro-batch; [b, T] tensors aligned to ids."""
+    """What a loss function receives for one micro-batch; [b, T] tensors aligned to ids.
+    logprobs, entropy and ref_logprobs are computed where mask is 1 and are 0 elsewhere
+    (the output head runs on trained positions only: ablate/learners/head.py)."""
     logprobs: torch.Tensor                 # current policy, with grad
     old_logprobs: torch.Tensor             # the sampler's
     advantages: torch.Tensor               # [b]
@@ -84,6 +87,9 @@ class Learner:
     """See the module docstring; `model` is the trained module (a PeftModel under LoRA)."""
 
     model: torch.nn.Module
+    # update(): the output head on trained positions only (ablate/learners/head.py);
+    # False runs it everywhere, the reference of tests and benchmarks/profile_update.py
+    head_on_trained_only: bool = True
 
     def __init__(self, cfg: Any, *, lr: float, seed: int, temperature: float,
                  ckpt_dir: str | os.PathLike):
@@ -114,25 +120,54 @@ class Learner:
         return self._call(False, input_ids=ids, use_cache=False).logits
 
     def _stats(self, mb: MicroBatch, pre: Optional[Prefix], ref: bool = False,
-               entropy: bool = True):
+               entropy: bool = True, trained_only: bool = False):
         """Token logprobs / entropies [b, T] of a micro-batch, its rows run on top of the
-        shared prefix when there is one (suffix positions continue after it)."""
-        if pre is None:
-            logits = self._call(ref, input_ids=mb.ids, use_cache=False).logits
-            return token_stats(logits, mb.ids, self.temperature, mb.allowed, entropy)
+        shared prefix when there is one (suffix positions continue after it).
+        `trained_only`: the output head runs only where the mask is 1 (all a loss reads);
+        every other position holds 0 (see `LossInputs`)."""
         b, T = mb.ids.shape
-        P = len(pre.ids)
-        pos = torch.arange(P, T, device=self.device).expand(b, -1)
-        logits = self._call(ref, input_ids=mb.ids[:, P:], position_ids=pos, use_cache=True,
-                            **{self._cache_kw: expanded_cache(pre, b)}).logits
-        return suffix_stats(pre, logits, mb.ids, self.temperature, mb.allowed, entropy)
+        P = len(pre.ids) if pre is not None else 0
+        kw: dict = {"input_ids": mb.ids[:, P:], "use_cache": pre is not None}
+        if pre is not None:
+            kw.update(position_ids=torch.arange(P, T, device=self.device).expand(b, -1),
+                      **{self._cache_kw: expanded_cache(pre, b)})
+        if not trained_only:
+            logits = self._call(ref, **kw).logits
+            if pre is None:
+                return token_stats(logits, mb.ids, self.temperature, mb.allowed, entropy)
+            return suffix_stats(pre, logits, mb.ids, self.temperature, mb.allowed, entropy)
+        sel = trained_positions(mb.mask, P)
+        with head_rows(self._head(ref), sel.flat(T - P)):
+            logits = self._call(ref, **kw).logits[0]          # [N, V], N = len(sel)
+        lp, ent = sel.stats(logits, mb.ids, self.temperature, mb.allowed, entropy)
+        if pre is not None:   # position P is predicted by the prefix's last logits
+            lp[:, P], e = first_stats(pre, mb.ids, self.temperature, mb.allowed, entropy)
+            if entropy:
+                ent[:, P] = e
+        return lp, ent
 
-    def _prefix(self, ids: list[int], ref: bool = False, entropy: bool = True) -> Prefix:
-        """The prefix's forward, with grad when grad is enabled (outputs still attached)."""
+    def _head(self, ref: bool) -> torch.nn.Module:
+        """The output projection (lm_head) of the policy or of the reference."""
+        m = self._module(ref)
+        return (m.get_base_model() if _is_peft(m) else m).get_output_embeddings()
+
+    def _module(self, ref: bool) -> torch.nn.Module:
+        return self.model
+
+    def _prefix(self, ids: list[int], ref: bool = False, entropy: bool = True,
+                trained_only: bool = False) -> Prefix:
+        """The prefix's forward, with grad when grad is enabled (outputs still attached).
+        `trained_only`: logits at its last position only (nothing trains on a shared
+        prefix), its own logprobs / entropies 0."""
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
-        out = self._call(ref, input_ids=x, use_cache=True)
+        out = self._call(ref, input_ids=x, use_cache=True,
+                         **({"logits_to_keep": 1} if trained_only else {}))
         cache = getattr(out, "cache", None)
         cache = out.past_key_values if cache is None else cache
+        if trained_only:
+            zero = torch.zeros(x.shape, dtype=torch.float32, device=self.device)
+            return Prefix(list(ids), cache_tensors(cache), out.logits[:, -1], zero,
+                          zero.clone() if entropy else None)
         lp, ent = token_stats(out.logits, x, self.temperature, None, entropy)
         return Prefix(list(ids), cache_tensors(cache), out.logits[:, -1], lp, ent)
 
@@ -192,11 +227,12 @@ class Learner:
                              dtype=torch.float64)
         num_tokens, num_seqs = (int(x) for x in self._all_reduce(local).tolist())
         pre = ref_pre = None
+        only = self.head_on_trained_only
         if plan.any_prefix:   # every rank runs one prefix pass (a dummy where it has none)
-            pre = self._prefix(plan.prefix or DUMMY).leaves()
+            pre = self._prefix(plan.prefix or DUMMY, trained_only=only).leaves()
             with torch.no_grad():
-                ref_pre = self._prefix(plan.prefix or DUMMY, ref=True, entropy=False) \
-                    if self._has_ref() else None
+                ref_pre = self._prefix(plan.prefix or DUMMY, ref=True, entropy=False,
+                                       trained_only=only) if self._has_ref() else None
         use = pre if plan.prefix else None
         sum_keys = SUM_METRICS | set(getattr(loss_fn, "sum_metrics", ()))
         parts, total_loss = [], 0.0
@@ -206,10 +242,10 @@ class Learner:
                 self._dummy_pass(last)
                 continue
             mb = plan.mbs[k]
-            lp, ent = self._stats(mb, use)
+            lp, ent = self._stats(mb, use, trained_only=only)
             with torch.no_grad():
-                ref = self._stats(mb, ref_pre if use else None, ref=True, entropy=False)[0] \
-                    if self._has_ref() else None
+                ref = self._stats(mb, ref_pre if use else None, ref=True, entropy=False,
+                                  trained_only=only)[0] if self._has_ref() else None
             inputs = LossInputs(lp, mb.old_logprobs, adv[mb.index], mb.mask, ent, ref,
                                 num_tokens=num_tokens, num_seqs=num_seqs, index=mb.index)
             loss, metrics = loss_fn(inputs)

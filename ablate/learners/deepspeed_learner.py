@@ -115,6 +115,9 @@ class DeepSpeedLearner(Learner):
     def _has_ref(self):
         return self.ref is not None
 
+    def _module(self, ref):
+        return self.ref.module if ref else self.engine.module
+
     def _backward(self, loss, last, scaled=False):
         """`scaled`: the loss already carries the world-size factor and the optimizer's
         loss scale (fp16 via ds_overrides; 1 otherwise), which engine.backward applies

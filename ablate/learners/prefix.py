@@ -91,6 +91,17 @@ def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
+def first_stats(pre: Prefix, ids: torch.Tensor, temperature: float,
+                allowed: Optional[list] = None, entropy: bool = True
+                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """[b] logprob (and entropy) of each row's token at position P, the first after the
+    prefix, from the prefix's last logits (under the row's action mask)."""
+    b, P = ids.shape[0], len(pre.ids)
+    lp, ent = shifted_stats(pre.last[:, None].expand(b, 1, -1), ids[:, P:P + 1], temperature,
+                            allowed, P, entropy)
+    return lp[:, 0], (ent[:, 0] if entropy else None)
+
+
 def suffix_stats(pre: Prefix, logits: torch.Tensor, ids: torch.Tensor, temperature: float,
                  allowed: Optional[list] = None, entropy: bool = True
                  ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -99,11 +110,10 @@ def suffix_stats(pre: Prefix, logits: torch.Tensor, ids: torch.Tensor, temperatu
     rows: prefix positions from the prefix, position P from its last logits (under the
     row's action mask), positions > P from the suffix logits."""
     b, P = ids.shape[0], len(pre.ids)
-    first = shifted_stats(pre.last[:, None].expand(b, 1, -1), ids[:, P:P + 1], temperature,
-                          allowed, P, entropy)
+    first = first_stats(pre, ids, temperature, allowed, entropy)
     rest = shifted_stats(logits[:, :-1], ids[:, P + 1:], temperature, allowed, P + 1,
                          entropy)
-    lp = torch.cat([pre.lp.expand(b, -1), first[0], rest[0]], dim=1)
+    lp = torch.cat([pre.lp.expand(b, -1), first[0][:, None], rest[0]], dim=1)
     if not entropy:
         return lp, None
-    return lp, torch.cat([pre.ent.expand(b, -1), first[1], rest[1]], dim=1)
+    return lp, torch.cat([pre.ent.expand(b, -1), first[1][:, None], rest[1]], dim=1)

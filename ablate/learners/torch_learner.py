@@ -42,6 +42,9 @@ class TorchLearner(Learner):
     def _has_ref(self):
         return self.ref is not None
 
+    def _module(self, ref):
+        return self.ref if ref else self.model
+
     def _backward(self, loss, last, scaled=False):
         loss.backward()
 
