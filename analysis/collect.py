@@ -200,12 +200,26 @@ def _sort_key(v):
     return (3, 0, str(v))
 
 
+def added_keys(configs: list[dict]) -> list[str]:
+    """Keys absent from some runs and with one value in all the others: a setting that a
+    newer ablate writes (with its default) and an older one did not. Not a factor (runs
+    of one cell started before and after an upgrade stay one cell); named in a warning."""
+    keys = sorted(set().union(*configs)) if configs else []
+    out = []
+    for k in keys:
+        have = [c[k] for c in configs if k in c]
+        if 0 < len(have) < len(configs) and len(
+                {json.dumps(v, sort_keys=True, default=str) for v in have}) == 1:
+            out.append(k)
+    return out
+
+
 def infer_factors(configs: list[dict]) -> list[str]:
     """Keys whose values differ between runs, seed and bookkeeping excluded. When a
     group's `name` differs, the name is the factor, and the group's other differing keys
     are kept only if they vary among runs with the same name."""
     keys = sorted(set().union(*configs)) if configs else []
-    differing = [k for k in keys if not _excluded(k)
+    differing = [k for k in keys if not _excluded(k) and k not in added_keys(configs)
                  and len({json.dumps(c.get(k), sort_keys=True, default=str)
                           for c in configs}) > 1]
     named_groups = {k.split(".")[0] for k in differing
@@ -312,6 +326,12 @@ def config_warnings(runs: list[Run]) -> list[str]:
     if len(by_exp) > 1:
         out.append("runs of different experiments are mixed: " + "; ".join(
             f"{json.loads(k)} ({f})" for k, f in by_exp.items()))
+    configs = [r.config for r in runs]
+    added = [k for k in added_keys(configs) if not _excluded(k)]
+    if added:
+        n = sum(1 for c in configs if any(k not in c for k in added))
+        out.append(f"{n} run(s) lack keys the others set to one value (an older ablate "
+                   f"wrote them?); not treated as factors: " + ", ".join(added))
     return out
 
 

@@ -71,6 +71,19 @@ def test_factors_follow_group_names_and_skip_bookkeeping():
     assert "trainer.lr" in infer_factors(flat) and "seed" not in infer_factors(flat)
 
 
+def test_a_key_written_only_by_a_newer_ablate_is_not_a_factor():
+    """Seeds of one cell started before and after an upgrade that added a key (with its
+    default) stay one cell, with a warning; a key that takes two values stays a factor."""
+    from analysis.collect import added_keys
+    old = {"seed": 0, "algo.name": "grpo"}
+    new = [{"seed": s, "algo.name": "grpo", "harness.parser": "strict"} for s in (1, 2)]
+    assert added_keys([old, *new]) == ["harness.parser"]
+    assert infer_factors([old, *new]) == []
+    new[1]["harness.parser"] = "lenient"
+    assert added_keys([old, *new]) == []
+    assert infer_factors([old, *new]) == ["harness.parser"]
+
+
 def test_incomplete_failed_and_missing_cells_are_listed(tmp_path):
     write_sweep(tmp_path, rewards=("naive", "shaped"), algos=("grpo", "dapo"),
                 seeds=(0, 1), n_questions=12, steps=(0, 4))

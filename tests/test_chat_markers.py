@@ -7,31 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from transformers import AutoTokenizer
 
 from ablate.harness.chat import strip_thinking_ids
 from ablate.harness.masking import ActionMask, TokenBytes, marker_positions, strip_thinking
 from ablate.harness.templates import TOOL_FORMATS, ChatConventions, marker_id
-from ablate.models.smollm import check_available
 
-TINY = "ablate/models/assets/tiny"
+from test_templates import smollm, tiny  # noqa: F401  (fixtures)
 GRAMMAR = {"id_key": "message_id", "after_name": {"read_email": ', "arguments": {"message_id": "'},
            "after_id": "}}"}
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return AutoTokenizer.from_pretrained(TINY)
-
-
-@pytest.fixture(scope="module")
-def smollm():
-    try:
-        check_available("smollm2_135m")
-    except FileNotFoundError:
-        pytest.skip("the smollm extra is not installed")
-    from ablate.models.smollm import converted_dir
-    return AutoTokenizer.from_pretrained(converted_dir("smollm2_135m"))
 
 
 def test_marker_ids_never_the_unknown_token(tiny, smollm):

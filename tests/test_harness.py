@@ -19,21 +19,12 @@ from ablate.samplers.hf import HFSampler
 from ablate.env.tools import SYSTEM_PROMPT  # noqa: E402
 from ablate.envs.email.masking import GRAMMAR  # noqa: E402
 import test_harness_util as U
+from test_harness_util import db, tok  # noqa: F401  (fixtures)
 
 INSTRUCT = ModeConfig()
 THINKING = ModeConfig(name="thinking", enable_thinking=True, max_think_tokens=16)
 ANSWER = call("return_final_answer", {"answer": "$5,000", "sources": ["m0"]})
 SEARCH = call("search_inbox", {"keywords": ["budget"]})
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return U.tokenizer()
-
-
-@pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    return U.make_db(tmp_path_factory.mktemp("db"))
 
 
 def run(tok, db, script, harness=None, mode=INSTRUCT, max_turns=5, tasks=None, group=1):

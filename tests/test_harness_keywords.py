@@ -24,6 +24,7 @@ from ablate.samplers.hf import HFSampler
 from ablate.env.tools import SYSTEM_PROMPT  # noqa: E402
 from ablate.envs.email.masking import GRAMMAR  # noqa: E402
 import test_harness_util as U
+from test_harness_util import db, tok  # noqa: F401  (fixtures)
 
 
 def ToolCall(*args, **kw):
@@ -33,16 +34,6 @@ from test_harness import _recompute, _schemas
 INSTRUCT = ModeConfig()
 SEARCH_PREFIX = '<tool_call>\n{"name": "search_inbox", "arguments": {"keywords": ['
 CALL_SUFFIX = '}}\n</tool_call>'
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return U.tokenizer()
-
-
-@pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    return U.make_db(tmp_path_factory.mktemp("db"))
 
 
 def _kw_list(text_after_bracket: str):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 
+import pytest
 import torch
 
 from ablate.env.data import Task
@@ -183,3 +184,14 @@ def primed_model(tok, db, steps: int = 60, seed: int = 0):
         opt.step()
     model.eval()
     return model, float(loss.detach())
+
+
+# module-scoped fixtures a test module takes with `from test_harness_util import db, tok`
+@pytest.fixture(scope="module")
+def tok():
+    return tokenizer()
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    return make_db(tmp_path_factory.mktemp("db"))

@@ -15,6 +15,7 @@ from ablate.harness.config import HarnessConfig, ModeConfig
 from ablate.harness.parser import PARSERS, parse_actions, retries_used, step_metrics
 from ablate.harness.rollout import rollout
 import test_harness_util as U
+from test_harness_util import db, tok  # noqa: F401  (fixtures)
 
 SEARCH = call("search_inbox", {"keywords": ["budget"]})
 ANSWER = call("return_final_answer", {"answer": "$5,000", "sources": ["m0"]})
@@ -97,14 +98,6 @@ def test_lenient_work_is_bounded_on_adversarial_text():
 
 
 # ------------------------------------------------------------------ in the rollout
-@pytest.fixture(scope="module")
-def tok():
-    return U.tokenizer()
-
-
-@pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    return U.make_db(tmp_path_factory.mktemp("db"))
 
 
 def run(tok, db, script, max_turns=6, **harness):

@@ -24,6 +24,7 @@ from ablate.rewards import compute_reward
 from ablate.rewards.config import RewardConfig
 from ablate.rewards.world_model import WorldModelConfig, world_model_reward
 import test_harness_util as U
+from test_harness_util import db, tok  # noqa: F401  (fixtures)
 
 SEARCH = call("search_inbox", {"keywords": ["budget"]})
 NOTHING = call("search_inbox", {"keywords": ["zeppelin"]})
@@ -93,14 +94,6 @@ def test_config_errors_name_the_key(override, msg):
 
 
 # ------------------------------------------------------------------ outcome labels
-@pytest.fixture(scope="module")
-def tok():
-    return U.tokenizer()
-
-
-@pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    return U.make_db(tmp_path_factory.mktemp("db"))
 
 
 def test_email_outcome_labels(db):
