@@ -36,7 +36,8 @@ def settings(cell: Path) -> str:
     t, a = c["trainer"], c["algo"]
     return (f"{c['reward']['name']}, {a['name']}, lr {t['lr']:g}, warm-up "
             f"{c['learner']['warmup_steps']}, {t['tasks_per_step']}x{t['group_size']}, "
-            f"epochs {a['ppo_epochs']}, T {c['sampler']['temperature']:g}")
+            f"epochs {a['ppo_epochs']}, T {c['sampler']['temperature']:g}, "
+            f"{t['max_steps']} steps")
 
 
 def steps_done(cell: Path) -> int:
