@@ -219,7 +219,8 @@ def infer_factors(configs: list[dict]) -> list[str]:
     group's `name` differs, the name is the factor, and the group's other differing keys
     are kept only if they vary among runs with the same name."""
     keys = sorted(set().union(*configs)) if configs else []
-    differing = [k for k in keys if not _excluded(k) and k not in added_keys(configs)
+    added = set(added_keys(configs))
+    differing = [k for k in keys if not _excluded(k) and k not in added
                  and len({json.dumps(c.get(k), sort_keys=True, default=str)
                           for c in configs}) > 1]
     named_groups = {k.split(".")[0] for k in differing

@@ -195,3 +195,17 @@ def tok():
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
     return make_db(tmp_path_factory.mktemp("db"))
+
+
+def masked_logprobs(model, seg, temperature: float = 1.0) -> torch.Tensor:
+    """The learner's view of a recorded segment: one plain forward, logits / T, the
+    recorded action mask, log_softmax; the logprob of each id (0 at position 0)."""
+    ids = torch.tensor([seg.ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, :-1].float() / temperature
+    for pos, allowed in (seg.allowed or {}).items():
+        row = torch.full_like(logits[pos - 1], float("-inf"))
+        row[allowed] = logits[pos - 1, allowed]
+        logits[pos - 1] = row
+    lp = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:].view(-1, 1)).view(-1)
+    return torch.cat([torch.zeros(1), lp])

@@ -73,20 +73,6 @@ def _episodes(tiny, env, mode, temperature, kv_reuse, sampler=None):
     return eps, s
 
 
-def _recompute(model, seg, temperature):
-    """The learner's view: one plain forward of the segment, logits / T, the recorded
-    action mask, log_softmax; the logprob of each id (0 at position 0)."""
-    ids = torch.tensor([seg.ids])
-    with torch.no_grad():
-        logits = model(ids).logits[0, :-1].float() / temperature
-    for pos, allowed in (seg.allowed or {}).items():
-        row = torch.full_like(logits[pos - 1], float("-inf"))
-        row[allowed] = logits[pos - 1, allowed]
-        logits[pos - 1] = row
-    lp = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:].view(-1, 1)).view(-1)
-    return torch.cat([torch.zeros(1), lp])
-
-
 def _own_length(tok, ep, thinking: bool) -> int:
     """Tokens the episode itself holds: its prompt, every generated id and observation
     (thinking: the last segment plus the thinking stripped from earlier turns)."""
@@ -124,7 +110,7 @@ def test_sampled_logprobs_equal_learner_recompute(tiny, runs, mode):
     n_masked = 0
     for ep in eps:
         for seg in ep.segments:
-            lp = _recompute(tiny[0], seg, 1.0)
+            lp = U.masked_logprobs(tiny[0], seg, 1.0)
             m = torch.tensor(seg.mask, dtype=torch.bool)
             assert torch.allclose(lp[m], torch.tensor(seg.logprobs)[m], atol=ATOL)
             n_masked += len(seg.allowed or {})

@@ -13,6 +13,8 @@ from ablate.cli import compose_config
 from ablate.harness.templates import ChatConventions
 from ablate.models.smollm import check_available
 
+from test_harness_util import masked_logprobs
+
 try:
     check_available("smollm2_135m")
     INSTALLED = True
@@ -21,19 +23,6 @@ except FileNotFoundError:
 
 pytestmark = [pytest.mark.heavy,
               pytest.mark.skipif(not INSTALLED, reason="the smollm extra is not installed")]
-
-
-def _recompute(model, seg) -> torch.Tensor:
-    """One plain forward, the recorded action mask, log_softmax (temperature 1)."""
-    ids = torch.tensor([seg.ids])
-    with torch.no_grad():
-        logits = model(ids).logits[0, :-1].float()
-    for pos, allowed in (seg.allowed or {}).items():
-        row = torch.full_like(logits[pos - 1], float("-inf"))
-        row[allowed] = logits[pos - 1, allowed]
-        logits[pos - 1] = row
-    lp = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:].view(-1, 1)).view(-1)
-    return torch.cat([torch.zeros(1), lp])
 
 
 def _warm_started() -> bool:
@@ -74,7 +63,7 @@ def test_smollm2_rollout_masks_on_token_exact(tmp_path):
         (seg,) = ep.segments
         assert seg.ids[:len(prompt)] == prompt
         assert all(t.calls for t in ep.turns)          # every turn's call was executed
-        lp = _recompute(model, seg)
+        lp = masked_logprobs(model, seg)
         m = torch.tensor(seg.mask, dtype=torch.bool)
         worst = max(worst, float((lp[m] - torch.tensor(seg.logprobs)[m]).abs().max()))
         masked += len(seg.allowed or {})

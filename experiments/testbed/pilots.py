@@ -73,8 +73,9 @@ def seed_table(cells: list[Path]) -> list[str]:
     out = ["| settings | seeds | questions | first -> last eval | gain | SE (questions) "
            "| SE (seeds) | gain / SE (seeds) |", "|" + " --- |" * 8]
     for name, group in groups.items():
-        last = min(max(r["step"] for r in load(c)) for c in group)
-        rows = [[r for r in load(c) if r["step"] in (0, last)] for c in group]
+        loaded = [load(c) for c in group]
+        last = min(max(r["step"] for r in rows) for rows in loaded)
+        rows = [[r for r in cell if r["step"] in (0, last)] for cell in loaded]
         if len(group) < 2 or last == 0:
             continue
         g = gain(rows, "correct")
