@@ -52,9 +52,11 @@ def sample_step_tasks(tasks: list, n: int, seed: int, step: int, round_: int,
     return [tasks[i] for i in idx]
 
 
-def eval_subset(tasks: list, n: int) -> list:
-    """The first n test tasks: a fixed subset shared by every cell (keeps comparisons paired)."""
-    return list(tasks[:n])
+def eval_subset(tasks: list, n: int, offset: int = 0) -> list:
+    """n test tasks from index `offset`: a fixed subset shared by every cell (keeps
+    comparisons paired); a later offset gives a confirmation set disjoint from the one
+    settings were chosen on."""
+    return list(tasks[offset:offset + n])
 
 
 # ---------------------------------------------------------------------------------------
@@ -245,7 +247,7 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
         check_reward_for(cfg.reward, env)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    eval_tasks = eval_subset(env.test_tasks, cfg.eval.num_tasks)
+    eval_tasks = eval_subset(env.test_tasks, cfg.eval.num_tasks, cfg.eval.offset)
     scripted = cfg.model.name == "scripted"
     policy = ScriptedPolicy(env, cfg) if scripted else ModelPolicy(env, cfg, cell.ckpt)
     log.info("cell ready in %.1fs: %d train / %d eval tasks, policy=%s", time.time() - t0,

@@ -45,6 +45,7 @@ class TrainerConfig:
 class EvalConfig:
     every: int = 5                       # optimizer steps between evaluations (0 = final only)
     num_tasks: int = 64                  # held-out tasks (fixed subset, shared by all cells)
+    offset: int = 0                      # index of the first of them in the test split
     samples: int = 4                     # k samples per question: eval/accuracy is avg@k
     temperature: Optional[float] = None  # of those samples; null = sampler.temperature, 0 = greedy
     greedy: bool = True                  # also a greedy pass (eval/greedy_accuracy, beside it)
@@ -250,6 +251,7 @@ def _check_trainer(cfg) -> None:
     e = cfg.eval
     _need(e.every >= 0, "eval.every", e.every, "must be >= 0 (0 = final evaluation only)")
     _need(e.num_tasks >= 1, "eval.num_tasks", e.num_tasks, "must be >= 1")
+    _need(e.offset >= 0, "eval.offset", e.offset, "must be >= 0")
     _need(e.samples >= 1, "eval.samples", e.samples, "must be >= 1")
     _need(e.temperature is None or e.temperature >= 0, "eval.temperature", e.temperature,
           "must be >= 0 (0 = greedy) or null (= sampler.temperature)")

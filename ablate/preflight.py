@@ -197,7 +197,11 @@ def check_data(cfg: DictConfig, budget=None) -> None:
     except (DataFileError, EmailDBError) as exc:
         raise ConfigError(str(exc)) from None
     env.db.close()
-    for key, have, what in (("eval.num_tasks", len(env.test_tasks), "test"),
+    offset = cfg.eval.offset
+    if offset >= len(env.test_tasks):
+        raise ConfigError(f"eval.offset={offset}: the test split has only "
+                          f"{len(env.test_tasks)} tasks (allowed: 0..{len(env.test_tasks) - 1})")
+    for key, have, what in (("eval.num_tasks", len(env.test_tasks) - offset, "test (from eval.offset)"),
                             ("trainer.tasks_per_step", len(env.train_tasks), "train")):
         if OmegaConf.select(cfg, key) > have:
             log.warning("%s=%s but the %s file has only %d tasks: all %d are used", key,

@@ -77,3 +77,22 @@ def test_eval_temperature_is_validated():
     with pytest.raises(ConfigError, match="eval.temperature"):
         validate(cfg)
     validate(compose_config(["eval.temperature=0.7", "eval.samples=3", "eval.greedy=false"]))
+
+
+def test_eval_offset_selects_a_disjoint_confirmation_set():
+    from ablate.cell import eval_subset
+    tasks = list(range(10))
+    assert eval_subset(tasks, 4) == [0, 1, 2, 3]
+    assert eval_subset(tasks, 4, offset=4) == [4, 5, 6, 7]
+    assert eval_subset(tasks, 8, offset=6) == [6, 7, 8, 9]   # clipped at the split's end
+
+
+def test_eval_offset_is_validated(tmp_path):
+    from ablate.cli import compose_config
+    from ablate.config import ConfigError, validate
+    from ablate.preflight import preflight
+    with pytest.raises(ConfigError, match="eval.offset"):
+        validate(compose_config(["eval.offset=-1"]))
+    cfg = compose_config(["eval.offset=200", f"env.cache_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"eval.offset=200: the test split has only 200"):
+        preflight(cfg)
