@@ -1,0 +1,44 @@
+"""analysis.export copies a sweep's analysis inputs; the analysis of the copy gives the
+same numbers as the analysis of the sweep (what experiments' committed results rely on)."""
+from __future__ import annotations
+
+import json
+
+from analysis import cli
+from analysis.export import export, main
+from analysis.synthetic import write_sweep
+
+
+def test_export_keeps_inputs_and_numbers(tmp_path):
+    sweep = write_sweep(tmp_path / "sweep", rewards=("naive", "shaped"), algos=("grpo",),
+                        seeds=(0, 1), n_questions=12)
+    runs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    (runs[0] / "ckpt").mkdir()
+    (runs[0] / "ckpt" / "model.pt").write_bytes(b"x" * 10)
+    (runs[0] / "trajectories.txt").write_text("long\n")
+    assert main([str(sweep), str(tmp_path / "copy")]) == 0
+    copied = sorted((tmp_path / "copy").iterdir())
+    assert [p.name for p in copied] == [p.name for p in runs]
+    assert sorted(f.name for f in copied[0].iterdir()) == ["COMPLETE", "config.yaml",
+                                                          "eval.jsonl", "metrics.jsonl"]
+    for a, b in ((sweep, "orig"), (tmp_path / "copy", "copy")):
+        assert cli.main([str(a), "--out", str(tmp_path / b), "--no-figures", "--B", "200",
+                         "--baseline", "reward.name=shaped"]) == 0
+    orig, copy = (json.loads((tmp_path / n / "summary.json").read_text())
+                  for n in ("orig", "copy"))
+    assert [c["mean"] for c in orig["cells"]] == [c["mean"] for c in copy["cells"]]
+    assert orig["comparisons"] == copy["comparisons"]
+
+
+def test_export_drops_a_marker_that_no_longer_holds(tmp_path):
+    sweep = write_sweep(tmp_path / "sweep", rewards=("naive",), algos=("grpo",), seeds=(0,),
+                        n_questions=4)
+    run = next(p for p in sweep.iterdir() if p.is_dir())
+    (run / "COMPLETE").unlink()
+    (run / "FAILED").write_text("boom\n")
+    dest = tmp_path / "copy"
+    (dest / run.name).mkdir(parents=True)
+    (dest / run.name / "COMPLETE").write_text("")
+    export(sweep, dest)
+    assert not (dest / run.name / "COMPLETE").exists()
+    assert (dest / run.name / "FAILED").read_text() == "boom\n"
