@@ -144,6 +144,32 @@ def _behaviour(summary: dict) -> list[str]:
     return L + [""]
 
 
+def _changes(summary: dict, pct: bool) -> list[str]:
+    """Within-cell change from the first evaluation (paired by seed and question)."""
+    metric = summary["metric"]
+    cells = [c for c in summary["cells"] if c.get("change", {}).get(metric)]
+    if not cells:
+        return []
+    names = [n for n in BEHAVIOUR_TABLE if any(n in c["change"] for c in cells)]
+    L = ["## Change from the first evaluation", "",
+         "Each seed's last minus first evaluation, per question, then the same seeds x "
+         "questions interval as a cell mean (p: two-sided, no change; unadjusted).", "",
+         "| cell | from step | " + " | ".join([summary["metric_words"]] + [
+             BEHAVIOUR[n][0] + (" (%)" if n in RATES else "") for n in names]) + " |",
+         "|---|---:|" + "---:|" * (len(names) + 1)]
+    for c in cells:
+        ch = c["change"]
+        m = ch[metric]
+        head = (f"{fmt(m['mean'], pct, True)} {fmt_ci(m['ci'], pct, True)}, {p_is(m['p'])}")
+        vals = [ch.get(n) for n in names]
+        L.append(f"| {c['label']} | {'/'.join(map(str, m['from_step']))} | {head} | "
+                 + " | ".join("–" if v is None or v["mean"] is None else
+                              f"{fmt(v['mean'], n in RATES, True)} "
+                              f"{fmt_ci(v['ci'], n in RATES, True)}"
+                              for n, v in zip(names, vals)) + " |")
+    return L + [""]
+
+
 def _hops(summary: dict, pct: bool) -> list[str]:
     hops = summary.get("hops", [])
     if not hops:
@@ -211,6 +237,7 @@ def render(summary: dict) -> str:
     if pairs:
         L += ["## Exploratory: all pairs (Benjamini–Hochberg)", ""]
         L += [_sentence(c, pct, sesoi) for c in pairs] + [""]
+    L += _changes(summary, pct)
     L += _planning(summary, pct) + _hops(summary, pct) + _behaviour(summary)
     L += _bookkeeping(summary)
     L += ["Figures: learning_curves, forest, hops, behaviour, factor_intervals, training "

@@ -63,7 +63,8 @@ def clip(ci):
     return [max(0.0, ci[0]), min(1.0, ci[1])] if ci else ci
 
 
-def _cell_summary(c, mats, metric, alpha, names, clip_metric, with_curves) -> dict:
+def _cell_summary(c, mats, metric, alpha, names, clip_metric, with_curves,
+                  fields=None, steps=None) -> dict:
     d = mats[metric]
     r = evaluate([d], {0: 1.0}, alpha)
     hops = sorted({h for h in d.hops.values() if h is not None}, key=str)
@@ -94,9 +95,36 @@ def _cell_summary(c, mats, metric, alpha, names, clip_metric, with_curves) -> di
         "reward": {n: v for n, v in extra.items() if n not in est.BEHAVIOUR},
         "runs": [str(run.path) for run in c.runs],
     }
+    if fields is not None:
+        out["change"] = _changes(c, mats, fields, steps, alpha)
     if with_curves:
         out["curve"] = _curve(c, metric, alpha, clip_metric)
         out["train_curves"] = est.train_curves(c)
+    return out
+
+
+def _changes(c, mats: dict, fields: dict, steps: dict, alpha: float) -> dict:
+    """Per field: the within-cell change from each seed's first evaluation to the analysed
+    one, paired by seed and question (y_last - y_first per question and seed, then the
+    same seeds x questions estimate as a cell mean). {} when a seed has one step."""
+    first = {str(r.path): min(x["step"] for x in r.eval_rows()) for r in c.runs}
+    if any(first[k] == steps[k] for k in first):
+        return {}
+    before = est.cell_matrices(c, first, fields, [])
+    out = {}
+    for name, d1 in mats.items():
+        d0 = before.get(name)
+        if d0 is None or d1.y.size == 0 or d0.y.size == 0:
+            continue
+        pos = {q: i for i, q in enumerate(d0.questions)}
+        qs = [q for q in d1.questions if q in pos]
+        if not qs:
+            continue
+        y = (d1.y[[d1.questions.index(q) for q in qs]] - d0.y[[pos[q] for q in qs]])
+        r = evaluate([est.CellData(y=y, questions=qs, seeds=d1.seeds)], {0: 1.0}, alpha)
+        out[name] = {"from_step": sorted(set(first.values())), "mean": r["estimate"],
+                     "se": r["se"], "df": r["df"], "ci": r["ci"], "p": r["p"],
+                     "n_questions": r["n_questions"]}
     return out
 
 
@@ -275,8 +303,8 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
     def clip_metric(ci):
         return clip(ci) if bounded else ci
 
-    out_cells = [_cell_summary(c, m, metric, alpha, names, clip_metric, with_curves)
-                 for c, m in zip(cells, mats)]
+    out_cells = [_cell_summary(c, m, metric, alpha, names, clip_metric, with_curves,
+                               fields, steps) for c, m in zip(cells, mats)]
 
     if baseline is None and len(cells) > 1:
         raise AnalysisError("no baseline: name it with --baseline KEY=VAL,... or `baseline:` "

@@ -42,3 +42,30 @@ def test_export_drops_a_marker_that_no_longer_holds(tmp_path):
     export(sweep, dest)
     assert not (dest / run.name / "COMPLETE").exists()
     assert (dest / run.name / "FAILED").read_text() == "boom\n"
+
+
+def test_change_from_first_evaluation_is_paired_by_seed_and_question(tmp_path):
+    """summary.json's per-cell change equals the hand-computed mean of each seed's
+    per-question (last - first), and the report prints it."""
+    import numpy as np
+    sweep = write_sweep(tmp_path / "sweep", rewards=("naive", "shaped"), algos=("grpo",),
+                        seeds=(0, 1, 2), n_questions=20, steps=(0, 5, 10))
+    assert cli.main([str(sweep), "--out", str(tmp_path / "o"), "--no-figures", "--B", "200",
+                     "--baseline", "reward.name=shaped"]) == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    for cell in summary["cells"]:
+        per_seed = []
+        for run in cell["runs"]:
+            rows = [json.loads(x) for x in open(f"{run}/eval.jsonl")]
+            by = {}
+            for r in rows:
+                by.setdefault((r["step"], r["task_id"]), []).append(float(r["correct"]))
+            qs = sorted({t for _, t in by})
+            per_seed.append([np.mean(by[(10, q)]) - np.mean(by[(0, q)]) for q in qs])
+        ch = cell["change"]["correct"]
+        assert ch["from_step"] == [0]
+        assert abs(ch["mean"] - float(np.mean(per_seed))) < 1e-12
+        assert ch["ci"][0] < ch["mean"] < ch["ci"][1]
+        assert "answer_rate" in cell["change"]
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "## Change from the first evaluation" in report
