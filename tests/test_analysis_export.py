@@ -69,3 +69,29 @@ def test_change_from_first_evaluation_is_paired_by_seed_and_question(tmp_path):
         assert "answer_rate" in cell["change"]
     report = (tmp_path / "o" / "report.md").read_text()
     assert "## Change from the first evaluation" in report
+
+
+def test_publish_regenerates_report_and_readme_headline(tmp_path, capsys):
+    from analysis.publish import BEGIN, END
+    from analysis.publish import main as publish_main
+    from analysis.tables import fmt
+    sweep = write_sweep(tmp_path / "sweep", rewards=("naive", "shaped"), algos=("grpo",),
+                        seeds=(0, 1), n_questions=10, steps=(0, 10))
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "analysis.yaml").write_text("baseline: {reward.name: shaped}\nB: 200\n")
+    (exp / "README.md").write_text(f"# exp\n\n{BEGIN}\nold\n{END}\n\nafter\n")
+    argv = [str(exp), "--sweep", str(sweep), "--no-figures"]
+    assert publish_main(argv) == 0
+    summary = json.loads((exp / "results" / "report" / "summary.json").read_text())
+    readme = (exp / "README.md").read_text()
+    assert "old" not in readme and readme.endswith(f"{END}\n\nafter\n")
+    for c in summary["cells"]:
+        row = next(x for x in readme.splitlines() if x.startswith(f"| {c['short_label']} |"))
+        assert f"| {fmt(c['mean'])} " in row
+        assert fmt(c["change"]["correct"]["mean"], True, True) in row
+    assert publish_main([str(exp), "--no-figures"]) == 0      # from the committed copy
+    assert (exp / "README.md").read_text() == readme
+    (exp / "README.md").write_text("# no markers\n")
+    assert publish_main([str(exp), "--no-figures"]) == 2
+    assert "no <!-- results:begin --> ... <!-- results:end --> markers" in capsys.readouterr().err
