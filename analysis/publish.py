@@ -41,6 +41,27 @@ def _cell_row(c: dict, comp: dict | None, metric: str, pct: bool) -> str:
             f"{rate('idk_rate')} | {vs} |")
 
 
+def compute_table(summary: dict, pct: bool) -> list[str]:
+    """Training compute and what it bought: sampled tokens and step seconds per seed
+    (metrics.jsonl, mean over seeds) per point of the change from the first evaluation."""
+    rows = [c for c in summary["cells"] if c.get("compute") and c.get("change", {}).get(
+        summary["metric"])]
+    if not rows:
+        return []
+    L = ["", "Training compute per seed (mean over seeds, up to the analysed step) and per "
+         "point of change (– where the change is not positive):", "",
+         "| cell | sampled tokens | training minutes | change (points) | tokens per point | "
+         "minutes per point |", "|---|---:|---:|---:|---:|---:|"]
+    for c in rows:
+        tok, sec = c["compute"]["generated_tokens"], c["compute"]["train_seconds"]
+        pts = c["change"][summary["metric"]]["mean"] * (100 if pct else 1)
+        per = ((f"{tok / pts:,.0f}", f"{sec / 60 / pts:.2f}") if pts and pts > 0
+               else ("–", "–"))
+        L.append(f"| {c['short_label']} | {tok:,.0f} | {sec / 60:.1f} | {pts:+.1f} | "
+                 f"{per[0]} | {per[1]} |")
+    return L
+
+
 def headline(summary: dict, report_rel: str) -> str:
     """The README's headline table and figure, from summary.json."""
     pct = summary.get("metric") == "correct"
@@ -57,6 +78,7 @@ def headline(summary: dict, report_rel: str) -> str:
          "\"I don't know\" (%) | Δ vs baseline | Holm p | verdict |",
          "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     L += [_cell_row(c, base.get(c["label"]), summary["metric"], pct) for c in summary["cells"]]
+    L += compute_table(summary, pct)
     problems = len(summary.get("failed", [])) + len(summary.get("incomplete", []))
     if problems:
         L += ["", f"{problems} run(s) failed or incomplete: listed in the report."]

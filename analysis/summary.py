@@ -97,6 +97,7 @@ def _cell_summary(c, mats, metric, alpha, names, clip_metric, with_curves,
     }
     if fields is not None:
         out["change"] = _changes(c, mats, fields, steps, alpha)
+        out["compute"] = _compute(c, steps)
     if with_curves:
         out["curve"] = _curve(c, metric, alpha, clip_metric)
         out["train_curves"] = est.train_curves(c)
@@ -126,6 +127,24 @@ def _changes(c, mats: dict, fields: dict, steps: dict, alpha: float) -> dict:
                      "se": r["se"], "df": r["df"], "ci": r["ci"], "p": r["p"],
                      "n_questions": r["n_questions"]}
     return out
+
+
+def _compute(c, steps: dict) -> dict:
+    """Training compute per seed (metrics.jsonl): sampled tokens and step seconds summed
+    over the optimizer steps up to the analysed one, mean over the cell's seeds; {}
+    without metrics."""
+    per_seed = []
+    for r in c.runs:
+        rows = [m for m in r.metrics_rows() if m["step"] <= steps[str(r.path)]
+                and "generated_tokens" in m and "step_s" in m]
+        if rows:
+            per_seed.append((sum(m.get("generated_tokens", 0) for m in rows),
+                             sum(m.get("step_s", 0.0) for m in rows)))
+    if not per_seed:
+        return {}
+    return {"generated_tokens": float(np.mean([t for t, _ in per_seed])),
+            "train_seconds": float(np.mean([s for _, s in per_seed])),
+            "n_seeds": len(per_seed)}
 
 
 def _curve(cell, metric: str, alpha: float, clip_metric) -> dict:

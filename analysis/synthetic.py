@@ -65,7 +65,8 @@ def write_run(path: Path, config: dict, rng: np.random.Generator, logit: np.ndar
     with open(path / "metrics.jsonl", "w") as mf:
         for step in range(1, last + 1):
             mf.write(json.dumps({"step": step, "reward/mean": float(rng.uniform(0, 1)),
-                                 "accuracy": float(rng.uniform(0, 1))}) + "\n")
+                                 "accuracy": float(rng.uniform(0, 1)),
+                                 "generated_tokens": 1000, "step_s": 6.0}) + "\n")
     if complete:
         (path / "COMPLETE").write_text("")
 

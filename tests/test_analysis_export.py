@@ -90,6 +90,14 @@ def test_publish_regenerates_report_and_readme_headline(tmp_path, capsys):
         row = next(x for x in readme.splitlines() if x.startswith(f"| {c['short_label']} |"))
         assert f"| {fmt(c['mean'])} " in row
         assert fmt(c["change"]["correct"]["mean"], True, True) in row
+    for c in summary["cells"]:                # 10 steps x 1,000 tokens x 6 s per seed
+        assert c["compute"] == {"generated_tokens": 10000.0, "train_seconds": 60.0,
+                                "n_seeds": 2}
+        pts = 100 * c["change"]["correct"]["mean"]
+        row = next(x for x in readme.splitlines()
+                   if x.startswith(f"| {c['short_label']} | 10,000 | 1.0 | {pts:+.1f} |"))
+        if pts > 0:
+            assert row.endswith(f"| {10000 / pts:,.0f} | {1 / pts:.2f} |")
     assert publish_main([str(exp), "--no-figures"]) == 0      # from the committed copy
     assert (exp / "README.md").read_text() == readme
     (exp / "README.md").write_text("# no markers\n")
