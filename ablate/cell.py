@@ -248,6 +248,9 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     eval_tasks = eval_subset(env.test_tasks, cfg.eval.num_tasks, cfg.eval.offset)
+    if not eval_tasks:
+        raise ConfigError(f"eval.offset={cfg.eval.offset}: the test split has only "
+                          f"{len(env.test_tasks)} tasks")
     scripted = cfg.model.name == "scripted"
     policy = ScriptedPolicy(env, cfg) if scripted else ModelPolicy(env, cfg, cell.ckpt)
     log.info("cell ready in %.1fs: %d train / %d eval tasks, policy=%s", time.time() - t0,

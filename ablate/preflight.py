@@ -201,7 +201,8 @@ def check_data(cfg: DictConfig, budget=None) -> None:
     if offset >= len(env.test_tasks):
         raise ConfigError(f"eval.offset={offset}: the test split has only "
                           f"{len(env.test_tasks)} tasks (allowed: 0..{len(env.test_tasks) - 1})")
-    for key, have, what in (("eval.num_tasks", len(env.test_tasks) - offset, "test (from eval.offset)"),
+    left = len(env.test_tasks) - offset
+    for key, have, what in (("eval.num_tasks", left, "test (from eval.offset)"),
                             ("trainer.tasks_per_step", len(env.train_tasks), "train")):
         if OmegaConf.select(cfg, key) > have:
             log.warning("%s=%s but the %s file has only %d tasks: all %d are used", key,

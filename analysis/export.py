@@ -2,7 +2,7 @@
 
     python -m analysis.export SWEEP_DIR DEST
 
-For every run below SWEEP_DIR (the runs `python -m analysis` finds): its resolved config,
+For every run below SWEEP_DIR (the runs `python -m analysis` finds): its config file,
 eval.jsonl, metrics.jsonl and COMPLETE / FAILED markers go to DEST/<run's path relative to
 SWEEP_DIR>. Checkpoints, trajectories and logs are left behind. `python -m analysis DEST`
 then gives the same numbers as on SWEEP_DIR (tests/test_analysis_export.py).
@@ -26,7 +26,9 @@ def export(sweep: Path, dest: Path) -> list[Path]:
     for run, cfg_file in find_run_dirs(sweep):
         target = dest / run.relative_to(sweep)
         target.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(cfg_file, target / "config.yaml")
+        dst = target / cfg_file.relative_to(run)   # config.yaml or .hydra/config.yaml
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cfg_file, dst)
         for name in FILES:
             if (run / name).exists():
                 shutil.copyfile(run / name, target / name)
@@ -37,7 +39,8 @@ def export(sweep: Path, dest: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analysis.export", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m analysis.export",
+                                description=__doc__.split("\n")[0])
     p.add_argument("sweep", type=Path, help="sweep (multirun) or run directory")
     p.add_argument("dest", type=Path, help="where the runs' analysis inputs go")
     args = p.parse_args(argv)

@@ -1,13 +1,14 @@
 """Regenerate an experiment's committed results from its committed inputs.
 
-    python -m analysis.publish experiments/NAME [--sweep outputs/multirun/NAME]
+    python -m analysis.publish experiments/<name> [--sweep outputs/multirun/<name>]
 
-With --sweep, first copy the sweep's analysis inputs to experiments/NAME/results/runs
-(analysis.export). Then run the analysis of results/runs into results/report (settings
-from experiments/NAME/analysis.yaml) and rewrite the headline table of
-experiments/NAME/README.md between its `<!-- results:begin -->` and
-`<!-- results:end -->` markers from results/report/summary.json, so that no number in
-the README is typed by hand.
+With --sweep, first copy the sweep's analysis inputs to experiments/<name>/results/runs
+(analysis.export). Then run the analysis of results/runs (and of the run directories
+listed under `include:` in experiments/<name>/analysis.yaml, relative to it: runs this
+experiment reuses from another) into results/report, with the settings of that
+analysis.yaml, and rewrite the headline table of experiments/<name>/README.md between its
+`<!-- results:begin -->` and `<!-- results:end -->` markers from
+results/report/summary.json, so that no number in the README is typed by hand.
 """
 from __future__ import annotations
 
@@ -18,64 +19,64 @@ from pathlib import Path
 
 from analysis import cli
 from analysis.collect import AnalysisError
-from analysis.estimates import RATES
 from analysis.export import export
-from analysis.tables import baseline_comparisons, fmt, fmt_ci, fmt_p
+from analysis.collect import read_config
+from analysis.tables import baseline_comparisons, fmt, fmt_ci, fmt_est, fmt_p, is_pct
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
 def _cell_row(c: dict, comp: dict | None, metric: str, pct: bool) -> str:
-    ch = c.get("change", {}).get(metric)
     beh = c.get("behaviour", {})
-
-    def rate(name):
-        v = beh.get(name)
-        return "–" if v is None else f"{fmt(v['mean'], name in RATES)} {fmt_ci(v['ci'], name in RATES)}"
-    change = "–" if not ch else f"{fmt(ch['mean'], pct, True)} {fmt_ci(ch['ci'], pct, True)}"
-    vs = ("baseline | | " if comp is None else
-          f"{fmt(comp['delta'], pct, True)} {fmt_ci(comp['ci'], pct, True)} | "
-          f"{fmt_p(comp['p_adj'])} | {comp['verdict'] or 'no test'}")
-    return (f"| {c['short_label']} | {c['n_seeds']} x {c['n_questions']} | "
-            f"{fmt(c['mean'], pct)} {fmt_ci(c['ci'], pct)} | {change} | {rate('answer_rate')} | "
-            f"{rate('idk_rate')} | {vs} |")
+    vs = (["baseline", "", ""] if comp is None else
+          [f"{fmt(comp['delta'], pct, True)} {fmt_ci(comp['ci'], pct, True)}",
+           fmt_p(comp["p_adj"]), comp["verdict"] or "no test"])
+    cols = [c["short_label"], f"{c['n_seeds']} x {c['n_questions']}", fmt_est(c, pct),
+            fmt_est(c.get("change", {}).get(metric), pct, True),
+            fmt_est(beh.get("answer_rate"), True), fmt_est(beh.get("idk_rate"), True), *vs]
+    return "| " + " | ".join(cols) + " |"
 
 
 def compute_table(summary: dict, pct: bool) -> list[str]:
     """Training compute and what it bought: sampled tokens and step seconds per seed
-    (metrics.jsonl, mean over seeds) per point of the change from the first evaluation."""
-    rows = [c for c in summary["cells"] if c.get("compute") and c.get("change", {}).get(
-        summary["metric"])]
+    (metrics.jsonl, mean over seeds) per unit (a point, if a percentage) of the change
+    from the first evaluation."""
+    metric = summary["metric"]
+    rows = [c for c in summary["cells"] if c.get("compute") and c.get("change", {}).get(metric)]
     if not rows:
         return []
-    L = ["", "Training compute per seed (mean over seeds, up to the analysed step) and per "
-         "point of change (– where the change is not positive):", "",
-         "| cell | sampled tokens | training minutes | change (points) | tokens per point | "
-         "minutes per point |", "|---|---:|---:|---:|---:|---:|"]
+    unit = "point" if pct else "unit"
+    L = ["", f"Training compute per seed (mean over seeds, up to the analysed step) and per "
+         f"{unit} of change (– where the change is not positive):", "",
+         f"| cell | sampled tokens | training minutes | change | tokens per {unit} | "
+         f"minutes per {unit} |", "|---|---:|---:|---:|---:|---:|"]
     for c in rows:
         tok, sec = c["compute"]["generated_tokens"], c["compute"]["train_seconds"]
-        pts = c["change"][summary["metric"]]["mean"] * (100 if pct else 1)
-        per = ((f"{tok / pts:,.0f}", f"{sec / 60 / pts:.2f}") if pts and pts > 0
+        change = c["change"][metric]["mean"]
+        units = change * (100 if pct else 1)
+        per = ((f"{tok / units:,.0f}", f"{sec / 60 / units:.2f}") if units > 0
                else ("–", "–"))
-        L.append(f"| {c['short_label']} | {tok:,.0f} | {sec / 60:.1f} | {pts:+.1f} | "
-                 f"{per[0]} | {per[1]} |")
+        L.append(f"| {c['short_label']} | {tok:,.0f} | {sec / 60:.1f} | "
+                 f"{fmt(change, pct, True)} | {per[0]} | {per[1]} |")
     return L
 
 
 def headline(summary: dict, report_rel: str) -> str:
     """The README's headline table and figure, from summary.json."""
-    pct = summary.get("metric") == "correct"
+    pct = is_pct(summary)
+    unit = " (%)" if pct else ""
     steps = "/".join(map(str, summary["steps"]))
     base = baseline_comparisons(summary)
-    L = [f"Held-out {summary['metric_words']} at step {steps} (seeds x questions; 95% "
+    words = summary["metric_words"]
+    L = [f"{words[:1].upper()}{words[1:]} at step {steps} (seeds x questions; 95% "
          f"intervals over seeds and questions), its change from the first evaluation "
          f"(paired by seed and question), and each cell against the baseline "
          f"**{summary['baseline_short']}** (Holm-adjusted p; verdicts against ±"
          f"{fmt(summary['sesoi'], pct)} points). Generated by `python -m analysis.publish` "
          f"from [{report_rel}/summary.json]({report_rel}/summary.json); the full report is "
          f"[{report_rel}/report.md]({report_rel}/report.md).", "",
-         "| cell | seeds x questions | accuracy (%) | change (points) | answer rate (%) | "
-         "\"I don't know\" (%) | Δ vs baseline | Holm p | verdict |",
+         f"| cell | seeds x questions | {summary['metric_words']}{unit} | change | "
+         "answer rate (%) | \"I don't know\" (%) | Δ vs baseline | Holm p | verdict |",
          "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     L += [_cell_row(c, base.get(c["label"]), summary["metric"], pct) for c in summary["cells"]]
     L += compute_table(summary, pct)
@@ -99,8 +100,11 @@ def publish(exp: Path, sweep: Path | None = None, figures: bool = True) -> Path:
     runs, out = exp / "results" / "runs", exp / "results" / "report"
     if sweep is not None:
         export(sweep, runs)
-    argv = [str(runs), "--out", str(out)]
     spec = exp / "analysis.yaml"
+    # `include`: runs of another experiment this one reuses (paths relative to exp)
+    reused = [str(exp / d) for d in (read_config(spec).get("include") or [])
+              ] if spec.exists() else []
+    argv = [str(runs), *reused, "--out", str(out)]
     if spec.exists():
         argv += ["--spec", str(spec)]
     if cli.main(argv + ([] if figures else ["--no-figures"])) != 0:
@@ -113,7 +117,7 @@ def publish(exp: Path, sweep: Path | None = None, figures: bool = True) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.publish",
                                 description=__doc__.split("\n")[0])
-    p.add_argument("experiment", type=Path, help="experiments/NAME")
+    p.add_argument("experiment", type=Path, help="experiments/<name>")
     p.add_argument("--sweep", type=Path, default=None, help="copy this sweep's inputs first")
     p.add_argument("--no-figures", action="store_true")
     args = p.parse_args(argv)

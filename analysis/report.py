@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis.labels import legend
-from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, fmt, fmt_ci, fmt_p,
-                             is_pct)
+from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, fmt, fmt_ci, fmt_est,
+                             fmt_p, is_pct)
 
 def p_is(p) -> str:
     s = fmt_p(p)
@@ -138,9 +138,8 @@ def _behaviour(summary: dict) -> list[str]:
          "|---|" + "---:|" * len(names)]
     for c in summary["cells"]:
         vals = [c["behaviour"].get(n) for n in names]
-        L.append(f"| {c['label']} | " + " | ".join(
-            "–" if v is None else f"{fmt(v['mean'], n in RATES)} {fmt_ci(v['ci'], n in RATES)}"
-            for n, v in zip(names, vals)) + " |")
+        L.append(f"| {c['label']} | "
+                 + " | ".join(fmt_est(v, n in RATES) for n, v in zip(names, vals)) + " |")
     return L + [""]
 
 
@@ -153,20 +152,19 @@ def _changes(summary: dict, pct: bool) -> list[str]:
     names = [n for n in BEHAVIOUR_TABLE if any(n in c["change"] for c in cells)]
     L = ["## Change from the first evaluation", "",
          "Each seed's last minus first evaluation, per question, then the same seeds x "
-         "questions interval as a cell mean (p: two-sided, no change; unadjusted).", "",
-         "| cell | from step | " + " | ".join([summary["metric_words"]] + [
+         "questions interval as a cell mean (p: two-sided, no change; unadjusted; † one "
+         "seed: question noise only).", "",
+         "| " + " | ".join(["cell", "from step", summary["metric_words"]] + [
              BEHAVIOUR[n][0] + (" (%)" if n in RATES else "") for n in names]) + " |",
          "|---|---:|" + "---:|" * (len(names) + 1)]
     for c in cells:
         ch = c["change"]
         m = ch[metric]
-        head = (f"{fmt(m['mean'], pct, True)} {fmt_ci(m['ci'], pct, True)}, {p_is(m['p'])}")
-        vals = [ch.get(n) for n in names]
-        L.append(f"| {c['label']} | {'/'.join(map(str, m['from_step']))} | {head} | "
-                 + " | ".join("–" if v is None or v["mean"] is None else
-                              f"{fmt(v['mean'], n in RATES, True)} "
-                              f"{fmt_ci(v['ci'], n in RATES, True)}"
-                              for n, v in zip(names, vals)) + " |")
+        dagger = "" if m.get("inferential", True) else " †"
+        cols = [c["label"], "/".join(map(str, m["from_step"])),
+                f"{fmt_est(m, pct, True)}{dagger}, {p_is(m['p'])}"]
+        cols += [fmt_est(ch.get(n), n in RATES, True) for n in names]
+        L.append("| " + " | ".join(cols) + " |")
     return L + [""]
 
 
@@ -179,9 +177,7 @@ def _hops(summary: dict, pct: bool) -> list[str]:
          "|---|" + "---:|" * len(hops)]
     for c in summary["cells"]:
         vals = [c["by_hops"].get(h) for h in hops]
-        L.append(f"| {c['label']} | " + " | ".join(
-            "–" if v is None else f"{fmt(v['mean'], pct)} {fmt_ci(v['ci'], pct)}"
-            for v in vals) + " |")
+        L.append(f"| {c['label']} | " + " | ".join(fmt_est(v, pct) for v in vals) + " |")
     return L + [""]
 
 

@@ -64,7 +64,7 @@ def clip(ci):
 
 
 def _cell_summary(c, mats, metric, alpha, names, clip_metric, with_curves,
-                  fields=None, steps=None) -> dict:
+                  fields=None, steps=None, warnings=None) -> dict:
     d = mats[metric]
     r = evaluate([d], {0: 1.0}, alpha)
     hops = sorted({h for h in d.hops.values() if h is not None}, key=str)
@@ -96,7 +96,8 @@ def _cell_summary(c, mats, metric, alpha, names, clip_metric, with_curves,
         "runs": [str(run.path) for run in c.runs],
     }
     if fields is not None:
-        out["change"] = _changes(c, mats, fields, steps, alpha)
+        out["change"] = _changes(c, mats, fields, steps, alpha,
+                                 [] if warnings is None else warnings)
         out["compute"] = _compute(c, steps)
     if with_curves:
         out["curve"] = _curve(c, metric, alpha, clip_metric)
@@ -104,12 +105,17 @@ def _cell_summary(c, mats, metric, alpha, names, clip_metric, with_curves,
     return out
 
 
-def _changes(c, mats: dict, fields: dict, steps: dict, alpha: float) -> dict:
+def _changes(c, mats: dict, fields: dict, steps: dict, alpha: float,
+             warnings: list) -> dict:
     """Per field: the within-cell change from each seed's first evaluation to the analysed
     one, paired by seed and question (y_last - y_first per question and seed, then the
     same seeds x questions estimate as a cell mean). {} when a seed has one step."""
     first = {str(r.path): min(x["step"] for x in r.eval_rows()) for r in c.runs}
-    if any(first[k] == steps[k] for k in first):
+    single = [k for k in first if first[k] == steps[k]]
+    if single and len(single) < len(first):
+        warnings.append(f"{c.label}: no change from the first evaluation ({single[0]} has "
+                        "only the analysed step)")
+    if single:
         return {}
     before = est.cell_matrices(c, first, fields, [])
     out = {}
@@ -117,29 +123,34 @@ def _changes(c, mats: dict, fields: dict, steps: dict, alpha: float) -> dict:
         d0 = before.get(name)
         if d0 is None or d1.y.size == 0 or d0.y.size == 0:
             continue
-        pos = {q: i for i, q in enumerate(d0.questions)}
-        qs = [q for q in d1.questions if q in pos]
+        pos0 = {q: i for i, q in enumerate(d0.questions)}
+        pos1 = {q: i for i, q in enumerate(d1.questions)}
+        qs = [q for q in d1.questions if q in pos0]
         if not qs:
             continue
-        y = (d1.y[[d1.questions.index(q) for q in qs]] - d0.y[[pos[q] for q in qs]])
+        y = d1.y[[pos1[q] for q in qs]] - d0.y[[pos0[q] for q in qs]]
         r = evaluate([est.CellData(y=y, questions=qs, seeds=d1.seeds)], {0: 1.0}, alpha)
         out[name] = {"from_step": sorted(set(first.values())), "mean": r["estimate"],
                      "se": r["se"], "df": r["df"], "ci": r["ci"], "p": r["p"],
-                     "n_questions": r["n_questions"]}
+                     "inferential": r["inferential"], "n_questions": r["n_questions"]}
     return out
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _compute(c, steps: dict) -> dict:
     """Training compute per seed (metrics.jsonl): sampled tokens and step seconds summed
-    over the optimizer steps up to the analysed one, mean over the cell's seeds; {}
-    without metrics."""
+    over the optimizer steps up to the analysed one, mean over the seeds that logged
+    them; {} without metrics."""
     per_seed = []
     for r in c.runs:
         rows = [m for m in r.metrics_rows() if m["step"] <= steps[str(r.path)]
-                and "generated_tokens" in m and "step_s" in m]
+                and _number(m.get("generated_tokens")) and _number(m.get("step_s"))]
         if rows:
-            per_seed.append((sum(m.get("generated_tokens", 0) for m in rows),
-                             sum(m.get("step_s", 0.0) for m in rows)))
+            per_seed.append((sum(m["generated_tokens"] for m in rows),
+                             sum(m["step_s"] for m in rows)))
     if not per_seed:
         return {}
     return {"generated_tokens": float(np.mean([t for t, _ in per_seed])),
@@ -323,7 +334,7 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
         return clip(ci) if bounded else ci
 
     out_cells = [_cell_summary(c, m, metric, alpha, names, clip_metric, with_curves,
-                               fields, steps) for c, m in zip(cells, mats)]
+                               fields, steps, warnings) for c, m in zip(cells, mats)]
 
     if baseline is None and len(cells) > 1:
         raise AnalysisError("no baseline: name it with --baseline KEY=VAL,... or `baseline:` "

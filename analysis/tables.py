@@ -41,6 +41,13 @@ def fmt_ci(ci, pct: bool = True, signed: bool = False) -> str:
     return f"[{fmt(ci[0], pct, signed)}, {fmt(ci[1], pct, signed)}]"
 
 
+def fmt_est(v: dict | None, pct: bool = True, signed: bool = False) -> str:
+    """An estimate {mean, ci} as 'mean [lo, hi]'; '–' when there is none."""
+    if v is None or v.get("mean") is None:
+        return "–"
+    return f"{fmt(v['mean'], pct, signed)} {fmt_ci(v['ci'], pct, signed)}"
+
+
 def fmt_p(p) -> str:
     if p is None:
         return "--"

@@ -1,12 +1,27 @@
 """analysis.export copies a sweep's analysis inputs; the analysis of the copy gives the
-same numbers as the analysis of the sweep (what experiments' committed results rely on)."""
+same numbers as the analysis of the sweep (what experiments' committed results rely on);
+analysis.publish regenerates a report and a README headline from them; the per-cell
+change from the first evaluation is paired by seed and question."""
 from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from analysis import cli
+from analysis.compare import evaluate
+from analysis.estimates import CellData
 from analysis.export import export, main
+from analysis.publish import BEGIN, END
+from analysis.publish import main as publish_main
 from analysis.synthetic import write_sweep
+from analysis.tables import fmt, fmt_est
+
+
+def _summary(sweep, out, *extra):
+    assert cli.main([str(sweep), "--out", str(out), "--no-figures", "--B", "200",
+                     "--baseline", "reward.name=shaped", *extra]) == 0
+    return json.loads((out / "summary.json").read_text())
 
 
 def test_export_keeps_inputs_and_numbers(tmp_path):
@@ -16,18 +31,21 @@ def test_export_keeps_inputs_and_numbers(tmp_path):
     (runs[0] / "ckpt").mkdir()
     (runs[0] / "ckpt" / "model.pt").write_bytes(b"x" * 10)
     (runs[0] / "trajectories.txt").write_text("long\n")
+    (runs[1] / "eval.jsonl").unlink()            # a run that died before its first eval
+    (runs[1] / "COMPLETE").unlink()
+    (runs[1] / "FAILED").write_text("boom\n")
     assert main([str(sweep), str(tmp_path / "copy")]) == 0
     copied = sorted((tmp_path / "copy").iterdir())
     assert [p.name for p in copied] == [p.name for p in runs]
-    assert sorted(f.name for f in copied[0].iterdir()) == ["COMPLETE", "config.yaml",
+    assert sorted(f.name for f in copied[0].iterdir()) == [".hydra", "COMPLETE",
                                                           "eval.jsonl", "metrics.jsonl"]
-    for a, b in ((sweep, "orig"), (tmp_path / "copy", "copy")):
-        assert cli.main([str(a), "--out", str(tmp_path / b), "--no-figures", "--B", "200",
-                         "--baseline", "reward.name=shaped"]) == 0
-    orig, copy = (json.loads((tmp_path / n / "summary.json").read_text())
-                  for n in ("orig", "copy"))
+    assert sorted(f.name for f in copied[1].iterdir()) == [".hydra", "FAILED",
+                                                          "metrics.jsonl"]
+    orig = _summary(sweep, tmp_path / "orig", "--include-incomplete")
+    copy = _summary(tmp_path / "copy", tmp_path / "o_copy", "--include-incomplete")
     assert [c["mean"] for c in orig["cells"]] == [c["mean"] for c in copy["cells"]]
     assert orig["comparisons"] == copy["comparisons"]
+    assert len(orig["failed"]) == len(copy["failed"]) == 1
 
 
 def test_export_drops_a_marker_that_no_longer_holds(tmp_path):
@@ -44,62 +62,89 @@ def test_export_drops_a_marker_that_no_longer_holds(tmp_path):
     assert (dest / run.name / "FAILED").read_text() == "boom\n"
 
 
+def _per_question(path, step):
+    by = {}
+    for line in open(f"{path}/eval.jsonl"):
+        r = json.loads(line)
+        if r["step"] == step:
+            by.setdefault(r["task_id"], []).append(float(r["correct"]))
+    return {q: float(np.mean(v)) for q, v in by.items()}
+
+
 def test_change_from_first_evaluation_is_paired_by_seed_and_question(tmp_path):
-    """summary.json's per-cell change equals the hand-computed mean of each seed's
-    per-question (last - first), and the report prints it."""
-    import numpy as np
+    """summary.json's per-cell change equals the seeds x questions estimate of the
+    hand-built matrix of each seed's per-question (last - first): mean AND SE (an
+    unpaired or misaligned difference would give the same mean, not the same SE)."""
     sweep = write_sweep(tmp_path / "sweep", rewards=("naive", "shaped"), algos=("grpo",),
                         seeds=(0, 1, 2), n_questions=20, steps=(0, 5, 10))
-    assert cli.main([str(sweep), "--out", str(tmp_path / "o"), "--no-figures", "--B", "200",
-                     "--baseline", "reward.name=shaped"]) == 0
-    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    summary = _summary(sweep, tmp_path / "o")
     for cell in summary["cells"]:
-        per_seed = []
-        for run in cell["runs"]:
-            rows = [json.loads(x) for x in open(f"{run}/eval.jsonl")]
-            by = {}
-            for r in rows:
-                by.setdefault((r["step"], r["task_id"]), []).append(float(r["correct"]))
-            qs = sorted({t for _, t in by})
-            per_seed.append([np.mean(by[(10, q)]) - np.mean(by[(0, q)]) for q in qs])
+        first = [_per_question(run, 0) for run in cell["runs"]]
+        last = [_per_question(run, 10) for run in cell["runs"]]
+        qs = sorted(first[0])
+        y = np.array([[la[q] - fi[q] for fi, la in zip(first, last)] for q in qs])
+        hand = evaluate([CellData(y=y, questions=qs, seeds=(0, 1, 2))], {0: 1.0})
+        misaligned = np.array([[la[q] - fi[p] for fi, la in zip(first, last)]
+                               for q, p in zip(qs, np.roll(qs, 1))])
+        wrong = evaluate([CellData(y=misaligned, questions=qs, seeds=(0, 1, 2))], {0: 1.0})
         ch = cell["change"]["correct"]
-        assert ch["from_step"] == [0]
-        assert abs(ch["mean"] - float(np.mean(per_seed))) < 1e-12
-        assert ch["ci"][0] < ch["mean"] < ch["ci"][1]
+        assert ch["from_step"] == [0] and ch["inferential"]
+        assert abs(ch["mean"] - hand["estimate"]) < 1e-12
+        assert abs(ch["se"] - hand["se"]) < 1e-12
+        assert abs(wrong["se"] - hand["se"]) > 1e-3        # the SE sees the pairing
         assert "answer_rate" in cell["change"]
     report = (tmp_path / "o" / "report.md").read_text()
     assert "## Change from the first evaluation" in report
+    row = next(x for x in report.splitlines() if x.startswith("| reward=naive | 0 |"))
+    assert row.count("|") == report.splitlines()[report.splitlines().index(row) - 2].count("|")
 
 
 def test_publish_regenerates_report_and_readme_headline(tmp_path, capsys):
-    from analysis.publish import BEGIN, END
-    from analysis.publish import main as publish_main
-    from analysis.tables import fmt
     sweep = write_sweep(tmp_path / "sweep", rewards=("naive", "shaped"), algos=("grpo",),
-                        seeds=(0, 1), n_questions=10, steps=(0, 10))
+                        seeds=(0, 1), n_questions=10, steps=(0, 10), effects={
+                            ("naive", "grpo"): 1.0, ("shaped", "grpo"): 1.0})
     exp = tmp_path / "exp"
     exp.mkdir()
     (exp / "analysis.yaml").write_text("baseline: {reward.name: shaped}\nB: 200\n")
     (exp / "README.md").write_text(f"# exp\n\n{BEGIN}\nold\n{END}\n\nafter\n")
-    argv = [str(exp), "--sweep", str(sweep), "--no-figures"]
-    assert publish_main(argv) == 0
+    assert publish_main([str(exp), "--sweep", str(sweep), "--no-figures"]) == 0
     summary = json.loads((exp / "results" / "report" / "summary.json").read_text())
     readme = (exp / "README.md").read_text()
-    assert "old" not in readme and readme.endswith(f"{END}\n\nafter\n")
+    assert "\nold\n" not in readme and readme.endswith(f"{END}\n\nafter\n")
+    positive = 0
     for c in summary["cells"]:
         row = next(x for x in readme.splitlines() if x.startswith(f"| {c['short_label']} |"))
-        assert f"| {fmt(c['mean'])} " in row
-        assert fmt(c["change"]["correct"]["mean"], True, True) in row
-    for c in summary["cells"]:                # 10 steps x 1,000 tokens x 6 s per seed
+        assert f"| {fmt_est(c)} | {fmt_est(c['change']['correct'], True, True)} |" in row
+        # 10 steps x 1,000 tokens x 6 s per seed (analysis/synthetic.py)
         assert c["compute"] == {"generated_tokens": 10000.0, "train_seconds": 60.0,
                                 "n_seeds": 2}
-        pts = 100 * c["change"]["correct"]["mean"]
+        change = c["change"]["correct"]["mean"]
         row = next(x for x in readme.splitlines()
-                   if x.startswith(f"| {c['short_label']} | 10,000 | 1.0 | {pts:+.1f} |"))
-        if pts > 0:
-            assert row.endswith(f"| {10000 / pts:,.0f} | {1 / pts:.2f} |")
+                   if x.startswith(f"| {c['short_label']} | 10,000 | 1.0 | "))
+        if change > 0:
+            positive += 1
+            assert row.endswith(f"| {fmt(change, True, True)} | {1e4 / (100 * change):,.0f} | "
+                                f"{1 / (100 * change):.2f} |")
+    assert positive >= 1
     assert publish_main([str(exp), "--no-figures"]) == 0      # from the committed copy
     assert (exp / "README.md").read_text() == readme
     (exp / "README.md").write_text("# no markers\n")
     assert publish_main([str(exp), "--no-figures"]) == 2
     assert "no <!-- results:begin --> ... <!-- results:end --> markers" in capsys.readouterr().err
+
+
+def test_publish_includes_reused_runs(tmp_path):
+    """`include:` in analysis.yaml adds another experiment's runs (the reused arm)."""
+    other = write_sweep(tmp_path / "other", rewards=("shaped",), algos=("grpo",),
+                        seeds=(0, 1), n_questions=10, steps=(0, 10))
+    sweep = write_sweep(tmp_path / "sweep", rewards=("naive",), algos=("grpo",),
+                        seeds=(0, 1), n_questions=10, steps=(0, 10))
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "analysis.yaml").write_text(
+        "baseline: {reward.name: shaped}\nB: 200\ninclude: [../other]\n")
+    (exp / "README.md").write_text(f"{BEGIN}\n{END}\n")
+    assert publish_main([str(exp), "--sweep", str(sweep), "--no-figures"]) == 0
+    readme = (exp / "README.md").read_text()
+    assert "| reward=shaped |" in readme and "| reward=naive |" in readme
+    assert not (exp / "results" / "runs" / "other").exists()
