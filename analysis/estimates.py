@@ -193,8 +193,9 @@ def curve_matrices(cell: Cell, metric: str) -> dict:
     return out
 
 
-def train_curves(cell: Cell, keys=("reward/mean", "accuracy")) -> dict:
-    """metrics.jsonl scalars per optimizer step: mean over the seeds that logged them."""
+def train_curves(cell: Cell, keys=("reward/mean", "accuracy", "answered")) -> dict:
+    """metrics.jsonl scalars per optimizer step: mean over the seeds that logged them and
+    its standard error over seeds (0 with one seed)."""
     out = {}
     for key in keys:
         by_step = defaultdict(list)
@@ -205,5 +206,7 @@ def train_curves(cell: Cell, keys=("reward/mean", "accuracy")) -> dict:
                     by_step[r["step"]].append(float(v))
         if by_step:
             steps = sorted(by_step)
-            out[key] = {"steps": steps, "mean": [float(np.mean(by_step[s])) for s in steps]}
+            out[key] = {"steps": steps, "mean": [float(np.mean(by_step[s])) for s in steps],
+                        "se": [float(np.std(by_step[s], ddof=1) / math.sqrt(len(by_step[s])))
+                               if len(by_step[s]) > 1 else 0.0 for s in steps]}
     return out

@@ -11,6 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -249,23 +250,33 @@ def factor_intervals(summary: dict, out: Path) -> dict:
     return plotted
 
 
-def training(summary: dict, out: Path, key: str = "reward/mean") -> dict:
-    """Training reward (metrics.jsonl) per optimizer step, mean over seeds."""
+TRAINING_PANELS = (("accuracy", "training accuracy"), ("answered", "training answer rate"),
+                   ("reward/mean", "training reward"))
+
+
+def training(summary: dict, out: Path) -> dict:
+    """The sampled training episodes per optimizer step (metrics.jsonl): accuracy, answer
+    rate and reward, mean over seeds with a band of one SE over seeds."""
+    panels = [(k, t) for k, t in TRAINING_PANELS
+              if any(k in c.get("train_curves", {}) for c in summary["cells"])]
     plotted = {}
-    curves = [(i, c) for i, c in enumerate(summary["cells"])
-              if key in c.get("train_curves", {})]
-    if not curves:
+    if not panels:
         return plotted
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(SINGLE, 2.0))
-        for i, c in curves:
-            cur = c["train_curves"][key]
-            ax.plot(cur["steps"], cur["mean"], label=c["short_label"], **style(i))
-            plotted[c["label"]] = cur["mean"]
-        ax.set_xlabel("optimizer step")
-        ax.set_ylabel(f"training {key}")
-        ax.grid(True, axis="y")
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
+        fig, axes = plt.subplots(1, len(panels), figsize=(DOUBLE, 2.2), squeeze=False)
+        for ax, (key, title) in zip(axes[0], panels):
+            for i, c in enumerate(summary["cells"]):
+                cur = c.get("train_curves", {}).get(key)
+                if cur is None:
+                    continue
+                m, se = np.array(cur["mean"]), np.array(cur.get("se", [0.0] * len(cur["mean"])))
+                ax.plot(cur["steps"], m, label=c["short_label"], **style(i))
+                ax.fill_between(cur["steps"], m - se, m + se, alpha=0.2, color=colour(i))
+                plotted.setdefault(key, {})[c["label"]] = cur["mean"]
+            ax.set_title(title)
+            ax.set_xlabel("optimizer step")
+            ax.grid(True, axis="y")
+        axes[0][0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
         _save(fig, out, "training")
     return plotted
 

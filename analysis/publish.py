@@ -83,7 +83,8 @@ def headline(summary: dict, report_rel: str) -> str:
     problems = len(summary.get("failed", [])) + len(summary.get("incomplete", []))
     if problems:
         L += ["", f"{problems} run(s) failed or incomplete: listed in the report."]
-    L += ["", f"![learning curves]({report_rel}/learning_curves.png)"]
+    L += ["", f"![held-out learning curves]({report_rel}/learning_curves.png)",
+          f"![training accuracy, answer rate and reward]({report_rel}/training.png)"]
     return "\n".join(L)
 
 

@@ -338,7 +338,8 @@ def test_figures_plot_summary_numbers(summary, tmp_path):
         assert [c["curve"]["lo"][-1], c["curve"]["hi"][-1]] == pytest.approx(c["ci"])
     assert set(plotted["behaviour"]) >= {"answer_rate", "mean_turns", "idk_rate"}
     for c in summary["cells"]:
-        assert plotted["training"][c["label"]] == c["train_curves"]["reward/mean"]["mean"]
+        for key in ("reward/mean", "accuracy"):
+            assert plotted["training"][key][c["label"]] == c["train_curves"][key]["mean"]
     levels = plotted["factor_intervals"]["reward.name"]
     fl = {r["level"]: r for r in summary["factor_levels"] if r["factor"] == "reward.name"}
     assert levels["shaped"] == (fl["shaped"]["mean"], fl["shaped"]["ci"])
