@@ -18,9 +18,8 @@ import sys
 from pathlib import Path
 
 from analysis import cli
-from analysis.collect import AnalysisError
+from analysis.collect import AnalysisError, read_config
 from analysis.export import export
-from analysis.collect import read_config
 from analysis.tables import baseline_comparisons, fmt, fmt_ci, fmt_est, fmt_p, is_pct
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
