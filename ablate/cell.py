@@ -55,7 +55,10 @@ def sample_step_tasks(tasks: list, n: int, seed: int, step: int, round_: int,
 def eval_subset(tasks: list, n: int, offset: int = 0) -> list:
     """n test tasks from index `offset`: a fixed subset shared by every cell (keeps
     comparisons paired); a later offset gives a confirmation set disjoint from the one
-    settings were chosen on."""
+    settings were chosen on. An offset past the split is a ConfigError."""
+    if offset >= len(tasks):
+        raise ConfigError(f"eval.offset={offset}: the test split has only {len(tasks)} "
+                          f"tasks (allowed: 0..{len(tasks) - 1})")
     return list(tasks[offset:offset + n])
 
 
@@ -248,9 +251,6 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     eval_tasks = eval_subset(env.test_tasks, cfg.eval.num_tasks, cfg.eval.offset)
-    if not eval_tasks:
-        raise ConfigError(f"eval.offset={cfg.eval.offset}: the test split has only "
-                          f"{len(env.test_tasks)} tasks")
     scripted = cfg.model.name == "scripted"
     policy = ScriptedPolicy(env, cfg) if scripted else ModelPolicy(env, cfg, cell.ckpt)
     log.info("cell ready in %.1fs: %d train / %d eval tasks, policy=%s", time.time() - t0,

@@ -20,6 +20,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
 
+from ablate.cell import eval_subset
 from ablate.config import ConfigError, validate
 from ablate.env.bundle import build_env
 from ablate.env.check import QuestionBudget
@@ -197,11 +198,7 @@ def check_data(cfg: DictConfig, budget=None) -> None:
     except (DataFileError, EmailDBError) as exc:
         raise ConfigError(str(exc)) from None
     env.db.close()
-    offset = cfg.eval.offset
-    if offset >= len(env.test_tasks):
-        raise ConfigError(f"eval.offset={offset}: the test split has only "
-                          f"{len(env.test_tasks)} tasks (allowed: 0..{len(env.test_tasks) - 1})")
-    left = len(env.test_tasks) - offset
+    left = len(eval_subset(env.test_tasks, len(env.test_tasks), cfg.eval.offset))
     for key, have, what in (("eval.num_tasks", left, "test (from eval.offset)"),
                             ("trainer.tasks_per_step", len(env.train_tasks), "train")):
         if OmegaConf.select(cfg, key) > have:

@@ -193,6 +193,11 @@ def curve_matrices(cell: Cell, metric: str) -> dict:
     return out
 
 
+def is_number(v) -> bool:
+    """A finite int or float (not a bool): a metrics.jsonl value that can be summed."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def train_curves(cell: Cell, keys=("reward/mean", "accuracy", "answered")) -> dict:
     """metrics.jsonl scalars per optimizer step: mean over the seeds that logged them and
     its standard error over seeds (0 with one seed)."""
@@ -202,7 +207,7 @@ def train_curves(cell: Cell, keys=("reward/mean", "accuracy", "answered")) -> di
         for run in cell.runs:
             for r in run.metrics_rows():
                 v = r.get(key)
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                if is_number(v):
                     by_step[r["step"]].append(float(v))
         if by_step:
             steps = sorted(by_step)

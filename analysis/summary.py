@@ -64,7 +64,7 @@ def clip(ci):
 
 
 def _cell_summary(c, mats, metric, alpha, names, clip_metric, with_curves,
-                  fields=None, steps=None, warnings=None) -> dict:
+                  fields, steps, warnings) -> dict:
     d = mats[metric]
     r = evaluate([d], {0: 1.0}, alpha)
     hops = sorted({h for h in d.hops.values() if h is not None}, key=str)
@@ -95,10 +95,8 @@ def _cell_summary(c, mats, metric, alpha, names, clip_metric, with_curves,
         "reward": {n: v for n, v in extra.items() if n not in est.BEHAVIOUR},
         "runs": [str(run.path) for run in c.runs],
     }
-    if fields is not None:
-        out["change"] = _changes(c, mats, fields, steps, alpha,
-                                 [] if warnings is None else warnings)
-        out["compute"] = _compute(c, steps)
+    out["change"] = _changes(c, mats, fields, steps, alpha, warnings)
+    out["compute"] = _compute(c, steps)
     if with_curves:
         out["curve"] = _curve(c, metric, alpha, clip_metric)
         out["train_curves"] = est.train_curves(c)
@@ -136,10 +134,6 @@ def _changes(c, mats: dict, fields: dict, steps: dict, alpha: float,
     return out
 
 
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def _compute(c, steps: dict) -> dict:
     """Training compute per seed (metrics.jsonl): sampled tokens and step seconds summed
     over the optimizer steps up to the analysed one, mean over the seeds that logged
@@ -147,7 +141,7 @@ def _compute(c, steps: dict) -> dict:
     per_seed = []
     for r in c.runs:
         rows = [m for m in r.metrics_rows() if m["step"] <= steps[str(r.path)]
-                and _number(m.get("generated_tokens")) and _number(m.get("step_s"))]
+                and est.is_number(m.get("generated_tokens")) and est.is_number(m.get("step_s"))]
         if rows:
             per_seed.append((sum(m["generated_tokens"] for m in rows),
                              sum(m["step_s"] for m in rows)))

@@ -85,6 +85,9 @@ def test_eval_offset_selects_a_disjoint_confirmation_set():
     assert eval_subset(tasks, 4) == [0, 1, 2, 3]
     assert eval_subset(tasks, 4, offset=4) == [4, 5, 6, 7]
     assert eval_subset(tasks, 8, offset=6) == [6, 7, 8, 9]   # clipped at the split's end
+    from ablate.config import ConfigError
+    with pytest.raises(ConfigError, match=r"eval.offset=10: the test split has only 10"):
+        eval_subset(tasks, 4, offset=10)
 
 
 def test_eval_offset_is_validated(tmp_path):
