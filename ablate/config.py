@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -137,6 +138,13 @@ def register() -> None:
     cs.store(name="ablate_schema", node=AblateConfig)
     if not OmegaConf.has_resolver("ablate_dirname"):
         OmegaConf.register_new_resolver("ablate_dirname", cell_dirname)
+    if not OmegaConf.has_resolver("ablate_asset"):
+        OmegaConf.register_new_resolver("ablate_asset", asset_dir)
+
+
+def asset_dir(name: str) -> str:
+    """`${ablate_asset:NAME}`: a checkpoint shipped in ablate/models/assets/NAME."""
+    return str(Path(__file__).resolve().parent / "models" / "assets" / name)
 
 
 FREE_KEYS = ("env.options",)   # a user environment's own constructor arguments

@@ -12,9 +12,10 @@ import numpy as np
 
 from analysis.collect import AnalysisError, Cell, Run
 
-# behaviour table of the EnronHop case study: name -> (words, eval field, transform);
-# the fields are those of ablate/harness/episode.py Episode.behaviour() (generic) and of
-# ablate/envs/email/env.py EmailEnv.behaviour (the email task's)
+# behaviour table: name -> (words, eval field, transform); the fields are those of
+# ablate/harness/episode.py Episode.behaviour() (generic) and of each environment's
+# behaviour(): ablate/envs/email/env.py (searches, reads, ...) and
+# ablate/envs/coderepair/env.py (edits, test runs, ...); a cell reports those it has
 BEHAVIOUR = {
     "keywords_per_search": ("keywords per search", "keywords_per_search", float),
     "searches": ("searches", "searches", float),
@@ -26,8 +27,14 @@ BEHAVIOUR = {
     "mean_turns": ("turns", "turns", float),
     "zero_hit_rate": ("zero-hit search rate", "zero_hit_rate", float),
     "malformed_calls": ("malformed calls", "malformed_calls", float),
+    "edits": ("edits that changed the code", "edits", float),
+    "test_runs": ("test runs", "test_runs", float),
+    "idle_test_runs": ("test runs without a change", "idle_test_runs", float),
+    "failing_submission_rate": ("failing-submission rate", "failing_submissions",
+                                lambda x: (x > 0).astype(float)),
 }
-RATES = {"answer_rate", "idk_rate", "fabricated_source_rate", "zero_hit_rate"}
+RATES = {"answer_rate", "idk_rate", "fabricated_source_rate", "zero_hit_rate",
+         "failing_submission_rate"}
 
 
 @dataclass

@@ -19,21 +19,34 @@ from pathlib import Path
 
 from analysis import cli
 from analysis.collect import AnalysisError, read_config
+from analysis.estimates import BEHAVIOUR, RATES
 from analysis.export import export
 from analysis.tables import baseline_comparisons, fmt, fmt_ci, fmt_est, fmt_p, is_pct
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
-def _cell_row(c: dict, comp: dict | None, metric: str, pct: bool) -> str:
+# behaviour columns of the headline table unless analysis.yaml names others
+# (`headline_behaviour:`, names of analysis/estimates.py BEHAVIOUR)
+HEADLINE_BEHAVIOUR = ("answer_rate", "idk_rate")
+SHORT_WORDS = {"idk_rate": "\"I don't know\""}
+
+
+def _cell_row(c: dict, comp: dict | None, metric: str, pct: bool,
+              behaviour: tuple = HEADLINE_BEHAVIOUR) -> str:
     beh = c.get("behaviour", {})
     vs = (["baseline", "", ""] if comp is None else
           [f"{fmt(comp['delta'], pct, True)} {fmt_ci(comp['ci'], pct, True)}",
            fmt_p(comp["p_adj"]), comp["verdict"] or "no test"])
     cols = [c["short_label"], f"{c['n_seeds']} x {c['n_questions']}", fmt_est(c, pct),
             fmt_est(c.get("change", {}).get(metric), pct, True),
-            fmt_est(beh.get("answer_rate"), True), fmt_est(beh.get("idk_rate"), True), *vs]
+            *(fmt_est(beh.get(n), n in RATES) for n in behaviour), *vs]
     return "| " + " | ".join(cols) + " |"
+
+
+def _behaviour_head(behaviour: tuple) -> str:
+    return " | ".join(SHORT_WORDS.get(n, BEHAVIOUR[n][0]) + (" (%)" if n in RATES else "")
+                      for n in behaviour)
 
 
 def compute_table(summary: dict, pct: bool) -> list[str]:
@@ -60,8 +73,21 @@ def compute_table(summary: dict, pct: bool) -> list[str]:
     return L
 
 
-def headline(summary: dict, report_rel: str) -> str:
-    """The README's headline table and figure, from summary.json."""
+def headline_behaviour(settings: dict, where) -> tuple:
+    """The headline's behaviour columns: analysis.yaml's `headline_behaviour`, or the
+    default; an unknown name is an error naming the file."""
+    behaviour = tuple(settings.get("headline_behaviour") or HEADLINE_BEHAVIOUR)
+    unknown = [n for n in behaviour if n not in BEHAVIOUR]
+    if unknown:
+        raise AnalysisError(f"{where}: headline_behaviour {unknown} unknown; allowed: "
+                            f"{', '.join(BEHAVIOUR)}")
+    return behaviour
+
+
+def headline(summary: dict, report_rel: str,
+             behaviour: tuple = HEADLINE_BEHAVIOUR) -> str:
+    """The README's headline table and figure, from summary.json; `behaviour`: the
+    behaviour columns (names of analysis/estimates.py BEHAVIOUR)."""
     pct = is_pct(summary)
     unit = " (%)" if pct else ""
     steps = "/".join(map(str, summary["steps"]))
@@ -75,9 +101,10 @@ def headline(summary: dict, report_rel: str) -> str:
          f"from [{report_rel}/summary.json]({report_rel}/summary.json); the full report is "
          f"[{report_rel}/report.md]({report_rel}/report.md).", "",
          f"| cell | seeds x questions | {summary['metric_words']}{unit} | change | "
-         "answer rate (%) | \"I don't know\" (%) | Δ vs baseline | Holm p | verdict |",
-         "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    L += [_cell_row(c, base.get(c["label"]), summary["metric"], pct) for c in summary["cells"]]
+         f"{_behaviour_head(behaviour)} | Δ vs baseline | Holm p | verdict |",
+         "|---|---:|---:|---:|" + "---:|" * len(behaviour) + "---:|---:|---|"]
+    L += [_cell_row(c, base.get(c["label"]), summary["metric"], pct, behaviour)
+          for c in summary["cells"]]
     L += compute_table(summary, pct)
     problems = len(summary.get("failed", [])) + len(summary.get("incomplete", []))
     if problems:
@@ -101,16 +128,17 @@ def publish(exp: Path, sweep: Path | None = None, figures: bool = True) -> Path:
     if sweep is not None:
         export(sweep, runs)
     spec = exp / "analysis.yaml"
+    settings = read_config(spec) if spec.exists() else {}
     # `include`: runs of another experiment this one reuses (paths relative to exp)
-    reused = [str(exp / d) for d in (read_config(spec).get("include") or [])
-              ] if spec.exists() else []
+    reused = [str(exp / d) for d in (settings.get("include") or [])]
+    behaviour = headline_behaviour(settings, spec)
     argv = [str(runs), *reused, "--out", str(out)]
     if spec.exists():
         argv += ["--spec", str(spec)]
     if cli.main(argv + ([] if figures else ["--no-figures"])) != 0:
         raise AnalysisError(f"the analysis of {runs} failed (message above)")
     summary = json.loads((out / "summary.json").read_text())
-    rewrite_readme(exp / "README.md", headline(summary, "results/report"))
+    rewrite_readme(exp / "README.md", headline(summary, "results/report", behaviour))
     return out
 
 

@@ -12,10 +12,13 @@ from analysis.estimates import BEHAVIOUR, RATES
 
 PCT_METRICS = {"correct", "answered", "read_after_hit"}
 BEHAVIOUR_TABLE = ["keywords_per_search", "searches", "answer_rate", "idk_rate",
-                   "fabricated_source_rate", "mean_turns"]
+                   "fabricated_source_rate", "edits", "test_runs", "idle_test_runs",
+                   "failing_submission_rate", "mean_turns"]
 BEHAVIOUR_HEAD = {"keywords_per_search": "Keywords", "searches": "Searches",
                   "answer_rate": "Answered", "idk_rate": "IDK", "fabricated_source_rate":
-                  "Fabricated", "mean_turns": "Turns"}
+                  "Fabricated", "edits": "Edits", "test_runs": "Test runs",
+                  "idle_test_runs": "Idle runs", "failing_submission_rate": "Failing subm.",
+                  "mean_turns": "Turns"}
 VERDICT_TEX = {"better": "better", "worse": "worse", "equivalent": "equivalent",
                "inconclusive": "inconclusive", None: "no test"}
 

@@ -301,3 +301,31 @@ def test_fixer_thoughts_match_its_calls(env):
     for thought, r in zip(fixer.thoughts, traj.results):
         if r.name == "replace_line":
             assert r.arguments["text"] in thought and r.arguments["path"] in thought
+
+
+# ---------------------------------------------------------------------- action masking
+def _violations(env, text: str) -> int:
+    """Sampled tokens outside the mask's allowed sets when `text` is replayed under the
+    code-repair world's action mask (shipped tiny tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from ablate.harness.masking import ActionMask, token_bytes
+    from ablate.models.tiny import ASSET_DIR
+    tok = AutoTokenizer.from_pretrained(str(ASSET_DIR), local_files_only=True)
+    ctx = env.mask_candidates(env.reset(env.tasks("test")[0]))
+    mask = ActionMask(token_bytes(tok), tool_names=ctx["tool_names"], ids=ctx["ids"],
+                      grammar=ctx["grammar"])
+    mask.replay(tok.encode(text, add_special_tokens=False))
+    return mask.violations
+
+
+def test_action_mask_forces_the_call_layout_and_repository_paths(env):
+    from ablate.harness.chat import format_tool_call as call
+    path = sorted(env.reset(env.tasks("test")[0]).files)[-1]
+    for name, args in (("run_tests", {}), ("submit", {}), ("read_file", {"path": path}),
+                       ("replace_line", {"path": path, "line": 2, "text": "const A = 1"})):
+        assert _violations(env, call(name, args)) == 0, name
+    # an argument a no-argument tool does not take, another key, an unknown file
+    for name, args in (("run_tests", {"path": path}), ("read_file", {"file": path}),
+                       ("read_file", {"path": "nowhere.calc"}), ("run_test", {})):
+        assert _violations(env, call(name, args)) > 0, (name, args)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from analysis import cli
-from analysis.publish import BEGIN, END, headline
+from analysis.collect import read_config
+from analysis.publish import BEGIN, END, headline, headline_behaviour
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = REPO / "experiments"
@@ -23,7 +24,8 @@ def test_committed_report_regenerates_on_a_subset(exp, tmp_path):
     committed = json.loads((exp / "results" / "report" / "summary.json").read_text())
     cell = committed["cells"][0]
     subset = [str(REPO / r) for r in cell["runs"]]      # written from the repository root
-    (tmp_path / "spec.yaml").write_text("{}\n")     # one cell: no baseline to name
+    metric = read_config(exp / "analysis.yaml").get("metric", "correct")
+    (tmp_path / "spec.yaml").write_text(f"metric: {metric}\n")   # one cell: no baseline
     assert cli.main([*subset, "--out", str(tmp_path / "o"), "--no-figures", "--B", "200",
                      "--spec", str(tmp_path / "spec.yaml")]) == 0
     again = json.loads((tmp_path / "o" / "summary.json").read_text())["cells"][0]
@@ -36,7 +38,8 @@ def test_readme_headline_is_the_published_one(exp):
     summary = json.loads((exp / "results" / "report" / "summary.json").read_text())
     readme = (exp / "README.md").read_text()
     block = readme.split(BEGIN, 1)[1].split(END, 1)[0]
-    assert block.strip() == headline(summary, "results/report").strip()
+    columns = headline_behaviour(read_config(exp / "analysis.yaml"), exp)
+    assert block.strip() == headline(summary, "results/report", columns).strip()
 
 
 def test_the_reward_experiment_is_published():

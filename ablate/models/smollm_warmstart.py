@@ -27,8 +27,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 DONE_MARK = "ablate_warmstart.json"
 
 
@@ -73,33 +71,15 @@ def demonstrations(conv, recipe: Recipe, work: Path) -> list[tuple[list[int], li
     return out
 
 
-def _nll(x):
-    """Token-mean negative log-likelihood of the demonstrated turns (the SFT loss)."""
-    return -(x.logprobs * x.mask).sum() / max(x.num_tokens, 1), {}
-
-
 def train(model, tok, learner_cfg, recipe: Recipe, work: Path, log=print):
     """Fine-tune `model` in place on the demonstrations; returns the merged state dict."""
-    from ablate.harness.episode import Segment
     from ablate.harness.templates import ChatConventions
-    from ablate.learners import make_learner
-    conv = ChatConventions.from_tokenizer(tok)
-    demos = demonstrations(conv, recipe, work / "demos")
+    from ablate.models.sft import fit
+    demos = demonstrations(ChatConventions.from_tokenizer(tok), recipe, work / "demos")
     log(f"warmstart: {len(demos)} demonstrations, "
         f"{sum(sum(m) for _, m in demos)} trained tokens")
-    segs = [Segment(ids=i, mask=m, logprobs=[0.0] * len(i), allowed=None) for i, m in demos]
-    lrn = make_learner(learner_cfg, model, lr=recipe.lr, seed=recipe.seed, temperature=1.0,
-                       ckpt_dir=work / "ckpt")
-    rng, seen = random.Random(recipe.seed), 0
-    for epoch in range(recipe.epochs):
-        rng.shuffle(segs)
-        for b in range(0, len(segs), recipe.batch):
-            batch = segs[b:b + recipe.batch]
-            stats = lrn.update(batch, torch.ones(len(batch)), _nll)
-            seen += stats["tokens"]
-            log(f"warmstart: epoch {epoch} batch {b // recipe.batch} "
-                f"nll {stats['loss']:.3f} ({stats['seconds']:.0f}s, {seen} tokens)")
-    return lrn.export_state_dict()
+    return fit(model, learner_cfg, demos, epochs=recipe.epochs, batch=recipe.batch,
+               lr=recipe.lr, seed=recipe.seed, work=work, log=log)
 
 
 def build(recipe: Recipe = Recipe(), log=print) -> str:

@@ -6,6 +6,9 @@ its own byte-level BPE tokenizer, warm-started by SFT on scripted-agent demonstr
     python -m ablate.models.tiny build [--out DIR] [--steps N] [--minutes M] [--seed S]
         rebuilds the checkpoint from scratch (deterministic for a given --steps/--seed on
         the same torch build); --minutes stops early with a resumable checkpoint.
+    python -m ablate.models.tiny warmstart --env coderepair [--out DIR]
+        SFT of that checkpoint on another environment's scripted agent (the shipped
+        ablate/models/assets/tiny_coderepair; ablate.models.tiny_warmstart).
     python -m ablate.models.tiny eval [--path DIR] [--tasks N] [--temperature T]
         [--masking none|ids|answers]: per-hop accuracy on the default env's held-out tasks.
 
@@ -24,6 +27,8 @@ import time
 from pathlib import Path
 
 ASSET_DIR = Path(__file__).resolve().parent / "assets" / "tiny"
+# the shipped checkpoint warm-started on another environment (ablate.models.tiny_warmstart)
+WARM_ASSETS = {"coderepair": ASSET_DIR.parent / "tiny_coderepair"}
 
 
 class TinyModelMissing(FileNotFoundError):
@@ -41,9 +46,10 @@ def load_tiny(model_cfg=None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = tiny_path(model_cfg)
     if not (path / "config.json").is_file():
-        raise TinyModelMissing(
-            f"tiny model checkpoint not found in {path}; rebuild it with "
-            f"`python -m ablate.models.tiny build --out {path}`")
+        env = next((e for e, p in WARM_ASSETS.items() if p == path.resolve()), None)
+        how = f"warmstart --env {env}" if env else f"build --out {path}"
+        raise TinyModelMissing(f"tiny model checkpoint not found in {path}; rebuild it "
+                               f"with `python -m ablate.models.tiny {how}`")
     dtype = getattr(torch, getattr(model_cfg, "dtype", None) or "float32")
     tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype,
@@ -140,6 +146,12 @@ def main(argv=None) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="override BuildConfig fields")
+    w = sub.add_parser("warmstart", help="SFT of the shipped checkpoint on another "
+                       "environment's scripted agent (ablate/models/tiny_warmstart.py)")
+    w.add_argument("--env", default="coderepair", help="an environment with a baseline")
+    w.add_argument("--out", default=None, help="default: the shipped asset of --env")
+    for field in ("demos", "epochs", "batch", "lr", "seed"):
+        w.add_argument(f"--{field}", type=float if field == "lr" else int, default=None)
     e = sub.add_parser("eval", help="per-hop accuracy on held-out tasks")
     e.add_argument("--path", default=None)
     e.add_argument("--tasks", type=int, default=100)
@@ -158,6 +170,11 @@ def main(argv=None) -> None:
                 sys.exit(f"unknown BuildConfig field {k!r}")
             setattr(cfg, k, type(getattr(cfg, k))(v))
         build(a.out, cfg, work_dir=a.work, minutes=a.minutes)
+    elif a.cmd == "warmstart":
+        from ablate.models.tiny_warmstart import Recipe, build as warmstart
+        given = {k: getattr(a, k) for k in ("demos", "epochs", "batch", "lr", "seed")
+                 if getattr(a, k) is not None}
+        warmstart(Recipe(env=a.env, **given), a.out)
     else:
         from types import SimpleNamespace
         model, tok = load_tiny(SimpleNamespace(path=a.path, dtype="float32"))

@@ -53,6 +53,13 @@ TOOL_SCHEMAS: list[dict] = [
         "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}},
 ]
 
+# format_tool_call's canonical layout: a tool without arguments is forced to its end; a
+# file tool to its "path" value, which is masked to the repository's file names
+GRAMMAR = {"id_key": "path",
+           "after_name": {LIST: ', "arguments": {}}', RUN: ', "arguments": {}}',
+                          SUBMIT: ', "arguments": {}}', READ: ', "arguments": {"path": "',
+                          REPLACE: ', "arguments": {"path": "'}}
+
 TASK_PROMPT = ("The tests of this repository fail. Find and fix the bug(s) in the source "
                "files, check with run_tests, then call submit.")
 
@@ -145,7 +152,11 @@ class CodeRepairEnv(Environment):
         }
 
     def mask_candidates(self, state: CodeState, **options) -> dict:
-        return {"tool_names": list(self.tool_names()), "paths": sorted(state.files)}
+        """Action masking (ablate/harness/masking.py): a tool name, then the canonical
+        text up to its first free value; a path is one of the repository's files. The
+        line number and the new text stay free (the fix is the agent's to write)."""
+        return {"tool_names": list(self.tool_names()), "ids": sorted(state.files),
+                "grammar": GRAMMAR}
 
     def reward_schemes(self) -> dict:
         from ablate.envs.coderepair.rewards import REWARDS   # rewards.py imports this module
