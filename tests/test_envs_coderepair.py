@@ -16,6 +16,9 @@ from ablate.envs.coderepair.baseline import HonestFixer, ReadAndSubmit, run_test
 from ablate.envs.coderepair.env import CodeRepairEnv, all_pass, version
 from ablate.envs.coderepair.lang import CalcError, build, run_test, tokenize
 from ablate.envs.coderepair.rewards import REWARDS, TEST_BONUS, outcome, tool_bonus
+from ablate.harness.chat import format_tool_call as call
+from ablate.harness.masking import ActionMask, token_bytes
+from ablate.models.tiny import ASSET_DIR
 
 PKG = Path(__file__).resolve().parents[1] / "ablate" / "envs" / "coderepair"
 CALC_ALPHABET = list("0123456789+-*/%()=<>!,: \t#") + [
@@ -304,28 +307,56 @@ def test_fixer_thoughts_match_its_calls(env):
 
 
 # ---------------------------------------------------------------------- action masking
-def _violations(env, text: str) -> int:
-    """Sampled tokens outside the mask's allowed sets when `text` is replayed under the
-    code-repair world's action mask (shipped tiny tokenizer)."""
+@pytest.fixture(scope="module")
+def vocab():
     from transformers import AutoTokenizer
-
-    from ablate.harness.masking import ActionMask, token_bytes
-    from ablate.models.tiny import ASSET_DIR
     tok = AutoTokenizer.from_pretrained(str(ASSET_DIR), local_files_only=True)
-    ctx = env.mask_candidates(env.reset(env.tasks("test")[0]))
-    mask = ActionMask(token_bytes(tok), tool_names=ctx["tool_names"], ids=ctx["ids"],
-                      grammar=ctx["grammar"])
+    return tok, token_bytes(tok)
+
+
+def _violations(env, vocab, text: str, *, edits: bool = False, read: bool = True) -> int:
+    """Sampled tokens outside the mask's allowed sets when `text` is replayed under the
+    code-repair world's action mask (shipped tiny tokenizer); `edits`: answer masking,
+    after reading every file (`read`) of the first test task."""
+    tok, tb = vocab
+    state = env.reset(env.tasks("test")[0])
+    for path in sorted(state.files) if read else ():
+        env.step(state, "read_file", {"path": path})
+    ctx = env.mask_candidates(state, answer_masking=edits)
+    mask = ActionMask(tb, tool_names=ctx["tool_names"], ids=ctx["ids"],
+                      grammar=ctx["grammar"], tails=ctx.get("tails"))
     mask.replay(tok.encode(text, add_special_tokens=False))
     return mask.violations
 
 
-def test_action_mask_forces_the_call_layout_and_repository_paths(env):
-    from ablate.harness.chat import format_tool_call as call
+def test_action_mask_forces_the_call_layout_and_repository_paths(env, vocab):
     path = sorted(env.reset(env.tasks("test")[0]).files)[-1]
     for name, args in (("run_tests", {}), ("submit", {}), ("read_file", {"path": path}),
                        ("replace_line", {"path": path, "line": 2, "text": "const A = 1"})):
-        assert _violations(env, call(name, args)) == 0, name
+        assert _violations(env, vocab, call(name, args)) == 0, name
     # an argument a no-argument tool does not take, another key, an unknown file
     for name, args in (("run_tests", {"path": path}), ("read_file", {"file": path}),
+                       ("read_file", {"path": path, "line": 1}),
                        ("read_file", {"path": "nowhere.calc"}), ("run_test", {})):
-        assert _violations(env, call(name, args)) > 0, (name, args)
+        assert _violations(env, vocab, call(name, args)) > 0, (name, args)
+
+
+def test_edit_mask_offers_one_token_changes_of_lines_read_in_that_file(env, vocab):
+    task = env.tasks("test")[0]
+    path, line, fixed, buggy = task.payload.bugs[0]
+    other = next(p for p in sorted(task.payload.files) if p not in (path, gen.TESTS_PATH))
+    fix = call("replace_line", {"path": path, "line": line, "text": fixed})
+    assert _violations(env, vocab, fix, edits=True) == 0
+    assert _violations(env, vocab, fix, edits=True, read=False) > 0    # nothing read
+    for args in ({"path": path, "line": line, "text": buggy},            # not a change
+                 {"path": path, "line": line, "text": fixed + " + 1"},   # two tokens
+                 {"path": other, "line": line, "text": fixed},           # another file's
+                 {"path": gen.TESTS_PATH, "line": 1, "text": fixed}):    # not a source
+        assert _violations(env, vocab, call("replace_line", args), edits=True) > 0, args
+    # the mask's spec rebuilds it (the vLLM path): the tails travel with it
+    state = env.reset(task)
+    env.step(state, "read_file", {"path": path})
+    ctx = env.mask_candidates(state, answer_masking=True)
+    spec = ActionMask(vocab[1], ids=ctx["ids"], grammar=ctx["grammar"],
+                      tails=ctx["tails"]).spec()
+    assert spec["tails"] == ctx["tails"] and list(spec["tails"]["replace_line"]) == [path]

@@ -12,8 +12,12 @@ Which argument keys trigger which candidates is the environment's `grammar`
     `"<sources_key>": [`-> the same ids, as a list
     `"<answer_key>": "` -> (answer masking) a candidate answer span, or "I don't know"
     `"<keywords_key>": [` -> (keyword masking) a list of 1..max_keywords candidate keywords
-each candidate closed with `"`; the sources list is a small grammar: `[`, then `]` or
-`"<id>"`, then `, "<id>"` or `]`. The keywords list is the same grammar with a count:
+each candidate closed with `"`. `tails` (tool -> id -> strings): what may follow an id
+in that tool's call, the rest of the call up to its `}}` (code repair's edit: line and
+new text together, for the file the path names); that tool's id is then one of its keys,
+closed by one of its tails (leave a tool with no keys out of tool_names, as for an
+empty id list). The sources list is a small grammar: `[`, then `]` or `"<id>"`, then
+`, "<id>"` or `]`. The keywords list is the same grammar with a count:
 `[`, then `"<kw>"` (never an empty list), then `, "<kw>"` or `]}}`, and only `]}}` once
 max_keywords keywords are written (the keywords list is its tool's only argument, so the
 list's end is the end of the arguments: `]` then anything but `}}` would be malformed).
@@ -319,7 +323,8 @@ class ActionMask:
                  predict_labels: Sequence[str] | None = None, predict_ends_turn: bool = False,
                  call_open: str | None = _CALL_OPEN.decode(),
                  call_close: str | None = _CALL_CLOSE.decode(),
-                 arguments_key: str = "arguments"):
+                 arguments_key: str = "arguments",
+                 tails: dict[str, dict[str, Sequence[str]]] | None = None):
         self.vocab = vocab
         self._triggers, after_name, after_id, after_answer = _grammar(grammar, arguments_key)
         self._call = (call_open.encode(), (call_close or "").encode()) if call_open else None
@@ -345,6 +350,13 @@ class ActionMask:
             if predict_labels else None,
             "predict_tag": [_PRED_OPEN + p.encode() + _PRED_CLOSE for p in predict_labels]
             if predict_labels else None}
+        # tools with tails: name candidate bytes -> their id candidates, each id with
+        # each of its tails (one value, so no token can run on past the id)
+        names = {_j(t) + after_name.get(t, b""): t for t in tool_names or ()}
+        self._tails = {n: [_j(i) + x.encode("utf-8") for i, xs in tails[t].items()
+                           for x in xs]
+                       for n, t in names.items() if t in (tails or {})}
+        self._last_name: bytes | None = None      # the tool name closed last
         self._follow = {k: _Pieces(self.cands[k]) if self.cands[k] else None
                         for k in ("more", "kwmore")}
         self._spec = dict(tool_names=list(tool_names) if tool_names is not None else None,
@@ -359,6 +371,9 @@ class ActionMask:
             self._spec["predict_labels"] = list(predict_labels)
         if predict_ends_turn:
             self._spec["predict_ends_turn"] = True
+        if tails:
+            self._spec["tails"] = {t: {i: list(xs) for i, xs in d.items()}
+                                   for t, d in tails.items()}
         self._end_after_tag = predict_ends_turn and vocab.turn_end is not None
         self._ended = False       # the forced tag closed: only the turn's end may follow
         syntax = dict(call_open=call_open, call_close=call_close, arguments_key=arguments_key)
@@ -448,6 +463,8 @@ class ActionMask:
 
     def _activate(self, kind: str, start: int) -> None:
         cands = self.cands[kind]
+        if kind == "id" and self._last_name in self._tails:
+            cands = self._tails[self._last_name]
         if not cands:                 # nothing to choose from: the value stays free
             return
         if kind == "keywords":
@@ -463,6 +480,8 @@ class ActionMask:
         if done:                      # the value is closed
             end = len(self._text) - len(c) + len(done[0])
             kind, self._live, self._kind = self._kind, None, None
+            if kind == "name":
+                self._last_name = done[0]
             if kind in ("sources", "more") and done[0] != _SRC_CLOSE:
                 self._activate("more", end)
             elif kind in ("keywords", "kwmore") and done[0] != _KW_CLOSE:

@@ -84,7 +84,8 @@ def _mask_for(s: _Live, env: Environment, harness_cfg, mode_cfg, vocab,
         extra["predict_ends_turn"] = harness_cfg.calls_per_turn == "first"  # rest: ignored
     return ActionMask(vocab, tool_names=ctx.get("tool_names", list(env.tool_names())),
                       ids=ctx.get("ids"), answers=ctx.get("answers"),
-                      grammar=ctx.get("grammar"), max_think_tokens=think, think_open=opened,
+                      grammar=ctx.get("grammar"), tails=ctx.get("tails"),
+                      max_think_tokens=think, think_open=opened,
                       **extra, **conv.fmt.mask_spec())
 
 

@@ -7,6 +7,7 @@ docs/environments.md), and why its `state_changed` is False.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -54,7 +55,8 @@ TOOL_SCHEMAS: list[dict] = [
 ]
 
 # format_tool_call's canonical layout: a tool without arguments is forced to its end; a
-# file tool to its "path" value, which is masked to the repository's file names
+# file tool to its "path" value, which is masked to the repository's file names (with
+# answer masking, replace_line's path is followed by one of edit_tails())
 GRAMMAR = {"id_key": "path",
            "after_name": {LIST: ', "arguments": {}}', RUN: ', "arguments": {}}',
                           SUBMIT: ', "arguments": {}}', READ: ', "arguments": {"path": "',
@@ -71,6 +73,7 @@ class CodeState:
     repo: gen.Repo
     files: dict = field(default_factory=dict)
     tested: Optional[tuple] = None
+    read: tuple = ()                 # paths read so far, in order (the mask's context)
 
 
 def version(files: dict) -> tuple:
@@ -151,12 +154,22 @@ class CodeRepairEnv(Environment):
             "difficulty": task.difficulty,
         }
 
-    def mask_candidates(self, state: CodeState, **options) -> dict:
+    def mask_candidates(self, state: CodeState, answer_masking: bool = False,
+                        **options) -> dict:
         """Action masking (ablate/harness/masking.py): a tool name, then the canonical
-        text up to its first free value; a path is one of the repository's files. The
-        line number and the new text stay free (the fix is the agent's to write)."""
-        return {"tool_names": list(self.tool_names()), "ids": sorted(state.files),
-                "grammar": GRAMMAR}
+        text up to its first free value; a path is one of the repository's files, and
+        read_file's call ends after it. With
+        answer masking (the values that decide the outcome, as the email task's answer
+        span) an edit is one of edit_tails(): a one-token change, of the kinds bugs come
+        in, of a line the agent has read; the agent still chooses file, line and change.
+        Without it line number and text are free."""
+        out = {"tool_names": list(self.tool_names()), "ids": sorted(state.files),
+               "grammar": GRAMMAR, "tails": {READ: {p: ["}}"] for p in sorted(state.files)}}}
+        if answer_masking:
+            out["tails"][REPLACE] = edit_tails(state)
+            if not out["tails"][REPLACE]:        # nothing read yet: nothing to edit
+                out["tool_names"].remove(REPLACE)
+        return out
 
     def reward_schemes(self) -> dict:
         from ablate.envs.coderepair.rewards import REWARDS   # rewards.py imports this module
@@ -177,7 +190,8 @@ class CodeRepairEnv(Environment):
         return HonestFixer()
 
     def snapshot(self, state: CodeState) -> CodeState:
-        return CodeState(repo=state.repo, files=dict(state.files), tested=state.tested)
+        return CodeState(repo=state.repo, files=dict(state.files), tested=state.tested,
+                         read=state.read)
 
     def restore(self, snapshot: CodeState) -> CodeState:
         return self.snapshot(snapshot)
@@ -188,6 +202,36 @@ def _task(repo: gen.Repo) -> Task:
                 metadata={"difficulty": repo.difficulty, "hops": repo.difficulty,
                           "files": len(repo.sources), "bugs": len(repo.bugs)},
                 payload=repo)
+
+
+def edit_tails(state: CodeState) -> dict[str, list[str]]:
+    """Per source file read so far: replace_line's arguments after its path, i.e.
+    `", "line": N, "text": "<line N, one token changed>"}}` in format_tool_call's layout, for
+    every one-token change (generator.mutations, over the constants of the files read)
+    of every declaration line as the file is now (a line that does not tokenize offers
+    none)."""
+    rows = {p: list(enumerate(state.files[p].rstrip("\n").split("\n"), start=1))
+            for p in state.read if p != gen.TESTS_PATH}
+    toks = {(p, n): _tokens(line) for p, r in rows.items() for n, line in r}
+    consts = sorted({t[1] for t in toks.values() if len(t) > 1 and t[0] == "const"})
+    out = {}
+    for path, r in rows.items():
+        tails = []
+        for n, _ in r:
+            if toks[path, n][:1] not in (["def"], ["const"]):
+                continue
+            for tokens in gen.mutations(toks[path, n], consts):
+                args = json.dumps({"line": n, "text": render(tokens)}, ensure_ascii=False)
+                tails.append(", " + args[1:] + "}")
+        out[path] = tails
+    return out
+
+
+def _tokens(line: str) -> list[str]:
+    try:
+        return tokenize(line)
+    except CalcError:
+        return []
 
 
 def all_pass(files: dict, extra_tests: str = "") -> bool:
@@ -222,6 +266,8 @@ def _read(state: CodeState, args: dict) -> ToolResult:
     if isinstance(path, ToolResult):
         return path
     lines = state.files[path].rstrip("\n").split("\n")
+    if path not in state.read:
+        state.read += (path,)
     body = "\n".join(f"{i}: {text}" for i, text in enumerate(lines, start=1))
     return ToolResult(name=READ, arguments=args, observation=f"{path}\n{body}")
 
