@@ -158,11 +158,10 @@ class CodeRepairEnv(Environment):
                         **options) -> dict:
         """Action masking (ablate/harness/masking.py): a tool name, then the canonical
         text up to its first free value; a path is one of the repository's files, and
-        read_file's call ends after it. With
-        answer masking (the values that decide the outcome, as the email task's answer
-        span) an edit is one of edit_tails(): a one-token change, of the kinds bugs come
-        in, of a line the agent has read; the agent still chooses file, line and change.
-        Without it line number and text are free."""
+        read_file's call ends after it. With answer masking (the values that decide the
+        outcome, as the email task's answer span) an edit is one of edit_tails(): a
+        one-token change, of the kinds bugs come in, of a line the agent has read; the
+        agent still chooses file, line and change. Without it line and text are free."""
         out = {"tool_names": list(self.tool_names()), "ids": sorted(state.files),
                "grammar": GRAMMAR, "tails": {READ: {p: ["}}"] for p in sorted(state.files)}}}
         if answer_masking:
@@ -206,10 +205,10 @@ def _task(repo: gen.Repo) -> Task:
 
 def edit_tails(state: CodeState) -> dict[str, list[str]]:
     """Per source file read so far: replace_line's arguments after its path, i.e.
-    `", "line": N, "text": "<line N, one token changed>"}}` in format_tool_call's layout, for
-    every one-token change (generator.mutations, over the constants of the files read)
-    of every declaration line as the file is now (a line that does not tokenize offers
-    none)."""
+    `", "line": N, "text": "<line N, one token changed>"}}` in format_tool_call's layout,
+    for every one-token change (generator.mutations, over the constants of the files
+    read) of every declaration line as the file is now (a line that does not tokenize
+    offers none)."""
     rows = {p: list(enumerate(state.files[p].rstrip("\n").split("\n"), start=1))
             for p in state.read if p != gen.TESTS_PATH}
     toks = {(p, n): _tokens(line) for p, r in rows.items() for n, line in r}
