@@ -153,12 +153,19 @@ def cfg(name, **kw):
     return base
 
 
+# reward yaml files that preset a registered scheme's options: file -> (scheme, bonus)
+PRESETS = {"tool_bonus_state_change": ("tool_bonus", True)}
+
+
 def test_registry_and_yaml_files_agree():
     assert set(REWARDS) == {"shaped", "naive", "outcome", "tool_bonus"}
-    assert {p.stem for p in CONF.glob("*.yaml")} == set(REWARDS)
+    assert {p.stem for p in CONF.glob("*.yaml")} == set(REWARDS) | set(PRESETS)
     for name in REWARDS:
         c = cfg(name)
         assert c.name == name and c.format_penalty == 0.0 and c.state_change_bonus is False
+    for file, (name, bonus) in PRESETS.items():
+        c = cfg(file)
+        assert c.name == name and c.format_penalty == 0.0 and c.state_change_bonus is bonus
 
 
 @pytest.mark.parametrize("name", ["shaped", "naive", "outcome"])
