@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -24,7 +23,7 @@ from ablate.envs import ENVIRONMENTS, EnvError, env_class
 from ablate.harness.config import HarnessConfig, ModeConfig
 from ablate.harness.parser import PARSERS
 from ablate.learners.config import LearnerConfig
-from ablate.models.config import ModelConfig
+from ablate.models.config import ASSETS_DIR, ModelConfig
 from ablate.rewards.config import RewardConfig
 from ablate.rewards.schemes import REWARDS
 from ablate.rewards.world_model import AGGREGATES
@@ -144,7 +143,7 @@ def register() -> None:
 
 def asset_dir(name: str) -> str:
     """`${ablate_asset:NAME}`: a checkpoint shipped in ablate/models/assets/NAME."""
-    return str(Path(__file__).resolve().parent / "models" / "assets" / name)
+    return str(ASSETS_DIR / name)
 
 
 FREE_KEYS = ("env.options",)   # a user environment's own constructor arguments

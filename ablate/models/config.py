@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
+
+# checkpoints shipped with the package (`${ablate_asset:NAME}` in a model preset)
+ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 
 
 @dataclass

@@ -26,9 +26,11 @@ import sys
 import time
 from pathlib import Path
 
-ASSET_DIR = Path(__file__).resolve().parent / "assets" / "tiny"
+from ablate.models.config import ASSETS_DIR
+
+ASSET_DIR = ASSETS_DIR / "tiny"
 # the shipped checkpoint warm-started on another environment (ablate.models.tiny_warmstart)
-WARM_ASSETS = {"coderepair": ASSET_DIR.parent / "tiny_coderepair"}
+WARM_ASSETS = {"coderepair": ASSETS_DIR / "tiny_coderepair"}
 
 
 class TinyModelMissing(FileNotFoundError):
