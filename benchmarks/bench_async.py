@@ -52,11 +52,14 @@ def run_level(k: int, overrides: list[str], root: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", default="0,1")
+    ap.add_argument("--keep", type=Path, help="keep the cells in this folder (default: a "
+                    "temporary one) to read their per-step timings afterwards")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        results = {k: run_level(k, args.overrides, Path(tmp)) for k in levels}
+        root = args.keep or Path(tmp)
+        results = {k: run_level(k, args.overrides, root) for k in levels}
     report = {"levels": list(results.values()), "overrides": args.overrides}
     if 0 in results:
         base = results[0]
