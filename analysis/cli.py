@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rng-seed", type=int, default=None, help="Monte Carlo RNG seed (default 0)")
     p.add_argument("--metric", default=None, help="eval.jsonl field to analyse (default correct)")
     p.add_argument("--alpha", type=float, default=None)
+    p.add_argument("--lower-is-better", action="store_true", default=None,
+                   help="the metric improves downwards (e.g. idle_test_runs): a significant "
+                        "negative difference is 'better'")
     p.add_argument("--include-incomplete", action="store_true",
                    help="also analyse runs without a COMPLETE marker")
     p.add_argument("--no-figures", action="store_true")
@@ -54,10 +57,19 @@ def experiment_spec(sweep) -> Path | None:
     return path if path.exists() else None
 
 
+# keys an analysis.yaml may hold (analysis.publish reads the last two)
+SPEC_KEYS = ("metric", "baseline", "B", "rng_seed", "sesoi", "alpha", "step", "all_pairs",
+             "lower_is_better", "include", "headline_behaviour")
+
+
 def settings(args, spec: dict, spec_path) -> tuple[dict | None, str, bool]:
     """Fill unset options from the spec, check them; (baseline, its source, all_pairs)."""
+    unknown = sorted(set(spec) - set(SPEC_KEYS))
+    if unknown:
+        raise AnalysisError(f"{spec_path}: unknown key(s) {', '.join(unknown)}; allowed: "
+                            + ", ".join(SPEC_KEYS))
     defaults = {"B": 10_000, "rng_seed": 0, "metric": "correct", "alpha": 0.05, "step": None,
-                "sesoi": DEFAULT_SESOI}
+                "sesoi": DEFAULT_SESOI, "lower_is_better": False}
     for key, default in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, spec.get(key, default))
@@ -75,6 +87,9 @@ def settings(args, spec: dict, spec_path) -> tuple[dict | None, str, bool]:
         where = "--sesoi" if spec_path is None else f"{spec_path}: sesoi (or --sesoi)"
         raise AnalysisError(f"{where} is {args.sesoi!r}; expected a positive number in "
                             "metric units, e.g. 0.03 for 3 accuracy points")
+    if not isinstance(args.lower_is_better, bool):
+        raise AnalysisError(f"{spec_path}: lower_is_better is {args.lower_is_better!r}; "
+                            "expected true or false")
     if args.B < 100:
         raise AnalysisError(f"--B {args.B}: use at least 100 Monte Carlo draws")
     return baseline, source, all_pairs
@@ -89,7 +104,8 @@ def run(argv=None) -> Path:
     out = args.out or args.run_dirs[0] / "analysis"
     summary = analyse(sweep, metric=args.metric, step=args.step, B=args.B,
                       rng_seed=args.rng_seed, baseline=baseline, alpha=args.alpha,
-                      sesoi=float(args.sesoi), all_pairs=all_pairs, baseline_source=source)
+                      sesoi=float(args.sesoi), all_pairs=all_pairs, baseline_source=source,
+                      lower_is_better=bool(args.lower_is_better))
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     # everything below renders from the JSON just written, so its numbers are the same

@@ -12,14 +12,14 @@ def p_is(p) -> str:
 
 
 VERDICT_WORDS = {
-    "better": "better: the difference is significant after correction and positive",
-    "worse": "worse: the difference is significant after correction and negative",
+    "better": "better: the difference is significant after correction and {good}",
+    "worse": "worse: the difference is significant after correction and {bad}",
     "equivalent": "equivalent: the 90% interval lies within ±SESOI",
     "inconclusive": "inconclusive: neither a difference nor equivalence is shown",
 }
 
 
-def _sentence(c: dict, pct: bool, sesoi: str) -> str:
+def _sentence(c: dict, pct: bool, sesoi: str, lower_is_better: bool = False) -> str:
     u = " points" if pct else ""
     name = f"{c['label']} vs {c['vs']}"
     if c["delta"] is None:
@@ -31,7 +31,10 @@ def _sentence(c: dict, pct: bool, sesoi: str) -> str:
     if c["verdict"] is None:
         return f"- {core}) — {'; '.join(c['warnings']) or 'no test'}."
     core += f"; {p_is(c['p'])}, {adj}-adjusted {p_is(c['p_adj'])})"
-    words = VERDICT_WORDS[c["verdict"]].replace("SESOI", sesoi + u)
+    signs = ("negative (lower is better)", "positive") if lower_is_better else (
+        "positive", "negative")
+    words = VERDICT_WORDS[c["verdict"]].replace("SESOI", sesoi + u).format(
+        good=signs[0], bad=signs[1])
     text = f"- {core} — {words}."
     if c["verdict"] == "inconclusive" and c.get("mde") is not None:
         text += (f" With this design the minimum detectable difference is "
@@ -220,7 +223,8 @@ def render(summary: dict) -> str:
               f"{counts['equivalent']} equivalent within ±{sesoi}"
               f"{' points' if pct else ''}, {counts['inconclusive']} inconclusive"
               + (f", {counts[None]} without a test" if counts[None] else "") + ".", ""]
-        L += [_sentence(c, pct, sesoi) for c in conf]
+        low = bool(summary.get("lower_is_better"))
+        L += [_sentence(c, pct, sesoi, low) for c in conf]
         sim = [c for c in conf if c.get("ci_simultaneous")]
         if sim:
             L += ["", "Simultaneous 95% intervals (max-|t|) for the cell comparisons: "
@@ -232,7 +236,8 @@ def render(summary: dict) -> str:
     pairs = [c for c in summary["comparisons"] if c["family"] == "all_pairs"]
     if pairs:
         L += ["## Exploratory: all pairs (Benjamini–Hochberg)", ""]
-        L += [_sentence(c, pct, sesoi) for c in pairs] + [""]
+        L += [_sentence(c, pct, sesoi, bool(summary.get("lower_is_better")))
+              for c in pairs] + [""]
     L += _changes(summary, pct)
     L += _planning(summary, pct) + _hops(summary, pct) + _behaviour(summary)
     L += _bookkeeping(summary)

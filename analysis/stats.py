@@ -146,15 +146,16 @@ def p_value(est, se, df):
 
 
 def verdict(est: float, se: float, df: float, p_adj: float | None, sesoi: float,
-            alpha: float = 0.05) -> str | None:
-    """better / worse: the adjusted test rejects Delta = 0; equivalent: the 1 - 2 alpha
+            alpha: float = 0.05, lower_is_better: bool = False) -> str | None:
+    """better / worse: the adjusted test rejects Delta = 0 (better: Delta > 0, or Delta < 0
+    for a metric where lower is better, e.g. idle test runs); equivalent: the 1 - 2 alpha
     interval lies inside (-sesoi, +sesoi) (two one-sided tests, Schuirmann 1987, J.
     Pharmacokinet. Biopharm. 15:657; Lakens 2017, Soc. Psychol. Personal. Sci. 8:355);
     inconclusive: neither. None when there is no test (p_adj None)."""
     if p_adj is None or not math.isfinite(p_adj):
         return None
     if p_adj < alpha:
-        return "better" if est > 0 else "worse"
+        return "better" if (est > 0) != lower_is_better else "worse"
     lo, hi = interval(est, se, df, 2 * alpha)
     if -sesoi < float(lo) and float(hi) < sesoi:
         return "equivalent"

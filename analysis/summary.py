@@ -285,7 +285,7 @@ def planning(comps, sesoi, Q_now, alpha, power) -> dict | None:
                                                for s in SEED_GRID]}}
 
 
-def _family(rows, adjust, correction, alpha, sesoi):
+def _family(rows, adjust, correction, alpha, sesoi, lower_is_better=False):
     tested = [r for r in rows if r.get("p") is not None]
     padj = adjust([r["p"] for r in tested])
     for r, pa in zip(tested, padj):
@@ -293,15 +293,15 @@ def _family(rows, adjust, correction, alpha, sesoi):
     for r in rows:
         r.setdefault("p_adj", None)
         r["correction"] = correction
-        r["verdict"] = (st.verdict(r["delta"], r["se"], r["df"], r["p_adj"], sesoi, alpha)
-                        if r["p_adj"] is not None else None)
+        r["verdict"] = (st.verdict(r["delta"], r["se"], r["df"], r["p_adj"], sesoi, alpha,
+                                   lower_is_better) if r["p_adj"] is not None else None)
 
 
 def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
             B: int = 10_000, rng_seed: int = 0, baseline: dict | None = None,
             alpha: float = 0.05, power: float = 0.8, sesoi: float = DEFAULT_SESOI,
             all_pairs: bool = False, with_curves: bool = True,
-            baseline_source: str = "--baseline") -> dict:
+            baseline_source: str = "--baseline", lower_is_better: bool = False) -> dict:
     failed, warnings = list(sweep.failed), list(sweep.warnings)
     steps = _select_steps(sweep, step, failed)
     cells = [c for c in sweep.cells if c.runs]
@@ -335,7 +335,8 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
                             "in the experiment's analysis.yaml; cells are: "
                             + "; ".join(c.label for c in cells))
     base = match_cell(cells, baseline) if baseline else 0
-    confirm, pairs = _comparisons(sweep, cells, data, base, alpha, names, sesoi, all_pairs)
+    confirm, pairs = _comparisons(sweep, cells, data, base, alpha, names, sesoi, all_pairs,
+                                  lower_is_better)
     comps = planning_components(data, [(r["ia"], r["ib"]) for r in confirm if r["kind"] == "cell"])
     _annotate(confirm + pairs, data, comps, base, B, rng_seed, sesoi, alpha, power)
     warnings += [f"{r['label']} vs {r['vs']}: {w}" for r in confirm + pairs for w in r["warnings"]]
@@ -353,6 +354,7 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
                   "interval with bounded-seed Satterthwaite df (docs/statistics.md)",
         "metric": metric, "metric_words": lb.metric_words(metric), "alpha": alpha,
         "power": power, "sesoi": sesoi, "all_pairs": all_pairs,
+        "lower_is_better": lower_is_better,
         "factors": sweep.factors, "short_names": names, "levels": sweep.levels,
         "baseline": cells[base].factors, "baseline_label": cells[base].label,
         "baseline_short": lb.cell_name(cells[base].factors, names),
@@ -369,20 +371,20 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
     return _clean(summary)
 
 
-def _comparisons(sweep, cells, data, base, alpha, names, sesoi, all_pairs):
+def _comparisons(sweep, cells, data, base, alpha, names, sesoi, all_pairs, lower_is_better):
     """The confirmatory family (cells and main effects vs the baseline, Holm) and, when
     asked for, all pairs (Benjamini-Hochberg), each row with its verdict."""
     fac = [c.factors for c in cells]
     confirm = [_comparison(data, {i: 1.0, base: -1.0}, alpha, i, base, fac[i], fac[base],
                            "cell", names, "confirmatory") for i in range(len(cells)) if i != base]
     confirm += _main_effects(sweep, cells, base, data, alpha, names)
-    _family(confirm, st.holm, "holm", alpha, sesoi)
+    _family(confirm, st.holm, "holm", alpha, sesoi, lower_is_better)
     pairs = []
     if all_pairs:
         pairs = [_comparison(data, {i: 1.0, j: -1.0}, alpha, i, j, fac[i], fac[j], "cell",
                              names, "all_pairs")
                  for i, j in itertools.combinations(range(len(cells)), 2)]
-        _family(pairs, st.benjamini_hochberg, "bh", alpha, sesoi)
+        _family(pairs, st.benjamini_hochberg, "bh", alpha, sesoi, lower_is_better)
     return confirm, pairs
 
 

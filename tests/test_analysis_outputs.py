@@ -390,6 +390,34 @@ def test_spec_file_sets_baseline_and_b(sweep_dir, tmp_path):
     assert json.loads((out / "summary.json").read_text())["bootstrap"]["B"] == 200
 
 
+def test_spec_lower_is_better_flips_the_words_and_unknown_keys_are_named(sweep_dir, tmp_path,
+                                                                         capsys):
+    spec = tmp_path / "analysis.yaml"
+    base = "baseline: {reward.name: shaped, algo.name: grpo, model.name: tiny}\nB: 200\n"
+    out = {}
+    for low in ("false", "true"):
+        spec.write_text(base + f"lower_is_better: {low}\n")
+        out[low] = tmp_path / low
+        assert cli.main([str(sweep_dir), "--out", str(out[low]), "--spec", str(spec),
+                         "--no-figures"]) == 0
+    plain, low = (json.loads((out[k] / "summary.json").read_text()) for k in ("false", "true"))
+    assert low["lower_is_better"] is True and plain["lower_is_better"] is False
+    swap = {"better": "worse", "worse": "better"}
+    assert [swap.get(c["verdict"], c["verdict"]) for c in plain["comparisons"]] == \
+        [c["verdict"] for c in low["comparisons"]]
+    assert any(c["verdict"] in swap for c in plain["comparisons"])   # the test can fail
+    assert "negative (lower is better)" in (out["true"] / "report.md").read_text()
+    spec.write_text(base + "seosi: 0.02\n")
+    assert cli.main([str(sweep_dir), "--out", str(tmp_path / "x"), "--spec", str(spec),
+                     "--no-figures"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key(s) seosi" in err and "sesoi" in err
+    spec.write_text(base + "lower_is_better: maybe\n")
+    assert cli.main([str(sweep_dir), "--out", str(tmp_path / "y"), "--spec", str(spec),
+                     "--no-figures"]) == 2
+    assert "lower_is_better is 'maybe'" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- inputs, shared questions
 def _rows(path):
     return [json.loads(x) for x in path.read_text().splitlines()]

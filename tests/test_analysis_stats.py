@@ -131,6 +131,9 @@ def test_disjoint_questions_are_not_compared_and_unequal_use_the_intersection():
     (0.02, 0.01, 0.2, "inconclusive")])
 def test_verdicts(est, se, p_adj, expected):
     assert st.verdict(est, se, 30.0, p_adj, sesoi=0.03) == expected
+    # a metric where lower is better swaps only the two directional verdicts
+    flipped = {"better": "worse", "worse": "better"}.get(expected, expected)
+    assert st.verdict(est, se, 30.0, p_adj, sesoi=0.03, lower_is_better=True) == flipped
 
 
 def test_simultaneous_intervals_between_marginal_and_bonferroni():
