@@ -74,13 +74,14 @@ class AsyncRollouts:
         kind, *payload = self._get()
         if kind == "error":
             raise RuntimeError(f"the rollout producer failed:\n{payload[0]}")
-        got, version, episodes, seconds = payload
+        got, version, episodes, seconds, cpu_seconds = payload
         if got != step or [t.id for t in tasks] != _task_ids(episodes):
             raise RuntimeError(f"rollout producer out of step: wanted step {step} "
                                f"(tasks {[t.id for t in tasks]}), got step {got}")
         return episodes, {"async/staleness": step - 1 - version,
                           "async/behaviour_version": version,
-                          "async/producer_rollout_s": seconds}
+                          "async/producer_rollout_s": seconds,
+                          "async/producer_cpu_s": cpu_seconds}
 
     def _get(self):
         while True:
@@ -120,12 +121,13 @@ def produce(plain_cfg: dict, start: int, max_steps: int, weights_q, out_q,
                 have, blob = _next_weights(weights_q, parent)
                 if have == need:
                     policy.sampler.load_weights(loads(blob))
-            ts = time.time()
+            ts, tc = time.time(), time.process_time()
             tasks = sample_step_tasks(env.train_tasks, t.tasks_per_step, cfg.seed, step, 0)
             episodes = policy.act(tasks, t.group_size, temperature=cfg.sampler.temperature,
                                   seed=derived_seed(cfg.seed, step, 0))
             pickle.dumps(episodes)   # a Queue drops what it cannot pickle: fail loudly here
-            out_q.put(("batch", step, need, episodes, time.time() - ts))
+            out_q.put(("batch", step, need, episodes, time.time() - ts,
+                       time.process_time() - tc))
     except BaseException:                    # noqa: BLE001 - reported to the learner
         out_q.put(("error", traceback.format_exc()))
 

@@ -344,7 +344,7 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
 
     a, t = cfg.algo, cfg.trainer
     experience = getattr(algorithm, "experience", None)   # curriculum / trajectory buffer
-    ts = time.time()
+    ts, tc = time.time(), time.process_time()   # wall, and this process's CPU (all threads)
     # without dynamic sampling every group is kept: one round, no filter
     sampler = DynamicSampler(t.tasks_per_step,
                              a.dynamic_sampling.max_batches if a.dynamic_sampling.enable else 0)
@@ -427,6 +427,10 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
         row["update/skipped"] = 1.0  # no group with differing rewards: no signal this step
     row["update_s"] = time.time() - tu
     row["step_s"] = time.time() - ts
+    # CPU seconds the step cost, the async producer's rollout included: a cost that
+    # neighbours on a shared machine do not inflate, unlike step_s (a vLLM engine's own
+    # processes are not counted: with sampler=vllm it is the learner's side only)
+    row["step_cpu_s"] = time.process_time() - tc + row.get("async/producer_cpu_s", 0.0)
     return row
 
 

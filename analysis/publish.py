@@ -58,12 +58,16 @@ def compute_table(summary: dict, pct: bool) -> list[str]:
     if not rows:
         return []
     unit = "point" if pct else "unit"
+    # CPU seconds where every cell logged them (a cost); else wall seconds, which
+    # neighbours on a shared machine inflate
+    cpu = all("train_cpu_seconds" in c["compute"] for c in rows)
     L = ["", f"Training compute per seed (mean over seeds, up to the analysed step) and per "
          f"{unit} of change (– where the change is not positive):", "",
-         f"| cell | sampled tokens | training minutes | change | tokens per {unit} | "
-         f"minutes per {unit} |", "|---|---:|---:|---:|---:|---:|"]
+         f"| cell | sampled tokens | training {'CPU ' if cpu else ''}minutes | change | "
+         f"tokens per {unit} | minutes per {unit} |", "|---|---:|---:|---:|---:|---:|"]
     for c in rows:
-        tok, sec = c["compute"]["generated_tokens"], c["compute"]["train_seconds"]
+        tok = c["compute"]["generated_tokens"]
+        sec = c["compute"]["train_cpu_seconds" if cpu else "train_seconds"]
         change = c["change"][metric]["mean"]
         units = change * (100 if pct else 1)
         per = ((f"{tok / units:,.0f}", f"{sec / 60 / units:.2f}") if units > 0

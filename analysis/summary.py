@@ -135,21 +135,27 @@ def _changes(c, mats: dict, fields: dict, steps: dict, alpha: float,
 
 
 def _compute(c, steps: dict) -> dict:
-    """Training compute per seed (metrics.jsonl): sampled tokens and step seconds summed
-    over the optimizer steps up to the analysed one, mean over the seeds that logged
-    them; {} without metrics."""
+    """Training compute per seed (metrics.jsonl): sampled tokens, step seconds (wall) and,
+    where every step logged it, step CPU seconds (`step_cpu_s`) summed over the optimizer
+    steps up to the analysed one, mean over the seeds that logged them; {} without
+    metrics."""
     per_seed = []
     for r in c.runs:
         rows = [m for m in r.metrics_rows() if m["step"] <= steps[str(r.path)]
                 and est.is_number(m.get("generated_tokens")) and est.is_number(m.get("step_s"))]
         if rows:
+            cpu = (sum(m["step_cpu_s"] for m in rows)
+                   if all(est.is_number(m.get("step_cpu_s")) for m in rows) else None)
             per_seed.append((sum(m["generated_tokens"] for m in rows),
-                             sum(m["step_s"] for m in rows)))
+                             sum(m["step_s"] for m in rows), cpu))
     if not per_seed:
         return {}
-    return {"generated_tokens": float(np.mean([t for t, _ in per_seed])),
-            "train_seconds": float(np.mean([s for _, s in per_seed])),
-            "n_seeds": len(per_seed)}
+    out = {"generated_tokens": float(np.mean([t for t, _, _ in per_seed])),
+           "train_seconds": float(np.mean([s for _, s, _ in per_seed])),
+           "n_seeds": len(per_seed)}
+    if all(cpu is not None for _, _, cpu in per_seed):
+        out["train_cpu_seconds"] = float(np.mean([cpu for _, _, cpu in per_seed]))
+    return out
 
 
 def _curve(cell, metric: str, alpha: float, clip_metric) -> dict:

@@ -8,8 +8,10 @@ used (the primary metric, ablate/eval_metrics.py; greedy rows are reported besid
 question the mean over its samples is taken first, then the paired change between the
 first and the last evaluation. Two standard errors of the gain: over questions (of the
 per-question change averaged over seeds) and over seeds (of the per-seed mean change; 
-undefined for one seed). Gain per CPU-minute divides by the training compute, the cells'
-summed step time x run.num_threads (evaluation excluded).
+undefined for one seed). Gain per CPU-minute divides by the training compute: the cells'
+summed `step_cpu_s` (measured process CPU time) where every step logged it, else their
+summed step time x run.num_threads (wall time, inflated on a shared machine); evaluation
+excluded.
 """
 from __future__ import annotations
 
@@ -64,8 +66,24 @@ def gain(cells: list[list[dict]], key: str, hops=None) -> dict:
 
 def train_cpu_minutes(cell: Path) -> float:
     steps = [json.loads(x) for x in (cell / "metrics.jsonl").read_text().splitlines() if x]
+    if steps and all("step_cpu_s" in m for m in steps):
+        return sum(m["step_cpu_s"] for m in steps) / 60.0
     threads = yaml.safe_load((cell / "config.yaml").read_text())["run"]["num_threads"] or 1
     return sum(m["step_s"] for m in steps) * threads / 60.0
+
+
+def pooled_start(cells: list[list[dict]], key: str) -> dict:
+    """For cells that all start from one checkpoint: each seed's last evaluation against the
+    first evaluation pooled over the seeds (their spread at the first step is evaluation
+    noise only). The SE adds the SE over seeds of the last means and of the pooled first
+    mean (independent draws), on the questions every seed shares."""
+    per_seed = [seed_changes(rows, key) for rows in cells]
+    firsts = [f for _, f, _ in per_seed]
+    lasts = [la for _, _, la in per_seed]
+    pooled = float(np.mean(firsts))
+    return {"pooled_first": pooled, "lasts": lasts,
+            "delta": float(np.mean(lasts)) - pooled,
+            "se": math.hypot(se(lasts), se(firsts)), "n_seeds": len(cells)}
 
 
 def curve(rows: list[dict], key: str) -> list[tuple[int, float]]:
@@ -102,6 +120,9 @@ def main() -> None:
     ap.add_argument("--scripted", type=Path, default=None)
     ap.add_argument("--key", default="correct")
     ap.add_argument("--figure", type=Path, default=None)
+    ap.add_argument("--pooled-start", action="store_true",
+                    help="also report the gain against the first evaluation pooled over "
+                         "seeds (cells that start from the same checkpoint)")
     args = ap.parse_args()
     cells = [load(c) for c in args.cells]
     minutes = [train_cpu_minutes(c) for c in args.cells]
@@ -119,6 +140,11 @@ def main() -> None:
     per_min = g["delta"] / np.mean(minutes)
     print(f"gain per training CPU-minute: {per_min:+.4f} (+- {g['se_questions'] / np.mean(minutes):.4f}"
           f" over questions; {np.mean(minutes):.2f} CPU-min per cell)")
+    if args.pooled_start:
+        p = pooled_start(cells, args.key)
+        print(f"pooled start: {p['pooled_first']:.3f} (mean of {p['n_seeds']} first "
+              f"evaluations) -> last " + ", ".join(f"{x:.3f}" for x in p["lasts"])
+              + f"  delta {p['delta']:+.3f} SE {p['se']:.3f} ({p['delta'] / p['se']:.2f} SEs)")
     greedy = [load(c, "greedy") for c in args.cells]
     if any(greedy):
         gg = gain([r for r in greedy if r], args.key)

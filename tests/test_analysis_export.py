@@ -148,3 +148,23 @@ def test_publish_includes_reused_runs(tmp_path):
     readme = (exp / "README.md").read_text()
     assert "| reward=shaped |" in readme and "| reward=naive |" in readme
     assert not (exp / "results" / "runs" / "other").exists()
+
+
+def test_compute_table_uses_cpu_minutes_when_every_step_logged_them(tmp_path):
+    sweep = write_sweep(tmp_path / "sweep", rewards=("naive", "shaped"), algos=("grpo",),
+                        seeds=(0, 1), n_questions=10, steps=(0, 10), effects={
+                            ("naive", "grpo"): 1.0, ("shaped", "grpo"): 1.0})
+    for m in sweep.rglob("metrics.jsonl"):      # 6 s wall, 3 s CPU per step
+        rows = [json.loads(x) for x in m.read_text().splitlines()]
+        m.write_text("".join(json.dumps({**r, "step_cpu_s": 3.0}) + "\n" for r in rows))
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "analysis.yaml").write_text("baseline: {reward.name: shaped}\nB: 200\n")
+    (exp / "README.md").write_text(f"# exp\n\n{BEGIN}\nold\n{END}\n")
+    assert publish_main([str(exp), "--sweep", str(sweep), "--no-figures"]) == 0
+    summary = json.loads((exp / "results" / "report" / "summary.json").read_text())
+    assert all(c["compute"]["train_cpu_seconds"] == 30.0 and
+               c["compute"]["train_seconds"] == 60.0 for c in summary["cells"])
+    readme = (exp / "README.md").read_text()
+    assert "| training CPU minutes |" in readme
+    assert any(x.startswith("| ") and " | 10,000 | 0.5 | " in x for x in readme.splitlines())

@@ -38,7 +38,7 @@ TINY = ["env.num_inboxes=4", "env.emails_per_inbox=30", "env.train_tasks=20",
         "harness.max_tokens_per_episode=96", "env.max_turns=2", "run.num_trajectories=2",
         "learner=torch", "run.quiet=true"]
 ASYNC = ["algo.rollout_correction=decoupled-ppo"]
-TIMING = ("rollout_s", "update_s", "step_s", "seconds", "tokens_per_s")
+TIMING = ("rollout_s", "update_s", "step_s", "cpu_s", "seconds", "tokens_per_s")
 
 
 def cell_rows(tmp_path, monkeypatch, overrides, name="cell"):

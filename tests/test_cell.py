@@ -19,7 +19,8 @@ SMALL = ["env.num_inboxes=6", "env.emails_per_inbox=40", "env.train_tasks=40",
          "eval.num_tasks=4", "eval.every=1", "harness.max_tokens_per_episode=256",
          "env.max_turns=4", "run.num_trajectories=2", "eval.samples=1", "eval.greedy=false"]
 
-TIMING_KEYS = ("rollout_s", "update_s", "step_s", "seconds", "tokens_per_s", "eval/seconds")
+TIMING_KEYS = ("rollout_s", "update_s", "step_s", "cpu_s", "seconds", "tokens_per_s",
+               "eval/seconds")
 
 
 def cli(args, cwd: Path, cache: Path, timeout=600, **kw):
@@ -65,6 +66,7 @@ def test_two_step_cell_writes_every_output(tmp_path, cache):
             assert key in m, key
         assert 0.0 <= m["reward/mean"] <= 1.35 + 1e-6  # shaped range; overlong can lower it
         assert 0.0 <= m["kept_fraction"] <= 1.0
+        assert 0.0 < m["step_cpu_s"] < 4 * m["step_s"] + 1.0   # CPU of this process's step
 
     evals = rows(out / "eval.jsonl")
     assert sorted({e["step"] for e in evals}) == [0, 1, 2]

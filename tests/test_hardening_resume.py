@@ -18,7 +18,7 @@ TINY = ["env.num_inboxes=4", "env.emails_per_inbox=30", "env.train_tasks=20",
         "eval.num_tasks=2", "eval.every=1", "harness.max_tokens_per_episode=96",
         "env.max_turns=2", "run.num_trajectories=2", "trainer.max_steps=2",
         "learner=torch", "learner.checkpoint_every=1", "run.quiet=true"]
-TIMING = ("rollout_s", "update_s", "step_s", "seconds", "tokens_per_s")
+TIMING = ("rollout_s", "update_s", "step_s", "cpu_s", "seconds", "tokens_per_s")
 
 
 def run(args: list[str], cwd: Path, cache: Path, kill: tuple[str, int] | None = None):
