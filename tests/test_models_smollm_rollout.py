@@ -11,15 +11,9 @@ import torch
 
 from ablate.cli import compose_config
 from ablate.harness.templates import ChatConventions
-from ablate.models.smollm import check_available
+from test_harness_util import masked_logprobs, smollm_installed
 
-from test_harness_util import masked_logprobs
-
-try:
-    check_available("smollm2_135m")
-    INSTALLED = True
-except FileNotFoundError:
-    INSTALLED = False
+INSTALLED = smollm_installed()
 
 pytestmark = [pytest.mark.heavy,
               pytest.mark.skipif(not INSTALLED, reason="the smollm extra is not installed")]

@@ -9,6 +9,8 @@ from ablate.models import smollm
 from ablate.models.loading import ModelNotFoundError
 from ablate.models.smollm_warmstart import Recipe, demonstrations, warm_dir
 
+from test_harness_util import smollm_installed
+
 
 def test_missing_warm_start_names_the_command(tmp_path, monkeypatch):
     monkeypatch.setattr(smollm, "converted_dir", lambda name: str(tmp_path / "smollm2_135m-x"))
@@ -23,9 +25,7 @@ def test_missing_warm_start_names_the_command(tmp_path, monkeypatch):
 
 
 def test_demonstrations_are_the_rollout_pieces(tmp_path):
-    try:
-        smollm.check_available("smollm2_135m")
-    except FileNotFoundError:
+    if not smollm_installed():
         pytest.skip("the smollm extra is not installed")
     from transformers import AutoTokenizer
 

