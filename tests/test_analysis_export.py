@@ -99,16 +99,25 @@ def test_change_from_first_evaluation_is_paired_by_seed_and_question(tmp_path):
     assert row.count("|") == report.splitlines()[report.splitlines().index(row) - 2].count("|")
 
 
-def test_publish_regenerates_report_and_readme_headline(tmp_path, capsys):
-    sweep = write_sweep(tmp_path / "sweep", rewards=("naive", "shaped"), algos=("grpo",),
-                        seeds=(0, 1), n_questions=10, steps=(0, 10), effects={
-                            ("naive", "grpo"): 1.0, ("shaped", "grpo"): 1.0})
-    exp = tmp_path / "exp"
+def _two_reward_sweep(root):
+    return write_sweep(root, rewards=("naive", "shaped"), algos=("grpo",), seeds=(0, 1),
+                       n_questions=10, steps=(0, 10),
+                       effects={("naive", "grpo"): 1.0, ("shaped", "grpo"): 1.0})
+
+
+def _publish(exp, sweep, after=""):
+    """An experiment folder (baseline shaped, B 200, a README with the markers) published
+    from `sweep`; (the folder, its summary.json)."""
     exp.mkdir()
     (exp / "analysis.yaml").write_text("baseline: {reward.name: shaped}\nB: 200\n")
-    (exp / "README.md").write_text(f"# exp\n\n{BEGIN}\nold\n{END}\n\nafter\n")
+    (exp / "README.md").write_text(f"# exp\n\n{BEGIN}\nold\n{END}\n{after}")
     assert publish_main([str(exp), "--sweep", str(sweep), "--no-figures"]) == 0
-    summary = json.loads((exp / "results" / "report" / "summary.json").read_text())
+    return exp, json.loads((exp / "results" / "report" / "summary.json").read_text())
+
+
+def test_publish_regenerates_report_and_readme_headline(tmp_path, capsys):
+    sweep = _two_reward_sweep(tmp_path / "sweep")
+    exp, summary = _publish(tmp_path / "exp", sweep, after="\nafter\n")
     readme = (exp / "README.md").read_text()
     assert "\nold\n" not in readme and readme.endswith(f"{END}\n\nafter\n")
     positive = 0
@@ -151,18 +160,11 @@ def test_publish_includes_reused_runs(tmp_path):
 
 
 def test_compute_table_uses_cpu_minutes_when_every_step_logged_them(tmp_path):
-    sweep = write_sweep(tmp_path / "sweep", rewards=("naive", "shaped"), algos=("grpo",),
-                        seeds=(0, 1), n_questions=10, steps=(0, 10), effects={
-                            ("naive", "grpo"): 1.0, ("shaped", "grpo"): 1.0})
+    sweep = _two_reward_sweep(tmp_path / "sweep")
     for m in sweep.rglob("metrics.jsonl"):      # 6 s wall, 3 s CPU per step
         rows = [json.loads(x) for x in m.read_text().splitlines()]
         m.write_text("".join(json.dumps({**r, "step_cpu_s": 3.0}) + "\n" for r in rows))
-    exp = tmp_path / "exp"
-    exp.mkdir()
-    (exp / "analysis.yaml").write_text("baseline: {reward.name: shaped}\nB: 200\n")
-    (exp / "README.md").write_text(f"# exp\n\n{BEGIN}\nold\n{END}\n")
-    assert publish_main([str(exp), "--sweep", str(sweep), "--no-figures"]) == 0
-    summary = json.loads((exp / "results" / "report" / "summary.json").read_text())
+    exp, summary = _publish(tmp_path / "exp", sweep)
     assert all(c["compute"]["train_cpu_seconds"] == 30.0 and
                c["compute"]["train_seconds"] == 60.0 for c in summary["cells"])
     readme = (exp / "README.md").read_text()
