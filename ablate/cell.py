@@ -13,6 +13,7 @@ pipeline from the checkpoint, so it is not row-for-row the uninterrupted async r
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import random
 import sys
@@ -227,13 +228,25 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
     after each evaluation (Optuna's pruner listens there and may raise TrialPruned)."""
     validate(cfg)
     cell = CellDir(out_dir)
-    if cell.complete:
-        log.info("cell %s is complete; skipping", cell.path)
-        if on_eval is not None:  # replay its evaluations (e.g. to an Optuna pruner)
-            for step, summary in eval_history(cell.rows("eval.jsonl")):
-                on_eval(step, summary)
-        import json
-        return json.loads((cell.path / "summary.json").read_text())
+    if not cell.complete:
+        cell.lock()             # CellBusy if another live process runs this cell
+    try:
+        if cell.complete:       # (it may have finished between the check and the lock)
+            return _replay_complete(cell, on_eval)
+        return _run_locked(cfg, cell, on_eval)
+    finally:
+        cell.unlock()
+
+
+def _replay_complete(cell: CellDir, on_eval) -> dict:
+    log.info("cell %s is complete; skipping", cell.path)
+    if on_eval is not None:  # replay its evaluations (e.g. to an Optuna pruner)
+        for step, summary in eval_history(cell.rows("eval.jsonl")):
+            on_eval(step, summary)
+    return json.loads((cell.path / "summary.json").read_text())
+
+
+def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     cell.write_config(cfg)
     seed_everything(cfg.seed)
     if cfg.run.num_threads > 0:
@@ -296,7 +309,6 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
     if start > 0:   # an algorithm's own state (e.g. PPO's critic) resumes with the learner
         algorithm.load(cell.ckpt, start)
     # every setting of the algorithm, implicit defaults included, beside the config
-    import json
     cell.write_text("objective.json", json.dumps(algorithm.describe(), indent=2))
     max_steps = cfg.trainer.max_steps if policy.learns else 0
     last_eval = None

@@ -7,7 +7,10 @@ key and the allowed values named and no traceback.
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -17,11 +20,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ablate.config import ConfigError, register
-from ablate.outputs import CellDir
+from ablate.outputs import CellBusy, CellDir
 from ablate.preflight import check_output_dir, preflight as check_cfg
 
 log = logging.getLogger("ablate")
 FAILED_CELLS: list[str] = []   # cells of this -m grid that raised (the others went on)
+GRID_PID = "ABLATE_GRID_PID"   # the command's process id, inherited by launcher workers
+_watching: list[threading.Thread] = []
 
 # Groups whose default comes from the schema (not the defaults list), so that the design
 # card's `+reward=shaped` is legal; `reward=shaped` is rewritten to it.
@@ -219,10 +224,22 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     out_dir = hc.runtime.output_dir
     if hc.mode != RunMode.MULTIRUN:
-        summary = run_cell(cfg, out_dir)
-    else:
         try:
             summary = run_cell(cfg, out_dir)
+        except CellBusy as e:
+            print(f"ablate: error: {e}", file=sys.stderr)
+            sys.exit(2)
+    else:
+        grid = os.environ.get(GRID_PID)
+        if not _watching and grid == str(os.getppid()):   # a worker process of the grid's
+            _watching.append(exit_with_parent(int(grid)))
+        try:
+            summary = run_cell(cfg, out_dir)
+        except CellBusy as e:    # its files are its runner's: no FAILED marker
+            FAILED_CELLS.append(out_dir)
+            log.error("cell %s skipped (the grid goes on): %s",
+                      hc.job.override_dirname or "default", e)
+            return None
         except Exception as e:   # one bad cell must not stop a grid; KeyboardInterrupt does
             CellDir(out_dir).mark_failed(one_line(e), traceback.format_exc())
             FAILED_CELLS.append(out_dir)
@@ -232,12 +249,30 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     return summary.get("final_accuracy") if summary else None
 
 
+def exit_with_parent(parent: int, every_s: float = 2.0) -> threading.Thread:
+    """In a launcher's worker (joblib): exit once the grid's process `parent` is no
+    longer this one's parent. A killed grid otherwise leaves its workers running cells,
+    which a re-run could only refuse (CellBusy); killed here, each cell resumes from its
+    checkpoint."""
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        log.error("the grid's process %d is gone: this worker (%d) stops", parent,
+                  os.getpid())
+        logging.shutdown()
+        os._exit(1)
+    thread = threading.Thread(target=watch, name="ablate-grid-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def main(argv: list[str] | None = None) -> None:
     args = flags_first(normalise_overrides(list(sys.argv[1:] if argv is None else argv)))
     code = preflight(args)
     if code:
         sys.exit(code)
     sys.argv = [sys.argv[0]] + args
+    os.environ[GRID_PID] = str(os.getpid())
     _hydra_main()
     if FAILED_CELLS:
         print(f"ablate: {len(FAILED_CELLS)} cell(s) of the grid failed (re-run the same "

@@ -7,6 +7,9 @@
     <cell>/trajectories.txt    the same, rendered as text
     <cell>/ckpt/               learner checkpoints
     <cell>/COMPLETE            written last: the cell finished (analysis trusts only these)
+    <cell>/.lock               flock held by the process running the cell (its pid inside):
+                               a second process on the same cell stops (CellBusy); the
+                               kernel drops the lock when its holder dies, even by SIGKILL
 
 Rows are appended and flushed one line at a time, so a killed run leaves whole lines; on
 resume every JSONL file is cut back to the rows of the restored step (rewritten
@@ -14,6 +17,7 @@ atomically), so a resumed cell reproduces an uninterrupted one row for row.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -95,12 +99,41 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+class CellBusy(RuntimeError):
+    """Another live process is running this cell (e.g. a worker of a killed grid)."""
+
+
 class CellDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.ckpt = self.path / "ckpt"
+        self._lock = None
         remove_stale_temps(self.path)
+
+    def lock(self) -> None:
+        """Hold the cell's lock for as long as this process lives (two writers would
+        interleave rows and checkpoints); CellBusy names the process holding it."""
+        fh = (self.path / ".lock").open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            fh.close()
+            raise CellBusy(f"cell {self.path} is being run by process {holder} (a worker "
+                           f"of an earlier grid still running?): wait for it, or kill it "
+                           f"and re-run to resume") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._lock = fh
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()      # closing the file releases the flock
+            self._lock = None
 
     @property
     def complete(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -87,3 +88,62 @@ def test_trajectory_text_is_cut_back_to_the_restored_step():
     assert cut_trajectory_text(text, 1) == block.format(0) + block.format(1)
     assert cut_trajectory_text(text, -1) == ""
     assert cut_trajectory_text(text, 5) == text
+
+
+HOLD = ("import sys, time; from ablate.outputs import CellDir; c = CellDir(sys.argv[1]); "
+        "c.lock(); print('held', flush=True); time.sleep(600)")
+
+
+def test_a_cell_run_by_a_live_process_is_refused_and_freed_when_it_dies(tmp_path, capsys):
+    """Two writers in one cell (a killed grid's worker still running it, a second
+    terminal) would interleave rows; the second stops with one line naming the first."""
+    from ablate.cli import main
+    cell = tmp_path / "cell"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(cell)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(SystemExit) as exc:
+            main(["env.num_inboxes=3", "env.emails_per_inbox=20", "env.train_tasks=6",
+                  "env.test_tasks=4", f"env.cache_dir={tmp_path / 'cache'}",
+                  f"hydra.run.dir={cell}"])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"being run by process {holder.pid}" in err, err
+        assert not (cell / "FAILED").exists() and not (cell / "metrics.jsonl").exists()
+    finally:
+        holder.kill()                  # SIGKILL: the kernel releases its flock
+        holder.wait()
+    c = CellDir(cell)
+    c.lock()                           # free again
+    assert (cell / ".lock").read_text() == str(os.getpid())
+    c.unlock()
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's reaper may be slow in a container)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+WORKER = ("import os, sys, time; from ablate.cli import exit_with_parent; "
+          "exit_with_parent(int(sys.argv[1]), 0.1); print('watching', flush=True); "
+          "time.sleep(600)")
+GRID = ("import os, subprocess, sys, time; w = subprocess.Popen([sys.executable, '-c', "
+        "sys.argv[1], str(os.getpid())]); print(w.pid, flush=True); time.sleep(600)")
+
+
+def test_a_grid_worker_exits_when_the_grid_process_is_killed():
+    grid = subprocess.Popen([sys.executable, "-c", GRID, WORKER], stdout=subprocess.PIPE,
+                            text=True)
+    worker = int(grid.stdout.readline())
+    assert grid.stdout.readline().strip() == "watching" and running(worker)
+    grid.kill()
+    grid.wait()
+    deadline = time.time() + 30
+    while running(worker) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not running(worker)
