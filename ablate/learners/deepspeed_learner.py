@@ -68,7 +68,11 @@ def ds_config(cfg: Any) -> dict:
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,       # see module docstring
         "gradient_clipping": float(cfg.grad_clip),
-        "zero_optimization": {"stage": int(cfg.zero_stage)},
+        # ZeRO-3 otherwise replaces torch.nn.functional.linear process-wide, for good, by
+        # an autograd.Function (deepspeed/runtime/zero/linear.py): every linear call of
+        # the HF sampler in this process then paid its dispatch, half of the linears'
+        # time in an evaluation (docs/cpu.md); gradients are unchanged (tests/test_learners.py)
+        "zero_optimization": {"stage": int(cfg.zero_stage), "memory_efficient_linear": False},
         "zero_force_ds_cpu_optimizer": False,   # client torch AdamW; DeepSpeedCPUAdam JITs ~2 min
         "bf16": {"enabled": cfg.dtype == "bfloat16"},
         "steps_per_print": 10 ** 9,

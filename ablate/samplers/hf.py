@@ -140,20 +140,25 @@ class HFSampler(Sampler):
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         return out.logits[:, -1, :].float(), cache
 
-    def _new_cache(self, kv):
-        """A DynamicCache holding `kv` (None: empty); full-attention layers append into
-        spare capacity (_GrowingLayer) instead of copying the whole cache every step."""
+    def _new_cache(self, packed):
+        """A DynamicCache holding `packed` (_pack's buffers; None: empty); full-attention
+        layers append into the buffers' spare capacity (_GrowingLayer) instead of
+        copying the whole cache every step."""
         cache = DynamicCache(config=self.model.config)
         cache.layers = [_GrowingLayer() if type(layer) is DynamicLayer else layer
                         for layer in cache.layers]
-        for layer, (k, v) in enumerate(kv or []):
-            cache.update(k, v, layer)
+        for layer, (k, v, n) in enumerate(packed or []):
+            if isinstance(cache.layers[layer], _GrowingLayer):
+                cache.layers[layer].adopt(k, v, n)
+            else:
+                cache.update(k[..., :n, :], v[..., :n, :], layer)
         return cache
 
-    def _prefill(self, prompts, pool):
-        """One forward over the prompts, each reusing its best kept prefix from `pool`:
-        (logits at each prompt's last id, attention mask, cache, reused lengths)."""
-        matches = self._match(prompts, pool)
+    def _prefill(self, prompts, pool, matches=None):
+        """One forward over the prompts, each reusing its best kept prefix from `pool`
+        (or the given `matches`): (logits at each prompt's last id, attention mask,
+        cache, reused lengths)."""
+        matches = self._match(prompts, pool) if matches is None else matches
         B = len(prompts)
         C = max(n for _, n in matches)
         N = max(len(p) - n for p, (_, n) in zip(prompts, matches))
@@ -167,25 +172,26 @@ class HFSampler(Sampler):
             self.stats["encoded_tokens"] += new
             self.stats["reused_tokens"] += n
             self.stats["prompt_tokens"] += len(p)
-        cache = self._new_cache(self._pack(matches, C) if C > 0 else None)
+        cache = self._new_cache(self._pack(matches, C, room=N) if C > 0 else None)
         ids, attn = ids.to(self.device), attn.to(self.device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, C:]
         logits, cache = self._forward(ids, attn, pos, cache)
         return logits, attn, cache, [n for _, n in matches]
 
-    def _encode_one(self, prompt, pool) -> tuple[torch.Tensor, _Entry, int]:
+    def _encode_one(self, prompt, pool, match=None) -> tuple[torch.Tensor, _Entry, int]:
         """One prompt alone (no padding): last logits, keys/values, reused length."""
-        logits, _, cache, (n,) = self._prefill([prompt], pool)
+        logits, _, cache, (n,) = self._prefill([prompt], pool,
+                                               None if match is None else [match])
         kv = [(la.keys, la.values) for la in cache.layers]
         return logits[0], _Entry(list(prompt), kv), n
 
-    def _prefill_rows(self, rows, pool):
+    def _prefill_rows(self, rows, pool, room: int):
         """Each prompt encoded alone, reusing its best kept prefix (a batched prefill
         would pay for every row's padding to the longest new suffix and cached prefix),
         then packed right-aligned for decoding: as _prefill."""
         logits, entries, reused = [], [], []
-        for p in rows:
-            lg, e, n = self._encode_one(p, pool)
+        for p, match in zip(rows, self._match(rows, pool)):   # one match table for all
+            lg, e, n = self._encode_one(p, pool, match)
             logits.append(lg)
             entries.append(e)
             reused.append(n)
@@ -193,21 +199,26 @@ class HFSampler(Sampler):
         attn = torch.zeros((len(rows), L), dtype=torch.long, device=self.device)
         for r, p in enumerate(rows):
             attn[r, L - len(p):] = 1
-        cache = self._new_cache(self._pack([(e, len(e.ids)) for e in entries], L))
+        cache = self._new_cache(self._pack([(e, len(e.ids)) for e in entries], L, room))
         return torch.stack(logits), attn, cache, reused
 
-    def _pack(self, matches, C):
-        """Per layer [B, kv_heads, C, head_dim]: row r's reused keys/values right-aligned."""
+    def _pack(self, matches, C, room):
+        """Per layer (keys, values, C): buffers [B, kv_heads, C + room, head_dim] holding
+        row r's reused keys/values right-aligned in the first C positions (left padding
+        zeroed: masked, but never uninitialised memory under the softmax's zero weight);
+        the cache layer appends into the rest without copying (_GrowingLayer.adopt)."""
         ref = next(e for e, n in matches if n > 0).kv
         out = []
         for layer, (k0, v0) in enumerate(ref):
-            k = k0.new_zeros((len(matches), k0.shape[1], C, k0.shape[3]))
-            v = v0.new_zeros((len(matches), v0.shape[1], C, v0.shape[3]))
+            k = k0.new_empty((len(matches), k0.shape[1], C + room, k0.shape[3]))
+            v = v0.new_empty((len(matches), v0.shape[1], C + room, v0.shape[3]))
             for r, (e, n) in enumerate(matches):
+                k[r, :, :C - n].zero_()
+                v[r, :, :C - n].zero_()
                 if n:
-                    k[r, :, C - n:] = e.kv[layer][0][0, :, :n]
-                    v[r, :, C - n:] = e.kv[layer][1][0, :, :n]
-            out.append((k, v))
+                    k[r, :, C - n:C] = e.kv[layer][0][0, :, :n]
+                    v[r, :, C - n:C] = e.kv[layer][1][0, :, :n]
+            out.append((k, v, C))
         return out
 
     @staticmethod
@@ -242,7 +253,7 @@ class HFSampler(Sampler):
             if self.kv_reuse else []
         self._entries = []                        # ended episodes are not asked again
         if self.kv_reuse:
-            start = self._prefill_rows(rows, pool)
+            start = self._prefill_rows(rows, pool, room=max(limits))   # decoding's room
         else:                                     # the old engine: one padded prefill
             start = self._prefill(rows, pool)
         del pool
@@ -315,6 +326,12 @@ class _GrowingLayer(DynamicLayer):
         self.buf[1][..., old:need, :] = value_states
         self.keys, self.values = self.buf[0][..., :need, :], self.buf[1][..., :need, :]
         return self.keys, self.values
+
+    def adopt(self, kbuf: torch.Tensor, vbuf: torch.Tensor, n: int) -> None:
+        """Take buffers whose first n positions hold the keys/values (no copy)."""
+        self.lazy_initialization(kbuf, vbuf)
+        self.buf = (kbuf, vbuf)
+        self.keys, self.values = kbuf[..., :n, :], vbuf[..., :n, :]
 
     def batch_select_indices(self, indices):
         if self.get_seq_length() > 0:
