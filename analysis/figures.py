@@ -16,7 +16,7 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.tables import factor_name, is_pct  # noqa: E402
+from analysis.tables import factor_name, has_curves, has_training, is_pct  # noqa: E402
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9",
              "#F0E442", "#000000"]
@@ -58,6 +58,13 @@ def _save(fig, out: Path, name: str) -> list[Path]:
     return paths
 
 
+def _nothing_to_draw(out: Path, name: str) -> dict:
+    """No figure `name`: one left in `out` by an earlier analysis is removed."""
+    for ext in ("png", "pdf"):
+        (out / f"{name}.{ext}").unlink(missing_ok=True)
+    return {}
+
+
 def _panels(summary: dict) -> list[tuple[str, list[int]]]:
     """Small multiples: one panel per level of the first factor (all cells if none)."""
     cells = summary["cells"]
@@ -81,9 +88,11 @@ def _within(summary: dict, c: dict) -> str:
 
 def learning_curves(summary: dict, out: Path) -> dict:
     """Metric vs step, one panel per level of the first factor, each cell's mean with the
-    same 95% interval as the tables."""
+    same 95% interval as the tables; not drawn without two evaluation steps."""
     k = _scale(summary)
     plotted = {}
+    if not has_curves(summary):
+        return _nothing_to_draw(out, "learning_curves")
     panels = _panels(summary)
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
@@ -260,8 +269,8 @@ def training(summary: dict, out: Path) -> dict:
     panels = [(k, t) for k, t in TRAINING_PANELS
               if any(k in c.get("train_curves", {}) for c in summary["cells"])]
     plotted = {}
-    if not panels:
-        return plotted
+    if not panels or not has_training(summary):
+        return _nothing_to_draw(out, "training")
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(1, len(panels), figsize=(DOUBLE, 2.2), squeeze=False)
         for ax, (key, title) in zip(axes[0], panels):

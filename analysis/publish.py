@@ -21,7 +21,8 @@ from analysis import cli
 from analysis.collect import AnalysisError, read_config
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis.export import export
-from analysis.tables import baseline_comparisons, fmt, fmt_ci, fmt_est, fmt_p, is_pct
+from analysis.tables import (baseline_comparisons, fmt, fmt_ci, fmt_est, fmt_p, has_curves,
+                             has_training, is_pct)
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -113,8 +114,11 @@ def headline(summary: dict, report_rel: str,
     problems = len(summary.get("failed", [])) + len(summary.get("incomplete", []))
     if problems:
         L += ["", f"{problems} run(s) failed or incomplete: listed in the report."]
-    L += ["", f"![held-out learning curves]({report_rel}/learning_curves.png)",
-          f"![training accuracy, answer rate and reward]({report_rel}/training.png)"]
+    figures = [f"![held-out learning curves]({report_rel}/learning_curves.png)"] \
+        if has_curves(summary) else []
+    if has_training(summary):
+        figures.append(f"![training accuracy, answer rate and reward]({report_rel}/training.png)")
+    L += [""] + figures if figures else []
     return "\n".join(L)
 
 

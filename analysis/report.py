@@ -4,7 +4,7 @@ from __future__ import annotations
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis.labels import legend
 from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, fmt, fmt_ci, fmt_est,
-                             fmt_p, is_pct)
+                             fmt_p, has_curves, has_training, is_pct)
 
 def p_is(p) -> str:
     s = fmt_p(p)
@@ -217,8 +217,10 @@ def render(summary: dict) -> str:
     if conf:
         counts = {v: sum(c["verdict"] == v for c in conf)
                   for v in ("better", "worse", "equivalent", "inconclusive", None)}
-        L += [f"The confirmatory family holds {len(conf)} comparison(s) (each cell and each "
-              f"factor main effect against the baseline), Holm-adjusted at α = "
+        what = "each cell and each factor main effect" if any(
+            c["kind"] == "main_effect" for c in conf) else "each cell"
+        L += [f"The confirmatory family holds {len(conf)} comparison(s) ({what} against "
+              f"the baseline), Holm-adjusted at α = "
               f"{summary['alpha']}: {counts['better']} better, {counts['worse']} worse, "
               f"{counts['equivalent']} equivalent within ±{sesoi}"
               f"{' points' if pct else ''}, {counts['inconclusive']} inconclusive"
@@ -241,6 +243,8 @@ def render(summary: dict) -> str:
     L += _changes(summary, pct)
     L += _planning(summary, pct) + _hops(summary, pct) + _behaviour(summary)
     L += _bookkeeping(summary)
-    L += ["Figures: learning_curves, forest, hops, behaviour, factor_intervals, training "
-          "(.png, .pdf). Tables: results, comparisons, hops, behaviour, mde (.tex, .csv).", ""]
+    figs = ["learning_curves"] * has_curves(summary) + [
+        "forest", "hops", "behaviour", "factor_intervals"] + ["training"] * has_training(summary)
+    L += [f"Figures: {', '.join(figs)} (.png, .pdf). Tables: results, comparisons, hops, "
+          "behaviour, mde (.tex, .csv).", ""]
     return "\n".join(L)

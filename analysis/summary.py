@@ -218,7 +218,9 @@ def _comparison(data, coefs, alpha, ia, ib, a, b, kind, names, family) -> dict:
 
 def _main_effects(sweep, cells, base, data, alpha, names) -> list[dict]:
     """Each level of each factor against the baseline's level, averaged over the
-    combinations of the other factors present at both levels."""
+    combinations of the other factors present at both levels. A level present in one
+    pair only, whose partner is the baseline cell, is that cell's own comparison (an
+    L-shaped design: each factor varied alone): not tested twice in the family."""
     out = []
     if len(sweep.factors) < 2:
         return out
@@ -239,7 +241,7 @@ def _main_effects(sweep, cells, base, data, alpha, names) -> list[dict]:
                     coefs[j] = coefs.get(j, 0.0) + 1.0
                     coefs[k] = coefs.get(k, 0.0) - 1.0
                     m += 1
-            if m == 0:
+            if m == 0 or (m == 1 and coefs.get(base) == -1.0):
                 continue
             coefs = {k: v / m for k, v in coefs.items()}
             row = _comparison(data, coefs, alpha, None, None, {f: level}, {f: b_level},

@@ -28,6 +28,18 @@ def is_pct(summary: dict) -> bool:
     return summary.get("metric", "correct") in PCT_METRICS
 
 
+def has_curves(summary: dict) -> bool:
+    """A held-out learning curve needs two evaluation steps in some cell (an
+    evaluation-only sweep has one)."""
+    return any(len((c.get("curve") or {}).get("steps", [])) >= 2 for c in summary["cells"])
+
+
+def has_training(summary: dict) -> bool:
+    """Some cell logged optimizer steps (metrics.jsonl): the training figure has data."""
+    return any(cur.get("steps") for c in summary["cells"]
+               for cur in c.get("train_curves", {}).values())
+
+
 def fmt(x, pct: bool = True, signed: bool = False) -> str:
     """Accuracy-like values in percentage points with one decimal, else 3 decimals."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):

@@ -583,3 +583,32 @@ def test_run_still_writing_is_read_up_to_its_last_full_line(tmp_path):
     (run / "COMPLETE").write_text("")          # a finished run must not be truncated
     with pytest.raises(AnalysisError, match=r"line 11 is not valid JSON"):
         collect([tmp_path])
+
+
+def test_an_l_shaped_design_tests_each_cell_once(tmp_path):
+    """Each factor varied alone from the baseline (2 x 2 without the far corner): a main
+    effect would be one pair, the cell's own comparison; the family holds the 2 cells."""
+    write_sweep(tmp_path, seeds=(0, 1, 2), n_questions=20, steps=(0, 3))
+    for d in tmp_path.glob("reward=shaped,algo=dapo,seed=*"):
+        shutil.rmtree(d)
+    s = analyse(collect([tmp_path]), B=200, baseline={"reward": "naive", "algo": "grpo"})
+    conf = [c for c in s["comparisons"] if c["family"] == "confirmatory"]
+    assert sorted(c["kind"] for c in conf) == ["cell", "cell"]
+    assert sorted(c["label"] for c in conf) == ["algo=dapo", "reward=shaped"]
+
+
+def test_an_evaluation_only_sweep_draws_and_links_no_empty_curves(tmp_path):
+    """One evaluation step and no optimizer steps (the warm start evaluated under
+    harness settings): no learning-curve or training figure, and no link to one."""
+    from analysis.publish import headline
+    write_sweep(tmp_path / "sweep", seeds=(0, 1), n_questions=10, steps=(0,))
+    s = analyse(collect([tmp_path / "sweep"]), B=200,
+                baseline={"reward": "naive", "algo": "grpo"})
+    (tmp_path / "fig").mkdir()
+    (tmp_path / "fig" / "training.png").write_bytes(b"an earlier analysis's")
+    drawn = figures.write_all(s, tmp_path / "fig", workers=1)
+    assert drawn["learning_curves"] == {} and drawn["training"] == {}
+    made = {p.name for p in (tmp_path / "fig").glob("*.png")}
+    assert "forest.png" in made and not made & {"learning_curves.png", "training.png"}
+    block = headline(s, "results/report")
+    assert "learning_curves.png" not in block and "training.png" not in block
