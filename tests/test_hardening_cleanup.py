@@ -68,18 +68,24 @@ def test_corrupt_output_rows_name_file_and_line(tmp_path):
     assert read_jsonl(path) == [{"step": 1}]
 
 
-def test_resume_of_a_corrupt_cell_fails_in_preflight(tmp_path, capsys):
+def one_line_error(cell, tmp_path, capsys) -> str:
+    """`python -m ablate` (in-process) on a small cell in `cell`: exit 2 and one line."""
     from ablate.cli import main
-    cell = tmp_path / "cell"
-    cell.mkdir()
-    (cell / "eval.jsonl").write_text('{"step": 0}\n[oops\n')
     with pytest.raises(SystemExit) as exc:
         main(["env.num_inboxes=3", "env.emails_per_inbox=20", "env.train_tasks=6",
               "env.test_tasks=4", f"env.cache_dir={tmp_path / 'cache'}",
               f"hydra.run.dir={cell}"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "eval.jsonl:2: not a JSON row" in err, err
+    assert err.count("\n") == 1, err
+    return err
+
+
+def test_resume_of_a_corrupt_cell_fails_in_preflight(tmp_path, capsys):
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    (cell / "eval.jsonl").write_text('{"step": 0}\n[oops\n')
+    assert "eval.jsonl:2: not a JSON row" in one_line_error(cell, tmp_path, capsys)
 
 
 def test_trajectory_text_is_cut_back_to_the_restored_step():
@@ -97,19 +103,13 @@ HOLD = ("import sys, time; from ablate.outputs import CellDir; c = CellDir(sys.a
 def test_a_cell_run_by_a_live_process_is_refused_and_freed_when_it_dies(tmp_path, capsys):
     """Two writers in one cell (a killed grid's worker still running it, a second
     terminal) would interleave rows; the second stops with one line naming the first."""
-    from ablate.cli import main
     cell = tmp_path / "cell"
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(cell)], stdout=subprocess.PIPE,
                               text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(SystemExit) as exc:
-            main(["env.num_inboxes=3", "env.emails_per_inbox=20", "env.train_tasks=6",
-                  "env.test_tasks=4", f"env.cache_dir={tmp_path / 'cache'}",
-                  f"hydra.run.dir={cell}"])
-        assert exc.value.code == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and f"being run by process {holder.pid}" in err, err
+        err = one_line_error(cell, tmp_path, capsys)
+        assert f"being run by process {holder.pid}" in err, err
         assert not (cell / "FAILED").exists() and not (cell / "metrics.jsonl").exists()
     finally:
         holder.kill()                  # SIGKILL: the kernel releases its flock
