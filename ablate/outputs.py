@@ -99,6 +99,22 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+def lock_holder(cell: str | Path) -> int | None:
+    """The process holding `<cell>/.lock`, or None. Read from /proc/locks (proc(5)):
+    probing with flock itself could make a cell starting that instant see itself busy."""
+    try:
+        st = (Path(cell) / ".lock").stat()
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():   # "1: FLOCK  ADVISORY  WRITE <pid> <maj:min:inode> 0 EOF"
+        f = line.split()
+        if len(f) >= 6 and f[1] == "FLOCK" and f[5] == dev:
+            return int(f[4])
+    return None
+
+
 class CellBusy(RuntimeError):
     """Another live process is running this cell (e.g. a worker of a killed grid)."""
 

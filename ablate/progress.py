@@ -3,8 +3,9 @@
     python -m ablate.progress outputs/multirun/enronhop_rewards
 
 Each cell directory is complete (COMPLETE written), failed (FAILED: its one-line error),
-or in progress / interrupted (last step in metrics.jsonl of trainer.max_steps, last
-held-out accuracy, minutes since its log last moved). Cells Hydra has not started yet
+running (a live process holds its lock: that process, last step in metrics.jsonl of
+trainer.max_steps, minutes since its log last moved) or interrupted (nobody holds it:
+re-running the grid resumes it from its last checkpoint). Cells Hydra has not started yet
 have no directory: the total planned comes from the sweep's multirun.yaml (the product of
 the swept values). Reads files only; safe on a grid that is running.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from ablate.outputs import COMPLETE, FAILED, read_jsonl
+from ablate.outputs import COMPLETE, FAILED, lock_holder, read_jsonl
 
 
 def planned_cells(sweep_dir: Path) -> int | None:
@@ -55,22 +56,25 @@ def cell_status(cell: Path, now: float) -> tuple[str, str]:
     log = cell / "ablate.log"
     idle = (now - log.stat().st_mtime) / 60 if log.exists() else float("nan")
     step = metrics[-1]["step"] if metrics else 0
-    return "in progress", f"step {step}/{steps}, log idle {idle:.1f} min"
+    pid = lock_holder(cell)
+    where = f"step {step}/{steps}, log idle {idle:.1f} min"
+    return ("running", f"process {pid}, {where}") if pid is not None else \
+        ("interrupted", where)
 
 
 def report(sweep_dir: Path, now: float | None = None) -> str:
     now = time.time() if now is None else now
     cells = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and any(
         (p / name).exists() for name in ("config.yaml", FAILED, COMPLETE)))
-    lines, counts = [], {"complete": 0, "failed": 0, "in progress": 0}
+    lines, counts = [], {"complete": 0, "failed": 0, "running": 0, "interrupted": 0}
     for cell in cells:
         state, detail = cell_status(cell, now)
         counts[state] += 1
         lines.append(f"{state:<12} {cell.name}: {detail}")
     planned = planned_cells(sweep_dir)
     not_started = max(0, planned - len(cells)) if planned is not None else None
-    head = (f"{sweep_dir}: {counts['complete']} complete, {counts['in progress']} in "
-            f"progress or interrupted, {counts['failed']} failed"
+    head = (f"{sweep_dir}: {counts['complete']} complete, {counts['running']} running, "
+            f"{counts['interrupted']} interrupted, {counts['failed']} failed"
             + (f", {not_started} not started (of {planned})" if planned is not None else ""))
     return "\n".join([head, *lines])
 

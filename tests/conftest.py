@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 
 import pytest
@@ -40,3 +41,25 @@ def _restore_registries():
         for name in [n for n in reg if n not in before]:
             sys.modules.pop(getattr(reg[name], "__module__", ""), None)
             del reg[name]
+
+
+HOLD = ("import sys, time; from ablate.outputs import CellDir; c = CellDir(sys.argv[1]); "
+        "c.lock(); print('held', flush=True); time.sleep(600)")
+
+
+@pytest.fixture
+def hold_cell():
+    """hold_cell(dir): a separate live process that holds the cell's lock (as a running
+    cell does) until the test kills it, or until teardown."""
+    procs = []
+
+    def start(cell):
+        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(cell)],
+                                stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "held"
+        return proc
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()

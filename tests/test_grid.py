@@ -44,12 +44,12 @@ def test_a_failing_cell_does_not_stop_the_grid(tmp_path, monkeypatch, capsys):
     assert sorted(p.parent.name for p in sweep.rglob(COMPLETE)) == ["seed=0", "seed=2"]
     text = report(sweep)
     assert text.splitlines()[0].endswith(
-        "2 complete, 0 in progress or interrupted, 1 failed, 0 not started (of 3)")
+        "2 complete, 0 running, 0 interrupted, 1 failed, 0 not started (of 3)")
     assert "failed       seed=1: worker died: out of memory" in text
     assert "complete     seed=0: accuracy 1.000 at step 2" in text
 
 
-def test_progress_counts_running_and_planned_cells(tmp_path):
+def test_progress_counts_running_and_planned_cells(tmp_path, hold_cell):
     sweep = tmp_path / "grid"
     sweep.mkdir()
     (sweep / "multirun.yaml").write_text(
@@ -66,5 +66,12 @@ def test_progress_counts_running_and_planned_cells(tmp_path):
     text = report(sweep)
     # 3 rewards x 3 seeds (the command line's seed=0,1,2 replaces the preset's 0,1)
     assert text.splitlines()[0].endswith(
-        "0 complete, 1 in progress or interrupted, 0 failed, 8 not started (of 9)")
-    assert "step 3/20, log idle 10.0 min" in text
+        "0 complete, 0 running, 1 interrupted, 0 failed, 8 not started (of 9)")
+    assert "interrupted  +reward=naive,seed=0: step 3/20, log idle 10.0 min" in text
+    holder = hold_cell(cell)
+    text = report(sweep)
+    assert "0 complete, 1 running, 0 interrupted" in text.splitlines()[0]
+    assert f"running      +reward=naive,seed=0: process {holder.pid}, step 3/20" in text
+    holder.kill()
+    holder.wait()
+    assert "1 interrupted" in report(sweep).splitlines()[0]    # its lock died with it

@@ -96,24 +96,17 @@ def test_trajectory_text_is_cut_back_to_the_restored_step():
     assert cut_trajectory_text(text, 5) == text
 
 
-HOLD = ("import sys, time; from ablate.outputs import CellDir; c = CellDir(sys.argv[1]); "
-        "c.lock(); print('held', flush=True); time.sleep(600)")
-
-
-def test_a_cell_run_by_a_live_process_is_refused_and_freed_when_it_dies(tmp_path, capsys):
+def test_a_cell_run_by_a_live_process_is_refused_and_freed_when_it_dies(tmp_path, capsys,
+                                                                        hold_cell):
     """Two writers in one cell (a killed grid's worker still running it, a second
     terminal) would interleave rows; the second stops with one line naming the first."""
     cell = tmp_path / "cell"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(cell)], stdout=subprocess.PIPE,
-                              text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        err = one_line_error(cell, tmp_path, capsys)
-        assert f"being run by process {holder.pid}" in err, err
-        assert not (cell / "FAILED").exists() and not (cell / "metrics.jsonl").exists()
-    finally:
-        holder.kill()                  # SIGKILL: the kernel releases its flock
-        holder.wait()
+    holder = hold_cell(cell)
+    err = one_line_error(cell, tmp_path, capsys)
+    assert f"being run by process {holder.pid}" in err, err
+    assert not (cell / "FAILED").exists() and not (cell / "metrics.jsonl").exists()
+    holder.kill()                      # SIGKILL: the kernel releases its flock
+    holder.wait()
     c = CellDir(cell)
     c.lock()                           # free again
     assert (cell / ".lock").read_text() == str(os.getpid())
