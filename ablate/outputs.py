@@ -134,8 +134,10 @@ class CellDir:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "?"
+            holder = lock_holder(self.path)   # the kernel's word; the file's without /proc
+            if holder is None:
+                fh.seek(0)
+                holder = fh.read().strip() or "?"
             fh.close()
             raise CellBusy(f"cell {self.path} is being run by process {holder} (a worker "
                            f"of an earlier grid still running?): wait for it, or kill it "

@@ -118,7 +118,7 @@ def headline(summary: dict, report_rel: str,
         if has_curves(summary) else []
     if has_training(summary):
         figures.append(f"![training accuracy, answer rate and reward]({report_rel}/training.png)")
-    L += [""] + figures if figures else []
+    L += ([""] + figures) if figures else []
     return "\n".join(L)
 
 

@@ -140,14 +140,14 @@ class HFSampler(Sampler):
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         return out.logits[:, -1, :].float(), cache
 
-    def _new_cache(self, packed):
-        """A DynamicCache holding `packed` (_pack's buffers; None: empty); full-attention
-        layers append into the buffers' spare capacity (_GrowingLayer) instead of
-        copying the whole cache every step."""
+    def _new_cache(self, packed=None, n: int = 0):
+        """A DynamicCache holding the first `n` positions of `packed` (_pack's buffers;
+        None: empty); full-attention layers append into the buffers' spare capacity
+        (_GrowingLayer) instead of copying the whole cache every step."""
         cache = DynamicCache(config=self.model.config)
         cache.layers = [_GrowingLayer() if type(layer) is DynamicLayer else layer
                         for layer in cache.layers]
-        for layer, (k, v, n) in enumerate(packed or []):
+        for layer, (k, v) in enumerate(packed or []):
             if isinstance(cache.layers[layer], _GrowingLayer):
                 cache.layers[layer].adopt(k, v, n)
             else:
@@ -172,7 +172,8 @@ class HFSampler(Sampler):
             self.stats["encoded_tokens"] += new
             self.stats["reused_tokens"] += n
             self.stats["prompt_tokens"] += len(p)
-        cache = self._new_cache(self._pack(matches, C, room=N) if C > 0 else None)
+        cache = self._new_cache(self._pack(matches, C, room=N), C) if C > 0 \
+            else self._new_cache()
         ids, attn = ids.to(self.device), attn.to(self.device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, C:]
         logits, cache = self._forward(ids, attn, pos, cache)
@@ -199,11 +200,11 @@ class HFSampler(Sampler):
         attn = torch.zeros((len(rows), L), dtype=torch.long, device=self.device)
         for r, p in enumerate(rows):
             attn[r, L - len(p):] = 1
-        cache = self._new_cache(self._pack([(e, len(e.ids)) for e in entries], L, room))
+        cache = self._new_cache(self._pack([(e, len(e.ids)) for e in entries], L, room), L)
         return torch.stack(logits), attn, cache, reused
 
     def _pack(self, matches, C, room):
-        """Per layer (keys, values, C): buffers [B, kv_heads, C + room, head_dim] holding
+        """Per layer (keys, values): buffers [B, kv_heads, C + room, head_dim] holding
         row r's reused keys/values right-aligned in the first C positions (left padding
         zeroed: masked, but never uninitialised memory under the softmax's zero weight);
         the cache layer appends into the rest without copying (_GrowingLayer.adopt)."""
@@ -218,7 +219,7 @@ class HFSampler(Sampler):
                 if n:
                     k[r, :, C - n:C] = e.kv[layer][0][0, :, :n]
                     v[r, :, C - n:C] = e.kv[layer][1][0, :, :n]
-            out.append((k, v, C))
+            out.append((k, v))
         return out
 
     @staticmethod
