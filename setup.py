@@ -1,5 +1,5 @@
 """Metadata lives in setup.cfg. This hook only ships conf/ (which sits beside the package
-in the repository, see README.md "Layout") inside built wheels as ablate/conf, where ablate.cli looks
+in the repository, see README.md "Layout") inside built wheels as ablate/conf, where ablate.apps.cli looks
 when no checkout is around."""
 from pathlib import Path
 

@@ -1,5 +1,5 @@
-"""`python -m ablate [overrides]`: see ablate.cli."""
-from ablate.cli import main
+"""`python -m ablate [overrides]`: see ablate.apps.cli."""
+from ablate.apps.cli import main
 
 if __name__ == "__main__":
     main()

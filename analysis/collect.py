@@ -42,7 +42,7 @@ class Run:
         return self.path / "metrics.jsonl"
 
     def eval_rows(self) -> list[dict]:
-        """The sampled evaluation rows, the primary metric's (ablate/eval_metrics.py); rows
+        """The sampled evaluation rows, the primary metric's (ablate/loop/eval_metrics.py); rows
         of the greedy pass (`decoding: greedy`) are in greedy_rows()."""
         if self._eval is None:
             rows, cut = read_jsonl(self.eval_file, required=("step", "task_id"),

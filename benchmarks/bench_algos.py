@@ -25,10 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ablate.algos import build_algorithm  # noqa: E402
-from ablate.cell import ModelPolicy, derived_seed, sample_step_tasks, score  # noqa: E402
-from ablate.cli import compose_config, normalise_overrides  # noqa: E402
-from ablate.env.bundle import build_env  # noqa: E402
-from ablate.env.judge import make_judge  # noqa: E402
+from ablate.loop.cell import ModelPolicy, derived_seed, sample_step_tasks, score  # noqa: E402
+from ablate.apps.cli import compose_config, normalise_overrides  # noqa: E402
+from ablate.envs.email.bundle import build_env  # noqa: E402
+from ablate.envs.email.judge import make_judge  # noqa: E402
 
 PRESETS = ("grpo", "dapo", "dr_grpo", "grpo_tcr", "rloo", "reinforce_pp", "gspo", "cispo",
            "gigpo", "ppo", "grpo+token-tis")

@@ -28,8 +28,8 @@ def _rows(path: Path) -> list[dict]:
 
 
 def run_level(k: int, overrides: list[str], root: Path) -> dict:
-    from ablate.cell import run_cell
-    from ablate.cli import compose_config, normalise_overrides
+    from ablate.loop.cell import run_cell
+    from ablate.apps.cli import compose_config, normalise_overrides
 
     cfg = compose_config(normalise_overrides(
         ["algo.rollout_correction=decoupled-ppo", "run.quiet=true", *overrides,

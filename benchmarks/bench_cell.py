@@ -59,8 +59,8 @@ ENGINES = {"new": [], "full-head": [], "old": ["learner.shared_prefix=false"]}
 
 def run(engine: str, overrides: list[str], out: Path) -> dict:
     import ablate.samplers as samplers
-    from ablate.cell import run_cell
-    from ablate.cli import compose_config
+    from ablate.loop.cell import run_cell
+    from ablate.apps.cli import compose_config
     from ablate.learners.base import Learner
 
     made = []
@@ -99,8 +99,8 @@ def main(argv=None):
     ap.add_argument("--order", default="new,full-head,old")
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args(argv)
-    from ablate.cli import compose_config
-    from ablate.env.bundle import build_env
+    from ablate.apps.cli import compose_config
+    from ablate.envs.email.bundle import build_env
     build_env(compose_config(a.overrides))          # warm: mailbox, tasks, FTS5 index
     work = Path(tempfile.mkdtemp(prefix="bench-cell-"))
     res = {}

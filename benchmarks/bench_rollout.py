@@ -28,9 +28,9 @@ import torch
 
 def build(a, work: Path):
     """(model, tokenizer, db, tasks, harness config) for the chosen model."""
-    from ablate.env.data import read_tasks
-    from ablate.env.db import EmailDB
-    from ablate.env.synthetic import generate
+    from ablate.envs.email.data import read_tasks
+    from ablate.envs.email.db import EmailDB
+    from ablate.envs.email.synthetic import generate
     from ablate.harness.config import HarnessConfig
     paths = generate(work, seed=0, num_inboxes=4, emails_per_inbox=60, train_tasks=40,
                      test_tasks=8)
@@ -50,7 +50,7 @@ def build(a, work: Path):
 def random_model(a, paths):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
+    from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
     from ablate.models.tokenizer import build_tokenizer
     emails = [json.loads(line) for line in open(paths["emails"], encoding="utf-8")]
     texts = [json.dumps(TOOL_SCHEMAS), SYSTEM_PROMPT] + \
@@ -98,8 +98,8 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=4)
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    from ablate.env import EmailEnv
-    from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
+    from ablate.envs.email import EmailEnv
+    from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
     from ablate.harness import chat
     from ablate.harness.config import ModeConfig
 

@@ -26,7 +26,7 @@ import torch
 def build(hidden: int, layers: int, seed: int = 0):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
+    from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
     from ablate.models.tokenizer import build_tokenizer
     texts = [json.dumps(TOOL_SCHEMAS), SYSTEM_PROMPT] * 4
     tok = build_tokenizer(texts, 1000)
@@ -82,7 +82,7 @@ def main(argv=None):
     from ablate.samplers.hf import HFSampler
 
     if a.model:
-        from ablate.cli import compose_config
+        from ablate.apps.cli import compose_config
         from ablate.models.loading import load_policy
         model, tok = load_policy(compose_config([f"model={a.model}"]).model)
         model.eval()

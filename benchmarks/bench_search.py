@@ -8,7 +8,7 @@ The mailbox is generated here from a seed (fast, and independent of the syntheti
 generator): a Zipf-distributed vocabulary (business words at the top ranks, then
 pseudo-words), ~160 mailbox owners with Zipf-sized mailboxes, correspondents drawn from a
 few thousand addresses, dates over three years. `--generator ablate` uses
-ablate.env.synthetic instead.
+ablate.envs.email.synthetic instead.
 
 Queries are 1–3 keywords as an agent would type them: words (and sometimes a two-word
 phrase) taken from an email of the inbox, mixed with common corpus words (the slow tail
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ablate.env.db import EmailDB  # noqa: E402
+from ablate.envs.email.db import EmailDB  # noqa: E402
 
 REAL_CORPUS_SIZE = 517_401
 COMMON = ("the to and of a in for is on that this with be you it have will we are at as "
@@ -174,7 +174,7 @@ def main(argv=None) -> dict:
         owners = [a for a in EmailDB.open(work / "emails.sqlite").inboxes()
                   if a.startswith("owner")] if args.generator == "builtin" else None
     elif args.generator == "ablate":
-        from ablate.env import synthetic
+        from ablate.envs.email import synthetic
         paths = synthetic.generate(work, seed=args.seed, num_inboxes=args.inboxes,
                                    emails_per_inbox=max(1, args.n // args.inboxes),
                                    train_tasks=1, test_tasks=1, max_hops=1)

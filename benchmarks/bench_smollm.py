@@ -34,11 +34,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ablate.cli import compose_config  # noqa: E402
-from ablate.env import EmailEnv  # noqa: E402
-from ablate.env.data import read_tasks  # noqa: E402
-from ablate.env.db import EmailDB  # noqa: E402
-from ablate.env.synthetic import generate  # noqa: E402
+from ablate.apps.cli import compose_config  # noqa: E402
+from ablate.envs.email import EmailEnv  # noqa: E402
+from ablate.envs.email.data import read_tasks  # noqa: E402
+from ablate.envs.email.db import EmailDB  # noqa: E402
+from ablate.envs.email.synthetic import generate  # noqa: E402
 from ablate.harness.rollout import rollout  # noqa: E402
 from ablate.learners import make_learner  # noqa: E402
 from ablate.models.loading import load_policy  # noqa: E402
@@ -134,7 +134,7 @@ def main(argv=None):
     ap.add_argument("--skip-off", action="store_true")
     ap.add_argument("--skip-on", action="store_true")
     ap.add_argument("--warm", action="store_true",     # model.warm_start=true
-                    help="the SFT warm start (python -m ablate.models.smollm warmstart)")
+                    help="the SFT warm start (python -m ablate.recipes.smollm_warmstart warmstart)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     cfg = compose_config(["model=smollm2_135m", f"model.warm_start={str(a.warm).lower()}"])

@@ -7,7 +7,7 @@
 #   SMOKE_DEVICE=cpu benchmarks/gpu_smoke.sh     # the same script on CPU (no GPU needed)
 #   SMOKE_SAMPLER=vllm benchmarks/gpu_smoke.sh /models/Qwen3-4B-Instruct-2507
 #
-# Each cell runs in-process (ablate.cell.run_cell) so that torch's peak allocation of the
+# Each cell runs in-process (ablate.loop.cell.run_cell) so that torch's peak allocation of the
 # learner and the HF sampler can be read afterwards; with sampler=vllm the engine lives in
 # its own process, so the whole-GPU peak is also sampled from nvidia-smi. See docs/gpu.md.
 set -euo pipefail
@@ -37,9 +37,9 @@ cell() {   # cell NAME OVERRIDES...
   python - "$OUT/$name" "$DEVICE" "$@" <<'PY'
 import json, sys, time
 import torch
-from ablate.cli import compose_config
-from ablate.cell import run_cell
-from ablate.config import validate
+from ablate.apps.cli import compose_config
+from ablate.loop.cell import run_cell
+from ablate.loop.config import validate
 out, device, overrides = sys.argv[1], sys.argv[2], sys.argv[3:]
 cfg = compose_config([f"run.device={device}", "run.quiet=true", *overrides])
 validate(cfg)

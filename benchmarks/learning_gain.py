@@ -4,7 +4,7 @@
         [--scripted SCRIPTED_CELL_DIR] [--key correct]
 
 Each CELL_DIR is one seed of the same configuration. Only the sampled evaluation rows are
-used (the primary metric, ablate/eval_metrics.py; greedy rows are reported beside). Per
+used (the primary metric, ablate/loop/eval_metrics.py; greedy rows are reported beside). Per
 question the mean over its samples is taken first, then the paired change between the
 first and the last evaluation. Two standard errors of the gain: over questions (of the
 per-question change averaged over seeds) and over seeds (of the per-seed mean change; 

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def capture(overrides: list[str], path: Path):
     """The default cell's step-1 batch: (segments, advantages, algorithm config)."""
     from ablate.algos import build_algorithm
-    from ablate.cell import ModelPolicy, derived_seed, sample_step_tasks, score
-    from ablate.cli import compose_config
+    from ablate.loop.cell import ModelPolicy, derived_seed, sample_step_tasks, score
+    from ablate.apps.cli import compose_config
     from ablate.envs import make_env
 
     cfg = compose_config(overrides + ["run.quiet=true"])
@@ -121,7 +121,7 @@ def main(argv=None):
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args(argv)
-    from ablate.cli import compose_config
+    from ablate.apps.cli import compose_config
     path = Path(a.batch)
     cfg = compose_config(a.overrides + ["run.quiet=true"]) if path.exists() \
         else capture(a.overrides, path)

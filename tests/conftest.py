@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ablate.config import ALLOWED
+from ablate.loop.config import ALLOWED
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +43,7 @@ def _restore_registries():
             del reg[name]
 
 
-HOLD = ("import sys, time; from ablate.outputs import CellDir; c = CellDir(sys.argv[1]); "
+HOLD = ("import sys, time; from ablate.loop.outputs import CellDir; c = CellDir(sys.argv[1]); "
         "c.lock(); print('held', flush=True); time.sleep(600)")
 
 

@@ -22,14 +22,14 @@ from ablate.agents import AGENTS, LATS, Reflexion, agent_for, build_agent, run_r
 from ablate.agents.lats import RATE_ASK, Node, ReplayError, Tree, siblings
 from ablate.agents.reflexion import MEMORY_HEAD, REFLECTION_ASK
 from ablate.agents.replay import turn_actions
-from ablate.cell import eval_rows, score
-from ablate.cli import compose_config, normalise_overrides
-from ablate.config import ConfigError, validate
-from ablate.env import EmailEnv
-from ablate.env.judge import make_judge
+from ablate.loop.cell import eval_rows, score
+from ablate.apps.cli import compose_config, normalise_overrides
+from ablate.loop.config import ConfigError, validate
+from ablate.envs.email import EmailEnv
+from ablate.envs.email.judge import make_judge
 from ablate.envs import run_episode, scripted
 from ablate.envs.coderepair.env import CodeRepairEnv
-from ablate.eval_metrics import summarise
+from ablate.loop.eval_metrics import summarise
 from ablate.harness import chat
 from ablate.samplers.hf import HFSampler
 
@@ -357,7 +357,7 @@ def test_reflexion_cell_evaluates_and_trains_through_the_agent(tmp_path, monkeyp
     """In process: the cell's evaluation rows and summary carry the agent's metrics, and
     its training rows count the agent's tokens (agent.train=true, RFT)."""
     import json
-    from ablate.cell import run_cell
+    from ablate.loop.cell import run_cell
     from test_hardening_resume import TINY
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
     cfg = compose_config(normalise_overrides([

@@ -153,7 +153,7 @@ def test_learner_loss_is_closed_form_and_pairs_stay_whole(weights, tmp_path, sha
 
 
 def test_reference_initial_is_the_starting_policy(tmp_path):
-    from ablate.cli import compose_config, normalise_overrides
+    from ablate.apps.cli import compose_config, normalise_overrides
     cfg = compose_config(normalise_overrides(["+algo=dpo", "algo.dpo.beta=0.3"]))
     dpo = DPO.from_config(cfg.algo, cfg=cfg)
     assert dpo.beta == 0.3 and dpo.describe()["reference"] == "initial"

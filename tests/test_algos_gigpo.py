@@ -13,7 +13,7 @@ import torch
 from ablate.algos import build_algorithm, enronhop_state_keys
 from ablate.algos.config import AlgoConfig
 from ablate.algos.gigpo import step_advantages, token_advantages, turn_returns
-from ablate.env.tools import ToolCall as BoxCall
+from ablate.envs.email.tools import ToolCall as BoxCall
 from ablate.envs.email.env import tool_result
 from ablate.harness.episode import Segment, Turn
 
@@ -110,8 +110,8 @@ def test_gigpo_batch_adds_step_credit_to_the_episode_advantage():
 
 
 def test_gigpo_runs_a_two_step_cell(tmp_path, monkeypatch):
-    from ablate.cell import run_cell
-    from ablate.cli import compose_config, normalise_overrides
+    from ablate.loop.cell import run_cell
+    from ablate.apps.cli import compose_config, normalise_overrides
     from test_algos_protocol import SMALL
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
     cfg = compose_config(normalise_overrides([*SMALL, "+algo=gigpo"]))

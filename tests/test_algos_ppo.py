@@ -12,8 +12,8 @@ from ablate.algos import gae
 from ablate.algos.config import AlgoConfig
 from ablate.algos.objective import build_objective
 from ablate.algos.ppo import PPO, Critic
-from ablate.cell import run_cell
-from ablate.cli import compose_config, normalise_overrides
+from ablate.loop.cell import run_cell
+from ablate.apps.cli import compose_config, normalise_overrides
 from ablate.harness.episode import Segment
 from ablate.models.loading import load_policy
 from test_algos_protocol import SMALL

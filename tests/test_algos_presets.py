@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ablate.cell import run_cell
-from ablate.cli import compose_config, normalise_overrides
+from ablate.loop.cell import run_cell
+from ablate.apps.cli import compose_config, normalise_overrides
 
 FIXTURE = Path(__file__).parent / "fixtures" / "algos_presets_baseline.json"
 PRESETS = ("grpo", "dapo", "dr_grpo", "grpo_tcr")

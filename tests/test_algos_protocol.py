@@ -13,9 +13,9 @@ import torch
 from ablate.algos import (ADVANTAGE_ESTIMATORS, ALGORITHMS, LOSS_AGGREGATIONS, POLICY_LOSSES,
                           ROLLOUT_CORRECTIONS, build_algorithm)
 from ablate.algos.config import AlgoConfig
-from ablate.cell import run_cell
-from ablate.cli import compose_config, normalise_overrides
-from ablate.config import ALLOWED, ConfigError, validate
+from ablate.loop.cell import run_cell
+from ablate.apps.cli import compose_config, normalise_overrides
+from ablate.loop.config import ALLOWED, ConfigError, validate
 from ablate.harness.episode import Segment
 from ablate.learners.base import LossInputs
 from ablate.learners.batching import collate, pack

@@ -16,10 +16,10 @@ import test_learners as L
 from ablate.algos import RFT, STaR
 from ablate.algos.protocol import StepContext
 from ablate.algos.rft import keep_mask
-from ablate.cell import score
-from ablate.cli import compose_config, normalise_overrides
-from ablate.env import EmailEnv
-from ablate.env.judge import make_judge
+from ablate.loop.cell import score
+from ablate.apps.cli import compose_config, normalise_overrides
+from ablate.envs.email import EmailEnv
+from ablate.envs.email.judge import make_judge
 from ablate.harness import chat
 from ablate.harness.episode import Episode
 from ablate.harness.rollout import rollout

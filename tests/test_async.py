@@ -1,4 +1,4 @@
-"""Asynchronous rollouts (trainer.max_async_level, ablate.async_rollout): k=0 is the
+"""Asynchronous rollouts (trainer.max_async_level, ablate.loop.async_rollout): k=0 is the
 synchronous loop; k>0 trains on batches at most k versions stale, rolled out by exactly
 the scheduled weights; the decoupled-PPO correction is applied to a stale batch as
 published (AReaL); a SIGKILL mid-run resumes."""
@@ -19,12 +19,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ablate import async_rollout
+from ablate.loop import async_rollout
 from ablate.algos import build_algorithm
-from ablate.async_rollout import behaviour_version, dumps, produce
-from ablate.cell import SamplerPolicy, derived_seed, run_cell, sample_step_tasks
-from ablate.cli import compose_config, normalise_overrides
-from ablate.config import ConfigError, validate
+from ablate.loop.async_rollout import behaviour_version, dumps, produce
+from ablate.loop.cell import SamplerPolicy, derived_seed, run_cell, sample_step_tasks
+from ablate.apps.cli import compose_config, normalise_overrides
+from ablate.loop.config import ConfigError, validate
 from ablate.harness.episode import Segment
 from ablate.learners import make_learner
 from ablate.learners.base import LossInputs

@@ -46,7 +46,7 @@ def cache(tmp_path_factory):
 
 def test_two_step_cell_writes_every_output(tmp_path, cache):
     out = tmp_path / "cell"
-    # k=2 sampled answers per question plus a greedy pass (ablate/eval_metrics.py)
+    # k=2 sampled answers per question plus a greedy pass (ablate/loop/eval_metrics.py)
     small = [a for a in SMALL if not a.startswith(("eval.samples", "eval.greedy"))]
     proc = cli([*small, "eval.samples=2", "eval.greedy=true", "trainer.max_steps=2",
                 "+reward=shaped", "+algo=dapo", f"hydra.run.dir={out}"], tmp_path, cache)

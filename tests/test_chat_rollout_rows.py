@@ -36,9 +36,9 @@ CASES = {"tiny_instruct_masked": ("tiny", INSTRUCT, MASKED),
 
 
 def _setup(tmp: Path):
-    from ablate.env import EmailEnv, synthetic
-    from ablate.env.data import read_tasks
-    from ablate.env.db import EmailDB
+    from ablate.envs.email import EmailEnv, synthetic
+    from ablate.envs.email.data import read_tasks
+    from ablate.envs.email.db import EmailDB
     from ablate.models.tiny import load_tiny
     p = synthetic.generate(tmp, seed=123, num_inboxes=2, emails_per_inbox=60, train_tasks=2,
                            test_tasks=2, max_hops=2)

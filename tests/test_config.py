@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from ablate.cli import compose_config, expand_jobs, main, normalise_overrides
-from ablate.config import ConfigError, validate
+from ablate.apps.cli import compose_config, expand_jobs, main, normalise_overrides
+from ablate.loop.config import ConfigError, validate
 
 
 def test_default_config_is_the_embedded_cell():
@@ -141,7 +141,7 @@ def test_launchers_compose(launcher, target):
     """Local parallel cells (joblib) and SLURM (submitit): composed here, no cluster."""
     from hydra import compose, initialize_config_dir
 
-    from ablate.cli import conf_dir
+    from ablate.apps.cli import conf_dir
     extra = {"joblib": ["hydra.launcher.n_jobs=2"],
              "submitit_slurm": ["hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=8",
                                 "hydra.launcher.timeout_min=2880"],
@@ -184,7 +184,7 @@ def test_experiments_compose_and_validate():
 
 
 def test_cell_dirname_stays_within_file_system_limits():
-    from ablate.config import MAX_DIRNAME, cell_dirname
+    from ablate.loop.config import MAX_DIRNAME, cell_dirname
     short = "+algo=dapo,seed=1"
     assert cell_dirname(short) == short
     long_a = ",".join(f"env.key{i}={i}" for i in range(40)) + ",seed=0"
@@ -195,11 +195,11 @@ def test_cell_dirname_stays_within_file_system_limits():
 
 
 def test_configuration_reference_is_up_to_date():
-    from ablate.config_reference import OUT, generate
+    from ablate.apps.config_reference import OUT, generate
     assert OUT.read_text(encoding="utf-8") == generate(), \
-        "docs/configuration.md is stale: run python -m ablate.config_reference"
+        "docs/configuration.md is stale: run python -m ablate.apps.config_reference"
     text = generate()
-    from ablate.config import AblateConfig
+    from ablate.loop.config import AblateConfig
     import dataclasses
     for f in dataclasses.fields(AblateConfig.__dataclass_fields__["trainer"].default_factory()):
         assert f"`trainer.{f.name}`" in text

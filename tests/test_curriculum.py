@@ -1,4 +1,4 @@
-"""Curriculum over hop count and the trajectory buffer (ablate.curriculum): levels by
+"""Curriculum over hop count and the trajectory buffer (ablate.algos.curriculum): levels by
 schedule and by promotion, the pool they allow, storage / capacity / replay into
 all-failed groups with the behaviour policy's log-probabilities kept, revisits, exact
 state round trips, and a GRPO cell with both that resumes after SIGKILL."""
@@ -10,9 +10,9 @@ import torch
 
 import test_harness_util as U
 from ablate.algos import build_algorithm
-from ablate.cli import compose_config, normalise_overrides
-from ablate.curriculum import Curriculum, Experience, TrajectoryBuffer, WithExperience
-from ablate.env.data import Task
+from ablate.apps.cli import compose_config, normalise_overrides
+from ablate.algos.curriculum import Curriculum, Experience, TrajectoryBuffer, WithExperience
+from ablate.envs.email.data import Task
 from ablate.harness.episode import Episode, Segment
 from test_algos_rft import cell_resumes_after_sigkill
 

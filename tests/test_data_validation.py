@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ablate.cli import main
-from ablate.env import synthetic
-from ablate.env.check import main as check_main
-from ablate.env.data import DataFileError, read_emails
+from ablate.apps.cli import main
+from ablate.envs.email import synthetic
+from ablate.envs.email.check import main as check_main
+from ablate.envs.email.data import DataFileError, read_emails
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +194,7 @@ def argv(paths: dict[str, Path], tmp: Path) -> list[str]:
 def test_the_clean_dataset_passes(clean, tmp_path, capsys):
     assert len(CASES) >= 30
     paths = dataset(clean, tmp_path / "d", "none", None)
-    from ablate.cli import preflight
+    from ablate.apps.cli import preflight
     assert preflight(argv(paths, tmp_path)) == 0, capsys.readouterr().err
     assert check_main([str(tmp_path / "d")]) == 0
     assert "OK: 120 emails" in capsys.readouterr().out

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ablate.env import Email, EmailDB, write_jsonl
-from ablate.env.data import DataFileError
-from ablate.env.db import EmailDBError
+from ablate.envs.email import Email, EmailDB, write_jsonl
+from ablate.envs.email.data import DataFileError
+from ablate.envs.email.db import EmailDBError
 
 ALICE, BOB, CAROL, DAVE, EVE = (f"{n}@enron.com" for n in ("alice", "bob", "carol", "dave", "eve"))
 # filler vocabulary; the hand-written emails' key words (raptor, budget, houston,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ablate.env import TOOL_SCHEMAS, Email, EmailDB, ToolBox, write_jsonl
-from ablate.env.tools import ToolCall
+from ablate.envs.email import TOOL_SCHEMAS, Email, EmailDB, ToolBox, write_jsonl
+from ablate.envs.email.tools import ToolCall
 
 ALICE, BOB, EVE = "alice@enron.com", "bob@enron.com", "eve@enron.com"
 QUERY_DATE = "2001-03-10 00:00:00"

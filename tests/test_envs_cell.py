@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ablate.cell import run_cell
-from ablate.cli import compose_config
-from ablate.config import ConfigError
-from ablate.preflight import check_env_reward
+from ablate.loop.cell import run_cell
+from ablate.apps.cli import compose_config
+from ablate.loop.config import ConfigError
+from ablate.apps.preflight import check_env_reward
 
 USER_CONF = Path(__file__).resolve().parent / "envs_external" / "conf"
 SEARCH = f"hydra.searchpath=[file://{USER_CONF}]"

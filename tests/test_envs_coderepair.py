@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ablate.cli import compose_config
+from ablate.apps.cli import compose_config
 from ablate.envs import EnvError, make_env, run_episode
 from ablate.envs.coderepair import generator as gen
 from ablate.envs.coderepair.baseline import HonestFixer, ReadAndSubmit, run_tests_forever

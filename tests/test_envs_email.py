@@ -1,13 +1,13 @@
 """The email task through the protocol is the email task: same prompt, tools,
-observations, metrics and scripted accuracy as ablate.env / ablate.harness."""
+observations, metrics and scripted accuracy as ablate.envs.email / ablate.harness."""
 import random
 
 import pytest
 from omegaconf import OmegaConf
 
-from ablate.env.judge import ExactJudge
-from ablate.env.scripted import ScriptedAgent, evaluate
-from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
+from ablate.envs.email.judge import ExactJudge
+from ablate.envs.email.scripted import ScriptedAgent, evaluate
+from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
 from ablate.envs import make_env, run_episode
 from ablate.envs.email import EmailEnv
 

@@ -3,7 +3,7 @@ names come from the email environment itself: its tool names, and message_id (th
 argument the email grammar of the action masks names)."""
 from pathlib import Path
 
-from ablate.env.tools import TOOL_SCHEMAS
+from ablate.envs.email.tools import TOOL_SCHEMAS
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERIC = [ROOT / "ablate" / "harness", ROOT / "ablate" / "rewards", ROOT / "ablate" / "cell.py",

@@ -1,4 +1,4 @@
-"""The evaluation protocol (ablate/eval_metrics.py) against a hand-computed example:
+"""The evaluation protocol (ablate/loop/eval_metrics.py) against a hand-computed example:
 avg@k of the sampled policy, unbiased pass@k (Chen et al. 2021, eq. 1), answer /
 "I don't know" / wrong rates from the same samples, greedy accuracy beside them."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ablate.eval_metrics import pass_at_k, summarise
+from ablate.loop.eval_metrics import pass_at_k, summarise
 from analysis.collect import Run
 
 
@@ -71,8 +71,8 @@ def test_analysis_reads_sampled_rows_as_primary(tmp_path):
 
 
 def test_eval_temperature_is_validated():
-    from ablate.cli import compose_config
-    from ablate.config import ConfigError, validate
+    from ablate.apps.cli import compose_config
+    from ablate.loop.config import ConfigError, validate
     cfg = compose_config(["eval.temperature=-0.5"])
     with pytest.raises(ConfigError, match="eval.temperature"):
         validate(cfg)
@@ -80,20 +80,20 @@ def test_eval_temperature_is_validated():
 
 
 def test_eval_offset_selects_a_disjoint_confirmation_set():
-    from ablate.cell import eval_subset
+    from ablate.loop.cell import eval_subset
     tasks = list(range(10))
     assert eval_subset(tasks, 4) == [0, 1, 2, 3]
     assert eval_subset(tasks, 4, offset=4) == [4, 5, 6, 7]
     assert eval_subset(tasks, 8, offset=6) == [6, 7, 8, 9]   # clipped at the split's end
-    from ablate.config import ConfigError
+    from ablate.loop.config import ConfigError
     with pytest.raises(ConfigError, match=r"eval.offset=10: the test split has only 10"):
         eval_subset(tasks, 4, offset=10)
 
 
 def test_eval_offset_is_validated(tmp_path):
-    from ablate.cli import compose_config
-    from ablate.config import ConfigError, validate
-    from ablate.preflight import preflight
+    from ablate.apps.cli import compose_config
+    from ablate.loop.config import ConfigError, validate
+    from ablate.apps.preflight import preflight
     with pytest.raises(ConfigError, match="eval.offset"):
         validate(compose_config(["eval.offset=-1"]))
     cfg = compose_config(["eval.offset=200", f"env.cache_dir={tmp_path}"])

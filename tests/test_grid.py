@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import ablate.cell
-from ablate import cli
-from ablate.outputs import COMPLETE, FAILED
-from ablate.progress import report
+import ablate.loop.cell
+from ablate.apps import cli
+from ablate.loop.outputs import COMPLETE, FAILED
+from ablate.apps.progress import report
 
 
 def fake_run_cell(cfg, out_dir, on_eval=None):
@@ -28,7 +28,7 @@ def fake_run_cell(cfg, out_dir, on_eval=None):
 
 
 def test_a_failing_cell_does_not_stop_the_grid(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(ablate.cell, "run_cell", fake_run_cell)
+    monkeypatch.setattr(ablate.loop.cell, "run_cell", fake_run_cell)
     monkeypatch.setattr(cli, "FAILED_CELLS", [])
     monkeypatch.chdir(tmp_path)
     sweep = tmp_path / "sweep"

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from ablate.env import EmailDB, write_jsonl
-from ablate.env.data import Email
-from ablate.env.db import _OWNER, remove_stale_builds
-from ablate.outputs import CellDir, OutputFileError, cut_trajectory_text, read_jsonl
+from ablate.envs.email import EmailDB, write_jsonl
+from ablate.envs.email.data import Email
+from ablate.envs.email.db import _OWNER, remove_stale_builds
+from ablate.loop.outputs import CellDir, OutputFileError, cut_trajectory_text, read_jsonl
 
 
 def dead_pid() -> int:
@@ -70,7 +70,7 @@ def test_corrupt_output_rows_name_file_and_line(tmp_path):
 
 def one_line_error(cell, tmp_path, capsys) -> str:
     """`python -m ablate` (in-process) on a small cell in `cell`: exit 2 and one line."""
-    from ablate.cli import main
+    from ablate.apps.cli import main
     with pytest.raises(SystemExit) as exc:
         main(["env.num_inboxes=3", "env.emails_per_inbox=20", "env.train_tasks=6",
               "env.test_tasks=4", f"env.cache_dir={tmp_path / 'cache'}",
@@ -122,7 +122,7 @@ def running(pid: int) -> bool:
         return False
 
 
-WORKER = ("import os, sys, time; from ablate.cli import exit_with_parent; "
+WORKER = ("import os, sys, time; from ablate.apps.cli import exit_with_parent; "
           "exit_with_parent(int(sys.argv[1]), 0.1); print('watching', flush=True); "
           "time.sleep(600)")
 GRID = ("import os, subprocess, sys, time; w = subprocess.Popen([sys.executable, '-c', "

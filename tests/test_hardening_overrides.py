@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ablate.cli import flags_first, main, one_line
+from ablate.apps.cli import flags_first, main, one_line
 
 SMALL_ENV = ["env.num_inboxes=3", "env.emails_per_inbox=20", "env.train_tasks=6",
              "env.test_tasks=4"]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ablate.env import Email, EmailDB, ToolBox, write_jsonl
+from ablate.envs.email import Email, EmailDB, ToolBox, write_jsonl
 from ablate.harness.chat import CALL_CLOSE, CALL_OPEN, ParsedCall, parse_tool_calls
 
 ALICE, BOB, EVE = "alice@enron.com", "bob@enron.com", "eve@enron.com"

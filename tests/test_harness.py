@@ -16,7 +16,7 @@ from ablate.harness.rollout import rollout
 from ablate.models.tokenizer import MARKER_TOKENS, SPECIAL_TOKENS, build_tokenizer
 from ablate.samplers.hf import HFSampler
 
-from ablate.env.tools import SYSTEM_PROMPT  # noqa: E402
+from ablate.envs.email.tools import SYSTEM_PROMPT  # noqa: E402
 from ablate.envs.email.masking import GRAMMAR  # noqa: E402
 import test_harness_util as U
 from test_harness_util import db, tok  # noqa: F401  (fixtures)
@@ -69,7 +69,7 @@ def test_prompt_states_inbox_and_date_and_tools(tok):
 
 
 def _schemas():
-    from ablate.env.tools import TOOL_SCHEMAS
+    from ablate.envs.email.tools import TOOL_SCHEMAS
     return TOOL_SCHEMAS
 
 
@@ -354,7 +354,7 @@ def test_same_seed_same_episodes(tok, db):
 def test_masked_random_model_emits_only_known_tools_and_context_ids(tok, db):
     # drive the model through call openings: the script-free way is a prompt suffix, so
     # here a scripted prefix opens each call and the random model completes it
-    from ablate.env.tools import TOOL_NAMES
+    from ablate.envs.email.tools import TOOL_NAMES
     vb = token_bytes(tok)
     model = U.tiny_model(tok, seed=3)
     sampler = HFSampler(model, tok)

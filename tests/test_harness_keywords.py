@@ -13,7 +13,7 @@ import torch
 from ablate.harness import chat
 from ablate.harness.chat import format_tool_call as call
 from ablate.harness.config import HarnessConfig, ModeConfig
-from ablate.env.tools import ToolCall as BoxCall
+from ablate.envs.email.tools import ToolCall as BoxCall
 from ablate.envs.email.env import tool_result
 from ablate.envs.email.masking import episode_candidates
 from ablate.harness.episode import Segment
@@ -21,7 +21,7 @@ from ablate.harness.masking import ActionMask, keyword_candidates, token_bytes
 from ablate.harness.rollout import rollout
 from ablate.samplers.hf import HFSampler
 
-from ablate.env.tools import SYSTEM_PROMPT  # noqa: E402
+from ablate.envs.email.tools import SYSTEM_PROMPT  # noqa: E402
 from ablate.envs.email.masking import GRAMMAR  # noqa: E402
 import test_harness_util as U
 from test_harness_util import db, tok  # noqa: F401  (fixtures)
@@ -301,8 +301,8 @@ def test_rollout_with_keyword_masking_random_model(tok, db):
 
 
 def test_config_needs_action_masking():
-    from ablate.cli import compose_config
-    from ablate.config import ConfigError, validate
+    from ablate.apps.cli import compose_config
+    from ablate.loop.config import ConfigError, validate
     cfg = compose_config(["harness.action_masking=false", "harness.answer_masking=false",
                           "harness.keyword_masking=true"])
     assert cfg.harness.max_masked_keywords == 3 and not cfg.harness.action_masking

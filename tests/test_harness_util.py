@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from ablate.env.data import Task
+from ablate.envs.email.data import Task
 from ablate.harness import chat
 from ablate.models import smollm
 from ablate.models.loading import ModelNotFoundError
@@ -51,7 +51,7 @@ TASKS = [
 
 
 def corpus_texts() -> list[str]:
-    from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
+    from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
     calls = [chat.format_tool_call("search_inbox", {"keywords": ["budget", "Houston"]}),
              chat.format_tool_call("read_email", {"message_id": "m0"}),
              chat.format_tool_call("return_final_answer",
@@ -79,7 +79,7 @@ def tiny_model(tok, seed: int = 0, layers: int = 2):
 
 
 def make_db(tmp_path):
-    from ablate.env.db import EmailDB
+    from ablate.envs.email.db import EmailDB
     src = tmp_path / "emails.jsonl"
     src.write_text("".join(json.dumps(e) + "\n" for e in EMAILS))
     return EmailDB.build(src, tmp_path / "emails.db")
@@ -87,7 +87,7 @@ def make_db(tmp_path):
 
 def email_env(db):
     """The email environment over a test mailbox (the tasks come from TASKS)."""
-    from ablate.env import EmailEnv
+    from ablate.envs.email import EmailEnv
     return EmailEnv.over_db(db)
 
 
@@ -132,7 +132,7 @@ class ScriptedSampler(Sampler):
 # ------------------------------------------------------------------ a primed tiny model
 def compact_schemas():
     """Tool schemas reduced to names: short prompts keep the primed model cheap."""
-    from ablate.env.tools import TOOL_NAMES
+    from ablate.envs.email.tools import TOOL_NAMES
     return [{"type": "function", "function": {"name": n}} for n in TOOL_NAMES]
 
 

@@ -10,9 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ablate.env import ExactJudge, JudgeError, LLMJudge, make_judge
-from ablate.env.config import JudgeConfig
-from ablate.env.judge import normalize_answer, parse_verdict
+from ablate.envs.email import ExactJudge, JudgeError, LLMJudge, make_judge
+from ablate.envs.email.config import JudgeConfig
+from ablate.envs.email.judge import normalize_answer, parse_verdict
 
 
 # ---------------------------------------------------------------------- exact

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
+from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
 from ablate.harness import chat
 from ablate.harness.config import HarnessConfig, ModeConfig
 from ablate.harness.rollout import rollout
@@ -39,9 +39,9 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    from ablate.env import synthetic
-    from ablate.env.data import read_tasks
-    from ablate.env.db import EmailDB
+    from ablate.envs.email import synthetic
+    from ablate.envs.email.data import read_tasks
+    from ablate.envs.email.db import EmailDB
     d = tmp_path_factory.mktemp("kvenv")
     p = synthetic.generate(d, seed=123, num_inboxes=2, emails_per_inbox=60, train_tasks=2,
                            test_tasks=2, max_hops=2)
@@ -62,7 +62,7 @@ def runs(tiny, env):
 
 
 def _episodes(tiny, env, mode, temperature, kv_reuse, sampler=None):
-    from ablate.env import EmailEnv
+    from ablate.envs.email import EmailEnv
     model, tok = tiny
     db, tasks = env
     s = sampler or HFSampler(model, tok, kv_reuse=kv_reuse)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ablate.cli import compose_config
-from ablate.config import validate
+from ablate.apps.cli import compose_config
+from ablate.loop.config import validate
 from ablate.models import smollm
 from ablate.models.loading import ModelNotFoundError
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ablate.cli import compose_config
+from ablate.apps.cli import compose_config
 from ablate.harness.templates import ChatConventions
 from test_harness_util import masked_logprobs, smollm_installed
 
@@ -30,12 +30,12 @@ def _warm_started() -> bool:
 
 
 @pytest.mark.skipif(not INSTALLED or not _warm_started(),
-                    reason="build it once: python -m ablate.models.smollm warmstart")
+                    reason="build it once: python -m ablate.recipes.smollm_warmstart warmstart")
 def test_smollm2_rollout_masks_on_token_exact(tmp_path):
-    from ablate.env import EmailEnv
-    from ablate.env.data import read_tasks
-    from ablate.env.db import EmailDB
-    from ablate.env.synthetic import generate
+    from ablate.envs.email import EmailEnv
+    from ablate.envs.email.data import read_tasks
+    from ablate.envs.email.db import EmailDB
+    from ablate.envs.email.synthetic import generate
     from ablate.harness.rollout import rollout
     from ablate.models.loading import load_policy
     from ablate.samplers.hf import HFSampler

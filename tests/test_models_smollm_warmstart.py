@@ -1,4 +1,4 @@
-"""The SmolLM2 SFT warm start (ablate/models/smollm_warmstart.py): demonstrations are
+"""The SmolLM2 SFT warm start (ablate/recipes/smollm_warmstart.py): demonstrations are
 the rollout's own pieces in the model's template, the weights are looked up by recipe,
 and a run without them fails in one line with the command that builds them."""
 from __future__ import annotations
@@ -7,20 +7,20 @@ import pytest
 
 from ablate.models import smollm
 from ablate.models.loading import ModelNotFoundError
-from ablate.models.smollm_warmstart import Recipe, demonstrations, warm_dir
+from ablate.recipes.smollm_warmstart import Recipe, demonstrations, warm_dir
 
 from test_harness_util import smollm_installed
 
 
 def test_missing_warm_start_names_the_command(tmp_path, monkeypatch):
     monkeypatch.setattr(smollm, "converted_dir", lambda name: str(tmp_path / "smollm2_135m-x"))
-    from ablate.cli import compose_config
+    from ablate.apps.cli import compose_config
     from ablate.models.loading import resolve_weights
     cfg = compose_config(["model=smollm2_135m", "model.warm_start=true"])
     with pytest.raises(ModelNotFoundError) as err:
         resolve_weights(cfg.model)
     msg = str(err.value)
-    assert "\n" not in msg and "python -m ablate.models.smollm warmstart" in msg
+    assert "\n" not in msg and "python -m ablate.recipes.smollm_warmstart warmstart" in msg
     assert warm_dir("b", Recipe()) != warm_dir("b", Recipe(lr=Recipe().lr / 2))   # keyed by recipe
 
 
@@ -29,7 +29,7 @@ def test_demonstrations_are_the_rollout_pieces(tmp_path):
         pytest.skip("the smollm extra is not installed")
     from transformers import AutoTokenizer
 
-    from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
+    from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
     from ablate.harness.templates import ChatConventions
     tok = AutoTokenizer.from_pretrained(smollm.converted_dir("smollm2_135m"))
     conv = ChatConventions.from_tokenizer(tok)

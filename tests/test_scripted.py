@@ -3,12 +3,12 @@ import random
 
 import pytest
 
-from ablate.env import synthetic
-from ablate.env.data import read_tasks
-from ablate.env.db import EmailDB
-from ablate.env.judge import ExactJudge
-from ablate.env.scripted import IDK, ScriptedAgent, evaluate, parse_question
-from ablate.env.tools import ToolBox
+from ablate.envs.email import synthetic
+from ablate.envs.email.data import read_tasks
+from ablate.envs.email.db import EmailDB
+from ablate.envs.email.judge import ExactJudge
+from ablate.envs.email.scripted import IDK, ScriptedAgent, evaluate, parse_question
+from ablate.envs.email.tools import ToolBox
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_steps_render_as_demonstrations(env):
     from ablate.harness import chat
     from ablate.harness.config import ModeConfig
     from ablate.models.tokenizer import build_tokenizer
-    from ablate.models.tiny_train import chat_steps
+    from ablate.recipes.tiny_train import chat_steps
     db, tasks = env
     t = next(t for t in tasks if t.hops == 2)
     ep, steps = ScriptedAgent.perfect().run(t, ToolBox(db, t.inbox_address, t.query_date),

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from ablate.cli import compose_config
-from ablate.config import validate
-from ablate.search import SearchSpaceError, load_space, params_key, run_search
+from ablate.apps.cli import compose_config
+from ablate.loop.config import validate
+from ablate.apps.search import SearchSpaceError, load_space, params_key, run_search
 
 SPACE = {
     "study_name": "t",
@@ -132,7 +132,7 @@ def test_committed_search_spaces_load_and_compose():
         sp = load_space(f)
         params = {k: (d.low if hasattr(d, "low") else d.choices[0])
                   for k, d in sp["distributions"].items()}
-        from ablate.search import trial_overrides
+        from ablate.apps.search import trial_overrides
         validate(compose_config(trial_overrides(sp, params, [])))
     assert optuna.__version__.split(".")[0] >= "4"
 

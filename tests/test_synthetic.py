@@ -4,10 +4,10 @@ import time
 
 import pytest
 
-from ablate.env import synthetic
-from ablate.env.data import read_emails, read_tasks
-from ablate.env.db import EmailDB
-from ablate.env.scripted import parse_question
+from ablate.envs.email import synthetic
+from ablate.envs.email.data import read_emails, read_tasks
+from ablate.envs.email.db import EmailDB
+from ablate.envs.email.scripted import parse_question
 
 KW = dict(seed=7, num_inboxes=6, emails_per_inbox=80, train_tasks=60, test_tasks=30,
           max_hops=3)

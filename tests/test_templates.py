@@ -7,7 +7,7 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from ablate.env.tools import TOOL_SCHEMAS
+from ablate.envs.email.tools import TOOL_SCHEMAS
 from ablate.harness.templates import (TOOL_FORMATS, ChatConventions, ChatTemplateError,
                                       check_incremental, detect_tool_format)
 from ablate.models.tokenizer import QWEN3_CHAT_TEMPLATE
@@ -130,7 +130,7 @@ def test_demonstration_mask_covers_exactly_the_turns(tiny):
 
 
 def test_from_config_reads_the_model_keys(tiny):
-    from ablate.cli import compose_config
+    from ablate.apps.cli import compose_config
     cfg = compose_config(["model.tool_format=json_text", "mode=thinking"])
     conv = ChatConventions.from_config(tiny, cfg.model, cfg.mode)
     assert conv.fmt.name == "json_text" and conv.enable_thinking and not conv.renders_tools

@@ -5,10 +5,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from ablate.env import synthetic
-from ablate.env.data import read_tasks
-from ablate.env.db import EmailDB
-from ablate.env.tools import SYSTEM_PROMPT, TOOL_NAMES, TOOL_SCHEMAS, ToolBox
+from ablate.envs.email import synthetic
+from ablate.envs.email.data import read_tasks
+from ablate.envs.email.db import EmailDB
+from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_NAMES, TOOL_SCHEMAS, ToolBox
 from ablate.harness import chat
 from ablate.harness.config import ModeConfig
 from ablate.models.tiny import ASSET_DIR, TinyModelMissing, load_tiny
@@ -45,7 +45,7 @@ def test_ids_names_and_values_are_single_tokens(tiny):
 
 
 def test_missing_checkpoint_names_the_rebuild_command(tmp_path):
-    with pytest.raises(TinyModelMissing, match="python -m ablate.models.tiny build"):
+    with pytest.raises(TinyModelMissing, match="python -m ablate.recipes.tiny build"):
         load_tiny(SimpleNamespace(path=str(tmp_path), dtype="float32"))
 
 
@@ -75,7 +75,7 @@ def test_warm_start_reaches_target_on_held_out_tasks(tiny, temperature):
     """Issue 3 target, real tools + rollout engine + HF sampler + ExactJudge, with the
     default harness of model=tiny (conf/model/tiny.yaml: id, answer and keyword masking)."""
     from ablate.harness.config import HarnessConfig
-    from ablate.models.tiny import balanced, default_env, quick_eval
+    from ablate.recipes.tiny import balanced, default_env, quick_eval
     model, tok = tiny
     db, _, test = default_env()
     res = quick_eval(model, tok, balanced(test, 80), db, temperature=temperature,
@@ -89,7 +89,7 @@ def test_warm_start_reaches_target_on_held_out_tasks(tiny, temperature):
 def test_build_is_deterministic_and_resumes(tmp_path):
     import torch
     from safetensors.torch import load_file
-    from ablate.models.tiny_train import BuildConfig, build
+    from ablate.recipes.tiny_train import BuildConfig, build
     cfg = BuildConfig(worlds=1, tasks_per_world=24, inboxes_per_world=2, steps=4,
                       ckpt_every=2, warmup=2)
     build(tmp_path / "a", cfg, work_dir=tmp_path / "wa")

@@ -1,4 +1,4 @@
-"""The tiny model's warm start on another environment (ablate/models/tiny_warmstart.py):
+"""The tiny model's warm start on another environment (ablate/recipes/tiny_warmstart.py):
 demonstrations are the scripted baseline's correct episodes rendered as a rollout renders
 them, and a build lowers the model's loss on them and loads like the shipped checkpoint."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from ablate.envs.coderepair.env import CodeRepairEnv
 from ablate.harness.templates import ChatConventions
 from ablate.models.tiny import load_tiny
-from ablate.models.tiny_warmstart import RECIPE_FILE, Recipe, build, demonstrations
+from ablate.recipes.tiny_warmstart import RECIPE_FILE, Recipe, build, demonstrations
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ablate.cli import compose_config
-from ablate.tracking import Tracker
+from ablate.apps.cli import compose_config
+from ablate.loop.tracking import Tracker
 
 
 def test_disabled_tracker_is_a_noop(tmp_path):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ablate.cell import run_cell
-from ablate.cli import compose_config
-from ablate.config import ConfigError, validate
+from ablate.loop.cell import run_cell
+from ablate.apps.cli import compose_config
+from ablate.loop.config import ConfigError, validate
 from ablate.envs import run_episode
 from ablate.envs.base import Task, ToolResult
 from ablate.envs.coderepair.env import CodeRepairEnv
@@ -172,7 +172,7 @@ def test_each_call_gets_the_tag_written_after_it(tok, db):
 
 
 def test_world_model_on_an_environment_without_labels_is_a_config_error():
-    from ablate.preflight import check_env_reward
+    from ablate.apps.preflight import check_env_reward
     search = f"hydra.searchpath=[file://{Path(__file__).resolve().parent}/envs_external/conf]"
     cfg = compose_config([search, "env=counter", "reward.name=outcome",
                           "reward.world_model.enable=true"])

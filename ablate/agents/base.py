@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from ablate.agents.registry import AGENTS
 from ablate.harness import chat
 from ablate.harness.rollout import rollout
@@ -33,12 +31,6 @@ def run_rollout(policy, tasks: Sequence, group_size: int, *, temperature: float,
                    tokenizer=policy.tokenizer, env=policy.env, harness_cfg=c.harness,
                    mode_cfg=c.mode, max_turns=c.env.max_turns, temperature=temperature,
                    top_p=c.sampler.top_p, seed=seed)
-
-
-def mix_seed(*parts: int) -> int:
-    """A stable 31-bit seed from integers (as ablate.cell.derived_seed)."""
-    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts])
-               .generate_state(1)[0] & 0x7FFFFFFF)
 
 
 def stop_ids(tokenizer) -> list[int]:

@@ -39,7 +39,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ablate.agents.base import Agent, mix_seed, run_rollout, stop_ids
+from ablate.core.seeding import derived_seed
+from ablate.agents.base import Agent, run_rollout, stop_ids
 from ablate.agents.reflexion import episode_prompt
 from ablate.agents.registry import AGENTS
 from ablate.agents.replay import Action, ReplaySampler, turn_actions
@@ -166,7 +167,7 @@ class LATS(Agent):
                 break
             for b, batch in enumerate(batches(wanted)):
                 # the first call of a search is a plain rollout with the caller's seed
-                s = seed if round_ == b == 0 else mix_seed(seed, round_, b)
+                s = seed if round_ == b == 0 else derived_seed(seed, round_, b)
                 self.expand(policy, batch, temperature, s, score)
             for t in trees:
                 t.done = t.done or t.size >= self.node_budget
@@ -182,7 +183,7 @@ class LATS(Agent):
         if self.value == "rollout":
             values, spent = [float(r) for r, _ in score(episodes)], [0] * len(episodes)
         else:
-            values, spent = self.rate(policy, episodes, temperature, mix_seed(seed, 1))
+            values, spent = self.rate(policy, episodes, temperature, derived_seed(seed, 1))
         it = iter(zip(episodes, values, spent))
         for tree, leaf, n in batch:
             for _ in range(n):

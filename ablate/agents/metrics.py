@@ -12,7 +12,7 @@ from typing import Callable
 
 
 def agent_summary(rows: list[dict], per_question_mean: Callable) -> dict:
-    """`per_question_mean(rows, value)` is the evaluation's own (ablate.eval_metrics)."""
+    """`per_question_mean(rows, value)` is the evaluation's own (ablate.loop.eval_metrics)."""
     out = {}
     if not any("agent_tokens" in r for r in rows):
         return out

@@ -23,7 +23,8 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
-from ablate.agents.base import Agent, mix_seed, run_rollout, stop_ids
+from ablate.core.seeding import derived_seed
+from ablate.agents.base import Agent, run_rollout, stop_ids
 from ablate.agents.registry import AGENTS
 from ablate.harness import chat
 
@@ -107,7 +108,7 @@ class Reflexion(Agent):
             else:
                 eps = run_rollout(policy, [with_memory(tasks[i], memory[(i, s)])
                                            for i, s in todo], 1, temperature=temperature,
-                                  seed=mix_seed(seed, attempt))
+                                  seed=derived_seed(seed, attempt))
             for (i, s), e in zip(todo, eps):   # judged and recorded as the original task
                 e.task, e.group, e.sample = tasks[i], i, s
             score(eps)
@@ -121,7 +122,7 @@ class Reflexion(Agent):
             if not failed:
                 break
             texts, spent = self.reflect(policy, [e for _, e in failed], temperature,
-                                        mix_seed(seed, attempt, 1))
+                                        derived_seed(seed, attempt, 1))
             for (k, _), text, n in zip(failed, texts, spent):
                 memory[k] = (memory[k] + [text])[-self.memory_size:] if text else memory[k]
                 tokens[k] += n

@@ -27,7 +27,7 @@ import torch
 from ablate.algos.correction import correction_weights
 from ablate.algos.objective import Objective, build_objective
 from ablate.algos.registry import ALGORITHMS
-from ablate.curriculum import Experience, WithExperience
+from ablate.algos.curriculum import Experience, WithExperience
 
 
 @dataclass(frozen=True)

@@ -18,4 +18,4 @@ class ModelConfig:
     hf_id: Optional[str] = None          # Hugging Face repo id looked up in the local cache
     tool_format: str = "auto"            # auto (from the template) | hermes | llama3_json | json_text
     chat_template: Optional[str] = None  # a .jinja file for a tokenizer that has none
-    warm_start: bool = False             # smollm2_135m: SFT warm start (python -m ablate.models.smollm warmstart)
+    warm_start: bool = False             # smollm2_135m: SFT warm start (python -m ablate.recipes.smollm_warmstart warmstart)

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import torch
 
+from ablate.models.errors import ModelNotFoundError  # noqa: F401  (re-exported)
+from ablate.models.smollm import PACKAGED, converted_dir, warm_started_dir
+
 # name -> Hugging Face repo id (the `hf_id` field of conf/model/<name>.yaml overrides)
 HF_IDS = {
     "qwen3_4b": "Qwen/Qwen3-4B-Instruct-2507",
@@ -17,10 +20,6 @@ HF_IDS = {
     "qwen3_30b_a3b": "Qwen/Qwen3-30B-A3B-Instruct-2507",
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """The weights are not on this machine; the message says where to put them."""
 
 
 def _hub_cache() -> str:
@@ -32,7 +31,6 @@ def _hub_cache() -> str:
 
 
 def _packaged():
-    from ablate.models.smollm import PACKAGED
     return PACKAGED
 
 
@@ -53,7 +51,6 @@ def resolve_weights(model_cfg) -> str:
                 f"holding the Hugging Face files of {repo or name} (config.json, tokenizer, "
                 "*.safetensors)")
     if name in _packaged():
-        from ablate.models.smollm import converted_dir, warm_started_dir
         if getattr(model_cfg, "warm_start", False):
             return warm_started_dir(name)
         return converted_dir(name)

@@ -7,7 +7,7 @@ local-path loader (ablate.models.loading) reads like any checkpoint.
                                               command when the package is absent
     converted_dir(name, cache_root=None)      the cached directory, converting on first use
     warm_started_dir(name)                    the SFT warm start's directory (model.warm_start),
-                                              built by `python -m ablate.models.smollm warmstart`
+                                              built by `python -m ablate.recipes.smollm_warmstart`
 
 The one model here is SmolLM2-135M-Instruct (Allal et al. 2025, "SmolLM2: When Smol Goes
 Big", arXiv:2502.02737), a Llama-architecture model with a ChatML template, from the
@@ -25,13 +25,14 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, fields
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ablate.env.bundle import file_lock
-from ablate.models.loading import ModelNotFoundError
+from ablate.core.locks import file_lock
+from ablate.models.errors import ModelNotFoundError
 
 DONE_MARK = "ablate_converted.json"      # written last, inside the temp dir, before rename
 
@@ -140,33 +141,32 @@ def _convert(src: Path, out: Path) -> None:
     tok.save_pretrained(str(out))
 
 
+# the SFT warm start (built by ablate.recipes.smollm_warmstart): its recipe keys its directory
+DONE_MARK = "ablate_warmstart.json"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    demos: int = 8             # scripted episodes (correct answers only)
+    epochs: int = 2
+    batch: int = 4             # episodes per optimizer step (4 steps: ~5 min each here)
+    lr: float = 2e-4
+    max_hops: int = 1          # 1: search, read, answer (short episodes: CPU minutes)
+    seed: int = 0
+
+
+def warm_dir(base: str, recipe: Recipe) -> Path:
+    key = hashlib.sha256(json.dumps(dataclasses.asdict(recipe), sort_keys=True).encode())
+    return Path(f"{base}-warm-{key.hexdigest()[:12]}")
+
+
 def warm_started_dir(name: str) -> str:
-    """The warm-started weights of `name` (ablate/models/smollm_warmstart.py), or a
+    """The warm-started weights of `name` (ablate/recipes/smollm_warmstart.py), or a
     one-line ModelNotFoundError with the command that builds them (a run never trains
     them silently)."""
-    from ablate.models.smollm_warmstart import DONE_MARK as WARM_MARK, Recipe, warm_dir
     final = warm_dir(converted_dir(name), Recipe())
-    if not (final / WARM_MARK).is_file():
+    if not (final / DONE_MARK).is_file():
         raise ModelNotFoundError(f"model.warm_start=true needs the warm-started weights of "
-                                 f"{name}; build them once with: python -m ablate.models."
-                                 f"smollm warmstart")
+                                 f"{name}; build them once with: python -m ablate.recipes."
+                                 f"smollm_warmstart warmstart")
     return str(final)
-
-
-def main(argv=None) -> int:
-    import argparse
-    from ablate.models.smollm_warmstart import Recipe, build
-    ap = argparse.ArgumentParser(prog="python -m ablate.models.smollm")
-    ap.add_argument("command", choices=["convert", "warmstart"])
-    for f in fields(Recipe):
-        ap.add_argument(f"--{f.name}", type=type(f.default), default=f.default)
-    a = ap.parse_args(argv)
-    if a.command == "convert":
-        print(converted_dir("smollm2_135m"))
-        return 0
-    print(build(Recipe(**{f.name: getattr(a, f.name) for f in fields(Recipe)})))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

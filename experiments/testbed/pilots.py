@@ -5,7 +5,7 @@
 Each folder of experiments/testbed/data/pilots/ is one cell (config.yaml, metrics.jsonl,
 eval.jsonl as `python -m ablate` wrote them; an interrupted cell keeps the evaluations it
 reached). Per evaluation step: the sampled policy's held-out accuracy (avg@k, the primary
-metric of ablate/eval_metrics.py) with its paired change from step 0 and the standard
+metric of ablate/loop/eval_metrics.py) with its paired change from step 0 and the standard
 error of that change over questions (benchmarks/learning_gain.py), then the answer, "I
 don't know" and wrong-answer rates and accuracy per hop count of the same rows.
 """
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from learning_gain import curve, gain, load  # noqa: E402  (a script, not a package)
 
-from ablate.eval_metrics import summarise  # noqa: E402
+from ablate.loop.eval_metrics import summarise  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

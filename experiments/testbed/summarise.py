@@ -21,8 +21,8 @@ import matplotlib.ticker
 import optuna
 from optuna.trial import TrialState
 
-from ablate.eval_metrics import summarise
-from ablate.search import params_key
+from ablate.loop.eval_metrics import summarise
+from ablate.apps.search import params_key
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

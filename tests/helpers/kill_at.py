@@ -21,7 +21,7 @@ def die() -> None:
 
 def install(point: str, step: int) -> None:
     if point == "build":
-        from ablate.env import db
+        from ablate.envs.email import db
         stage = db._stage_emails
 
         def staged(*a, **kw):
@@ -30,7 +30,7 @@ def install(point: str, step: int) -> None:
             return out
         db._stage_emails = staged
     elif point in ("step", "eval"):
-        from ablate.outputs import CellDir
+        from ablate.loop.outputs import CellDir
         append = CellDir.append
 
         def append_then_die(self, name, rows):
@@ -59,6 +59,6 @@ def install(point: str, step: int) -> None:
 
 if __name__ == "__main__":
     install(sys.argv[1], int(sys.argv[2]))
-    from ablate.cli import main
+    from ablate.apps.cli import main
     sys.argv = [sys.argv[0]] + sys.argv[3:]
     main()

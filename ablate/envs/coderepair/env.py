@@ -15,8 +15,9 @@ from ablate.envs.base import EnvError, Environment, Task, ToolResult, quote, reg
 from ablate.envs.coderepair import generator as gen
 from ablate.envs.coderepair.lang import CalcError, build, render, run_test, tokenize
 
-LIST, READ, REPLACE, RUN, SUBMIT = "list_files", "read_file", "replace_line", "run_tests", \
-    "submit"
+from ablate.envs.coderepair.baseline import HonestFixer
+from ablate.envs.coderepair.names import LIST, READ, REPLACE, RUN, SUBMIT
+from ablate.envs.coderepair.rewards import REWARDS
 MAX_EDIT_CHARS = 200
 MAX_FAILURES_SHOWN = 12
 
@@ -171,7 +172,6 @@ class CodeRepairEnv(Environment):
         return out
 
     def reward_schemes(self) -> dict:
-        from ablate.envs.coderepair.rewards import REWARDS   # rewards.py imports this module
         return dict(REWARDS)
 
     def outcome_labels(self) -> dict[str, dict[str, str]]:
@@ -185,7 +185,6 @@ class CodeRepairEnv(Environment):
         return "pass" if ok else "fail"
 
     def baseline(self, task: Task, seed: int = 0):
-        from ablate.envs.coderepair.baseline import HonestFixer   # it imports this module
         return HonestFixer()
 
     def snapshot(self, state: CodeState) -> CodeState:

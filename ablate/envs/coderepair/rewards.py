@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from ablate.envs.coderepair.env import RUN
+from ablate.envs.coderepair.names import RUN
 
 TEST_BONUS = 0.1
 Components = dict[str, float]

@@ -1,6 +1,6 @@
 """The email task (EnronHop / synthetic mailbox): mailbox database, agent tools, answer
 judges, records, and `EmailEnv`, its face on the environment protocol (env.py).
-`ablate.env` is an alias of this package."""
+`ablate.envs.email` is an alias of this package."""
 from ablate.envs.email.data import Email, Task, read_emails, read_tasks, write_jsonl
 from ablate.envs.email.db import EmailDB, EmailDBError
 from ablate.envs.email.judge import ExactJudge, JudgeError, LLMJudge, make_judge

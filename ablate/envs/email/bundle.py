@@ -6,16 +6,17 @@ content hash of emails.jsonl (EmailDB.build). A file lock serialises concurrent 
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ablate.core.locks import file_lock
 from ablate.envs.email.data import Task
+from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
+from ablate.models.budget import check_weights, question_budget
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +35,6 @@ class EnvBundle:
         from ablate.envs.email.tools import ToolBox
         return ToolBox(self.db, task.inbox_address, task.query_date, max_results=self.max_results,
                        max_read_chars=self.max_read_chars)
-
-
-@contextmanager
-def file_lock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 SYNTHETIC_KEYS = ("gen_seed", "num_inboxes", "emails_per_inbox", "train_tasks", "test_tasks",
@@ -92,12 +82,12 @@ def db_path_for(cfg, emails: Path) -> Path:
 def build_env(cfg, budget=None) -> EnvBundle:
     """The validated environment (ablate.envs.email.check.load_checked: a bad record raises
     DataFileError naming file:line); questions are bounded by `budget` (a
-    QuestionBudget; by default the one of cfg's model, see ablate.preflight)."""
+    QuestionBudget; by default the one of cfg's model, ablate.models.budget)."""
     from ablate.envs.email.check import load_checked
 
-    if budget is None:   # ablate.preflight imports this module: import here
-        from ablate.preflight import check_weights, question_budget
-        budget = question_budget(cfg, check_weights(cfg))
+    if budget is None:
+        budget = question_budget(cfg, check_weights(cfg),
+                                 SYSTEM_PROMPT + json.dumps(TOOL_SCHEMAS))
     files = env_files(cfg)
     db_path = db_path_for(cfg, files["emails"])
     with file_lock(db_path.with_suffix(".lock")):

@@ -19,8 +19,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
+from ablate.models.budget import QuestionBudget  # noqa: F401  (re-exported)
 from ablate.envs.email.data import DataFileError, Task, read_task_records
 from ablate.envs.email.db import EmailDB, normalize_address
 
@@ -28,16 +28,6 @@ log = logging.getLogger(__name__)
 
 FILE_NAMES = {"emails": "emails.jsonl", "train": "train_tasks.jsonl",
               "test": "test_tasks.jsonl"}
-
-
-@dataclass
-class QuestionBudget:
-    """At most `max_tokens` tokens of question (the rest of the context holds the system
-    prompt, the tools and the generated turns); `count` counts a text's tokens and
-    `explain` says where the limit comes from."""
-    max_tokens: int
-    count: Callable[[str], int]
-    explain: str = ""
 
 
 @dataclass

@@ -46,7 +46,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ablate.envs.email.data import DataFileError, read_emails
-from ablate.outputs import process_alive
+from ablate.core.locks import process_alive
 
 log = logging.getLogger(__name__)
 

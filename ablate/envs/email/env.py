@@ -18,8 +18,10 @@ from ablate.envs.base import Environment, Task, ToolResult, register_env
 from ablate.envs.email.bundle import EnvBundle, build_env
 from ablate.envs.email.config import EnvConfig
 from ablate.envs.email.data import Task as EmailTask
+from ablate.envs.email.episodes import email_task, emails_read, evidence_read  # noqa: F401
 from ablate.envs.email.judge import ExactJudge, normalize_answer
 from ablate.envs.email.masking import GRAMMAR, episode_candidates
+from ablate.envs.email.rewards import SCHEMES
 from ablate.envs.email.scripted import ScriptedAgent
 from ablate.envs.email.tools import (ANSWER, READ, SEARCH, SYSTEM_PROMPT, TOOL_SCHEMAS,
                                      ToolBox, ToolCall)
@@ -49,7 +51,7 @@ class EmailEnv(Environment):
     def from_config(cls, env_cfg, judge: Any = None, cfg: Any = None,
                     **_objects) -> "EmailEnv":
         """`cfg` (the whole run config, when given) bounds the questions by the model's
-        context (ablate.preflight.question_budget)."""
+        context (ablate.apps.preflight.question_budget)."""
         if cfg is None:   # the env group alone: schema defaults for the keys not given
             env_cfg = OmegaConf.merge(OmegaConf.structured(EnvConfig), env_cfg)
             cfg = SimpleNamespace(env=env_cfg)
@@ -149,7 +151,6 @@ class EmailEnv(Environment):
         return None
 
     def reward_schemes(self) -> dict:
-        from ablate.envs.email.rewards import SCHEMES   # rewards.py imports this module
         return dict(SCHEMES)
 
     def baseline(self, task, seed: int = 0, agent: Optional[ScriptedAgent] = None):
@@ -189,20 +190,6 @@ def contains_answer(text: str, gold: str) -> bool:
     """Do the gold answer's normalised tokens appear contiguously in `text`'s?"""
     g, t = normalize_answer(gold), normalize_answer(text)
     return bool(g) and any(t[i:i + len(g)] == g for i in range(len(t) - len(g) + 1))
-
-
-def emails_read(results: list[ToolResult]) -> set[str]:
-    return {r.extra["read_id"] for r in results if r.extra.get("read_id")}
-
-
-def evidence_read(task, results: list[ToolResult]) -> int:
-    """Evidence emails of the task the episode read."""
-    return len(set(email_task(task).message_ids) & emails_read(results))
-
-
-def email_task(task) -> EmailTask:
-    """The email record of a protocol Task (or the record itself)."""
-    return task.payload if isinstance(task, Task) else task
 
 
 def _task(t: EmailTask) -> Task:

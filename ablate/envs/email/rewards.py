@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ablate.envs.email.env import email_task, evidence_read
+from ablate.envs.email.episodes import email_task, evidence_read
 from ablate.envs.email.tools import TOOL_NAMES
 from ablate.rewards.schemes import Components, reward_scheme
 

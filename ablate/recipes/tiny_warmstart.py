@@ -7,12 +7,12 @@ scripted baseline (Environment.baseline, e.g. the code-repair HonestFixer that r
 edits and tests), its episodes rendered with the harness's chat functions so that SFT
 and RL see token-identical text (ablate/harness/templates.py `demonstration`).
 
-    python -m ablate.models.tiny warmstart --env coderepair [--out DIR] [--demos N] ...
+    python -m ablate.recipes.tiny warmstart --env coderepair [--out DIR] [--demos N] ...
     then: model=tiny_coderepair (conf/model/tiny_coderepair.yaml loads the shipped result)
 
 Deterministic for a recipe on the same torch build: the demonstrations are the first
 `demos` correct scripted episodes on the environment's train split (default generator
-seed, the split RL trains on), SFT with the torch learner (ablate/models/sft.py). Saved in
+seed, the split RL trains on), SFT with the torch learner (ablate/recipes/sft.py). Saved in
 float16 like the shipped email checkpoint, with the recipe beside the weights.
 """
 from __future__ import annotations
@@ -65,10 +65,10 @@ def demonstrations(env, conv, n: int) -> list[tuple[list[int], list[int]]]:
 def build(recipe: Recipe = Recipe(), out: str | Path | None = None, log=print) -> Path:
     """Fine-tune the shipped tiny model on `recipe` and write it to `out` (atomically:
     a killed build leaves the previous checkpoint in place)."""
-    from ablate.cli import compose_config
+    from ablate.apps.cli import compose_config
     from ablate.envs.registry import make_env
     from ablate.harness.templates import ChatConventions
-    from ablate.models.sft import fit
+    from ablate.recipes.sft import fit
     final = Path(out) if out else WARM_ASSETS[recipe.env]
     cfg = compose_config([f"env={recipe.env}", "learner=torch",
                           "learner.lora.enable=false"])

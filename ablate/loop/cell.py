@@ -7,190 +7,40 @@
 Every random choice is a function of (seed, step, round), so a cell killed at any point
 and restarted from its last checkpoint reproduces the uninterrupted run row for row.
 With trainer.max_async_level = k > 0 the training rollouts come from a producer process
-up to k policy versions behind (ablate.async_rollout); a resumed async run restarts that
+up to k policy versions behind (ablate.loop.async_rollout); a resumed async run restarts that
 pipeline from the checkpoint, so it is not row-for-row the uninterrupted async run.
 """
 from __future__ import annotations
 
-import copy
 import json
 import logging
-import random
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from ablate.config import ConfigError, validate
-from ablate.eval_metrics import GREEDY, SAMPLED, summarise
-from ablate.outputs import CellDir
+from ablate.core.errors import ConfigError
+from ablate.core.seeding import derived_seed, seed_everything  # noqa: F401  (re-exported)
+from ablate.envs import make_env
+from ablate.loop.tracking import Tracker
+from ablate.rewards import check_reward_for
+from ablate.algos import build_algorithm
+from ablate.loop.async_rollout import AsyncRollouts
+from ablate.algos import DynamicSampler
+from ablate.algos import dynamic_sampling_filter
+from ablate.algos.protocol import StepContext
+from ablate.harness.chat import render_episode_text
+from ablate.loop.config import validate
+from ablate.loop.eval_metrics import GREEDY, SAMPLED
+from ablate.loop.outputs import CellDir
+from ablate.loop.policy import ModelPolicy, SamplerPolicy, ScriptedPolicy  # noqa: F401
+from ablate.loop.scoring import (eval_history, eval_rows, eval_subset, eval_summary,  # noqa: F401
+                                 sample_step_tasks, score)
 from ablate.harness.parser import step_metrics as harness_step_metrics
 
-log = logging.getLogger("ablate.cell")
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def derived_seed(*parts: int) -> int:
-    """A stable 31-bit seed from integers (e.g. seed, step, round)."""
-    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(1)[0]
-               & 0x7FFFFFFF)
-
-
-def sample_step_tasks(tasks: list, n: int, seed: int, step: int, round_: int,
-                      experience=None) -> list:
-    rng = np.random.default_rng(derived_seed(seed, step, round_, 17))
-    if experience is not None:   # curriculum pool, buffer revisits (ablate.curriculum)
-        return experience.sample(tasks, n, step, rng)
-    idx = rng.choice(len(tasks), size=min(n, len(tasks)), replace=False)
-    return [tasks[i] for i in idx]
-
-
-def eval_subset(tasks: list, n: int, offset: int = 0) -> list:
-    """n test tasks from index `offset`: a fixed subset shared by every cell (keeps
-    comparisons paired); a later offset gives a confirmation set disjoint from the one
-    settings were chosen on. An offset past the split is a ConfigError."""
-    if offset >= len(tasks):
-        raise ConfigError(f"eval.offset={offset}: the test split has only {len(tasks)} "
-                          f"tasks (allowed: 0..{len(tasks) - 1})")
-    return list(tasks[offset:offset + n])
-
-
-# ---------------------------------------------------------------------------------------
-# scoring: judge -> reward -> rows
-# ---------------------------------------------------------------------------------------
-def score(episodes, env, reward_cfg) -> list[tuple[float, dict]]:
-    """Correctness from the environment (its judge), then the configured reward, looked
-    up in the environment's own schemes first."""
-    from ablate.rewards import compute_reward
-
-    pending = [e for e in episodes if e.final_answer is not None and e.answered]
-    verdicts = env.judge_many([(e.task, e.final_answer, e.state)
-                               for e in pending]) if pending else []
-    for e in episodes:
-        e.correct = False
-    for e, v in zip(pending, verdicts):
-        e.correct = bool(v)
-    schemes = env.reward_schemes()
-    return [compute_reward(e, reward_cfg, schemes) for e in episodes]
-
-
-def eval_summary(step: int, rows: list[dict]) -> dict:
-    """Sampled accuracy (avg@k, the primary metric), pass@k, answer / "I don't know" /
-    wrong rates, per-hop accuracy, and greedy accuracy beside them (ablate/eval_metrics.py)."""
-    return summarise(step, rows)
-
-
-def eval_history(rows: list[dict]) -> list[tuple[int, dict]]:
-    steps = sorted({r["step"] for r in rows})
-    return [(s, eval_summary(s, [r for r in rows if r["step"] == s])) for s in steps]
-
-
-def eval_rows(step: int, episodes, rewards, decoding: str = SAMPLED) -> list[dict]:
-    rows = []
-    for e, (total, comps) in zip(episodes, rewards):
-        row = {"step": step, "task_id": e.task.id, "sample": e.sample, "hops": e.task.hops,
-               "correct": bool(e.correct), "reward": float(total), "decoding": decoding}
-        row.update(e.behaviour())
-        row.update({f"reward/{k}": float(v) for k, v in comps.items()})
-        rows.append(row)
-    return rows
-
-
-# ---------------------------------------------------------------------------------------
-# policies: the scripted baseline and a learning model
-# ---------------------------------------------------------------------------------------
-class ScriptedPolicy:
-    """The no-learning baseline row: the environment's scripted baseline acting through
-    the real tools."""
-    learns = False
-
-    def __init__(self, env, cfg):
-        self.env, self.cfg = env, cfg
-
-    def act(self, tasks, group_size, *, temperature, seed, evaluation=False):
-        from ablate.envs import run_episode
-        from ablate.harness.episode import scripted_episode
-        episodes = []
-        for gi, task in enumerate(tasks):
-            for s in range(group_size):
-                policy = self.env.baseline(task, derived_seed(seed, gi, s))
-                if policy is None:
-                    raise ValueError(f"model=scripted: env {self.env.name} has no "
-                                     "scripted baseline")
-                traj = run_episode(self.env, task, policy, self.cfg.env.max_turns)
-                episodes.append(scripted_episode(traj, gi, s,
-                                                 self.env.behaviour(task, traj.results)))
-        return episodes
-
-
-class ModelPolicy:
-    """A language model acting through the harness; trained by the learner."""
-    learns = True
-
-    def __init__(self, env, cfg, ckpt_dir: Path):
-        from ablate.learners import make_learner
-        from ablate.models.loading import load_policy
-        from ablate.samplers import make_sampler
-
-        self.env, self.cfg = env, cfg
-        self.remote = None   # the async rollout producer (trainer.max_async_level > 0)
-        model, self.tokenizer = load_policy(cfg.model)
-        # DeepSpeed partitions the learner's model in place: the sampler gets its own copy
-        # (vLLM loads from the weights directory instead)
-        local_dir = getattr(model, "name_or_path", None)
-        if cfg.sampler.name == "vllm" and local_dir and Path(local_dir).is_dir():
-            sampler_model = local_dir
-        else:
-            sampler_model = copy.deepcopy(model)
-        ref_model = None
-        if cfg.algo.kl_coef > 0:  # only then is a frozen reference loaded at all
-            ref_model, _ = load_policy(cfg.model)
-            ref_model.eval().requires_grad_(False)
-        self.learner = make_learner(cfg.learner, model, lr=cfg.trainer.lr, seed=cfg.seed,
-                                    temperature=cfg.sampler.temperature, ckpt_dir=ckpt_dir,
-                                    ref_model=ref_model)
-        self.sampler = make_sampler(cfg.sampler, sampler_model, self.tokenizer,
-                                    device=cfg.run.device, dtype=cfg.model.dtype, seed=cfg.seed)
-        self.push_weights()
-
-    def push_weights(self):
-        self.sampler.load_weights(self.learner.export_state_dict())
-
-    def act(self, tasks, group_size, *, temperature, seed, evaluation=False):
-        from ablate.agents import agent_for
-        from ablate.harness.rollout import rollout
-        c = self.cfg
-        agent = agent_for(c, evaluation)   # agent=reflexion|lats (ablate/agents); else ReAct
-        if agent is not None:
-            return agent.act(self, tasks, group_size, temperature=temperature, seed=seed,
-                             score=lambda eps: score(eps, self.env, c.reward))
-        return rollout(tasks, group_size=group_size, sampler=self.sampler,
-                       tokenizer=self.tokenizer, env=self.env,
-                       harness_cfg=c.harness, mode_cfg=c.mode, max_turns=c.env.max_turns,
-                       temperature=temperature, top_p=c.sampler.top_p, seed=seed,
-                       model_cfg=c.model)
-
-
-class SamplerPolicy(ModelPolicy):
-    """ModelPolicy's acting half without a learner: the policy of the asynchronous rollout
-    producer process (ablate.async_rollout), whose weights arrive from the learner."""
-
-    def __init__(self, env, cfg):
-        from ablate.models.loading import load_policy
-        from ablate.samplers import make_sampler
-
-        self.env, self.cfg, self.remote = env, cfg, None
-        model, self.tokenizer = load_policy(cfg.model)
-        self.sampler = make_sampler(cfg.sampler, model, self.tokenizer,
-                                    device=cfg.run.device, dtype=cfg.model.dtype, seed=cfg.seed)
+log = logging.getLogger("ablate.loop.cell")
 
 
 # ---------------------------------------------------------------------------------------
@@ -252,13 +102,10 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     if cfg.run.num_threads > 0:
         torch.set_num_threads(cfg.run.num_threads)
 
-    from ablate.envs import make_env
-    from ablate.tracking import Tracker
 
     t0 = time.time()
     env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
     judge = env   # correctness comes from the environment (and its configured judge)
-    from ablate.rewards import check_reward_for
     try:
         check_reward_for(cfg.reward, env)
     except ValueError as e:
@@ -304,7 +151,6 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
             on_eval(step, summary)
         return summary
 
-    from ablate.algos import build_algorithm
     algorithm = build_algorithm(cfg.algo, max_len=cfg.harness.max_tokens_per_episode, cfg=cfg)
     if start > 0:   # an algorithm's own state (e.g. PPO's critic) resumes with the learner
         algorithm.load(cell.ckpt, start)
@@ -317,7 +163,6 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
 
     progress = Progress(max_steps, cfg.run.quiet, tracker.name)
     if cfg.trainer.max_async_level > 0 and start < max_steps:
-        from ablate.async_rollout import AsyncRollouts
         policy.remote = AsyncRollouts(cfg, start, max_steps, policy.learner.export_state_dict())
     try:
         for step in range(start + 1, max_steps + 1):
@@ -352,7 +197,6 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
 def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
     """One optimizer step: rollouts (with dynamic-sampling refills), rewards, then the
     algorithm's training batch and loss (ablate.algos.protocol) for the learner's update."""
-    from ablate.algos import DynamicSampler
 
     a, t = cfg.algo, cfg.trainer
     experience = getattr(algorithm, "experience", None)   # curriculum / trajectory buffer
@@ -416,7 +260,6 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
         eps, rewards, groups = kept_all
         row["kept_fraction"] = 1.0
     # fraction of groups with any reward variance: how much GRPO signal this step carries
-    from ablate.algos import dynamic_sampling_filter
     mixed, _ = dynamic_sampling_filter(rewards_all, [i // t.group_size
                                                      for i in range(len(rewards_all))])
     row["mixed_groups"] = len(mixed) / max(len(rewards_all) // t.group_size, 1)
@@ -448,7 +291,6 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
 
 def augment(cfg, policy, judge, algorithm, step, eps, rewards, groups, row):
     """The algorithm's hook between scoring and `prepare` (ablate.algos.protocol)."""
-    from ablate.algos.protocol import StepContext
     ctx = StepContext(step, cfg.trainer.group_size, score=lambda e: score(e, judge, cfg.reward),
                       act=lambda tasks, n: policy.act(
                           tasks, n, temperature=cfg.sampler.temperature,
@@ -461,7 +303,6 @@ def augment(cfg, policy, judge, algorithm, step, eps, rewards, groups, row):
 
 
 def write_trajectories(cell: CellDir, step: int, episodes, rewards, limit: int) -> None:
-    from ablate.harness.chat import render_episode_text
 
     chosen = list(zip(episodes, rewards))[:limit]
     rows = []

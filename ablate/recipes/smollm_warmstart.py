@@ -3,7 +3,7 @@ rendered with its OWN chat template (ablate.harness.templates: json_text tool fo
 tools in the system turn), so that it writes tool calls before RL starts. Without it the
 model answers in prose: 0 well-formed calls in 10 masks-off turns (benchmarks/bench_smollm.py).
 
-    python -m ablate.models.smollm warmstart [--demos 8] [--epochs 2] [--batch 4]
+    python -m ablate.recipes.smollm_warmstart warmstart [--demos 8] [--epochs 2] [--batch 4]
     then: model=smollm2_135m model.warm_start=true
 
 Demonstrations: the scripted agent (ablate.envs.email.scripted.ScriptedAgent, no
@@ -17,41 +17,26 @@ The result is cached beside the conversion, keyed by the conversion and the reci
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import hashlib
 import json
 import os
 import random
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import fields
 from pathlib import Path
 
-DONE_MARK = "ablate_warmstart.json"
-
-
-@dataclass(frozen=True)
-class Recipe:
-    demos: int = 8             # scripted episodes (correct answers only)
-    epochs: int = 2
-    batch: int = 4             # episodes per optimizer step (4 steps: ~5 min each here)
-    lr: float = 2e-4
-    max_hops: int = 1          # 1: search, read, answer (short episodes: CPU minutes)
-    seed: int = 0
-
-
-def warm_dir(base: str, recipe: Recipe) -> Path:
-    key = hashlib.sha256(json.dumps(dataclasses.asdict(recipe), sort_keys=True).encode())
-    return Path(f"{base}-warm-{key.hexdigest()[:12]}")
+from ablate.models.smollm import DONE_MARK, Recipe, converted_dir, warm_dir  # noqa: F401
 
 
 def demonstrations(conv, recipe: Recipe, work: Path) -> list[tuple[list[int], list[int]]]:
     """(ids, loss_mask) of `recipe.demos` correct scripted episodes."""
-    from ablate.env.data import read_tasks
-    from ablate.env.db import EmailDB
-    from ablate.env.scripted import ScriptedAgent
-    from ablate.env.synthetic import generate
-    from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS, ToolBox
+    from ablate.envs.email.data import read_tasks
+    from ablate.envs.email.db import EmailDB
+    from ablate.envs.email.scripted import ScriptedAgent
+    from ablate.envs.email.synthetic import generate
+    from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS, ToolBox
     from ablate.harness.templates import demonstration
     p = generate(work, seed=1000 + recipe.seed, num_inboxes=max(4, recipe.demos // 3),
                  emails_per_inbox=40, train_tasks=2 * recipe.demos, test_tasks=2,
@@ -74,7 +59,7 @@ def demonstrations(conv, recipe: Recipe, work: Path) -> list[tuple[list[int], li
 def train(model, tok, learner_cfg, recipe: Recipe, work: Path, log=print):
     """Fine-tune `model` in place on the demonstrations; returns the merged state dict."""
     from ablate.harness.templates import ChatConventions
-    from ablate.models.sft import fit
+    from ablate.recipes.sft import fit
     demos = demonstrations(ChatConventions.from_tokenizer(tok), recipe, work / "demos")
     log(f"warmstart: {len(demos)} demonstrations, "
         f"{sum(sum(m) for _, m in demos)} trained tokens")
@@ -84,9 +69,8 @@ def train(model, tok, learner_cfg, recipe: Recipe, work: Path, log=print):
 
 def build(recipe: Recipe = Recipe(), log=print) -> str:
     """The warm-started directory (built when absent; atomic like the conversion)."""
-    from ablate.cli import compose_config
+    from ablate.apps.cli import compose_config
     from ablate.models.loading import load_policy
-    from ablate.models.smollm import converted_dir
     base = converted_dir("smollm2_135m")
     final = warm_dir(base, recipe)
     if (final / DONE_MARK).is_file():
@@ -109,3 +93,20 @@ def build(recipe: Recipe = Recipe(), log=print) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"warmstart: wrote {final}")
     return str(final)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ablate.recipes.smollm_warmstart")
+    ap.add_argument("command", choices=["convert", "warmstart"])
+    for f in fields(Recipe):
+        ap.add_argument(f"--{f.name}", type=type(f.default), default=f.default)
+    a = ap.parse_args(argv)
+    if a.command == "convert":
+        print(converted_dir("smollm2_135m"))
+        return 0
+    print(build(Recipe(**{f.name: getattr(a, f.name) for f in fields(Recipe)})))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -19,9 +19,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ablate.config import ConfigError, register
-from ablate.outputs import CellBusy, CellDir
-from ablate.preflight import check_output_dir, preflight as check_cfg
+from ablate.loop.config import ConfigError, register
+from ablate.loop.outputs import CellBusy, CellDir
+from ablate.apps.preflight import check_output_dir, preflight as check_cfg
 
 log = logging.getLogger("ablate")
 FAILED_CELLS: list[str] = []   # cells of this -m grid that raised (the others went on)
@@ -38,7 +38,7 @@ DEFAULT_GROUPS = ("env", "judge", "mode", "model", "sampler", "learner")
 def conf_dir() -> Path:
     """conf/ beside the package in a checkout or editable install, else the copy shipped
     inside the wheel as ablate/conf."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]   # the ablate package
     for candidate in (here.parent / "conf", here / "conf"):
         if (candidate / "config.yaml").is_file():
             return candidate
@@ -219,7 +219,7 @@ register()
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> float | None:
-    from ablate.cell import run_cell
+    from ablate.loop.cell import run_cell
 
     hc = HydraConfig.get()
     out_dir = hc.runtime.output_dir

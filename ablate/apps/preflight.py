@@ -4,7 +4,7 @@ importable, device and dtype usable, output and cache paths writable, token budg
 within the model's context, and the data (ablate.envs.email.check) valid.
 
 Each failure is one ConfigError naming the key, the value and what is allowed.
-`ablate.config.validate` holds the checks that need only the config.
+`ablate.loop.config.validate` holds the checks that need only the config.
 """
 from __future__ import annotations
 
@@ -18,17 +18,14 @@ from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from tokenizers import Tokenizer
 
-from ablate.cell import eval_subset
-from ablate.config import ConfigError, validate
-from ablate.env.bundle import build_env
-from ablate.env.check import QuestionBudget
-from ablate.env.data import DataFileError
-from ablate.env.db import EmailDBError
-from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
-from ablate.models.loading import ModelNotFoundError, resolve_weights
-from ablate.models.tiny import tiny_path
+from ablate.loop.cell import eval_subset
+from ablate.loop.config import ConfigError, validate
+from ablate.envs.email.bundle import build_env
+from ablate.envs.email.data import DataFileError
+from ablate.envs.email.db import EmailDBError
+from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
+from ablate.models.budget import check_weights, question_budget
 
 log = logging.getLogger("ablate")
 
@@ -39,8 +36,6 @@ OPTIONAL_PACKAGES = (
     ("learner.lora.enable", True, "peft"),
     ("run.wandb_mode", "online", "wandb"),
 )
-# the chat template's own tokens around the system prompt, tools and question
-TEMPLATE_SLACK_TOKENS = 64
 
 
 def preflight(cfg: DictConfig, *, data: bool = True) -> None:
@@ -52,7 +47,7 @@ def preflight(cfg: DictConfig, *, data: bool = True) -> None:
     check_device(cfg)
     check_writable(cfg)
     model_dir = check_weights(cfg)
-    budget = question_budget(cfg, model_dir)
+    budget = question_budget(cfg, model_dir, SYSTEM_PROMPT + json.dumps(TOOL_SCHEMAS))
     if data and cfg.env.name in EMAIL_ENVS:   # other environments make their own data
         check_data(cfg, budget)
 
@@ -123,66 +118,13 @@ def check_output_dir(key: str, path: str) -> None:
     why = writable_dir(Path(path))
     if why:
         raise ConfigError(f"{key}={path!r} is not usable: {why}; give a writable directory")
-    from ablate.outputs import JSONL_FILES, OutputFileError, read_jsonl
+    from ablate.loop.outputs import JSONL_FILES, OutputFileError, read_jsonl
     for name in JSONL_FILES:
         try:
             read_jsonl(Path(os.path.expanduser(path)) / name)
         except OutputFileError as exc:
             raise ConfigError(f"{key}={path!r} holds a cell that cannot be resumed: {exc}") \
                 from None
-
-
-def check_weights(cfg: DictConfig) -> Path | None:
-    """The model's local directory (None for the scripted agent, or without a model: an
-    environment built alone), or ConfigError."""
-    m = getattr(cfg, "model", None)
-    if m is None or m.name == "scripted":
-        return None
-    if m.name == "tiny":
-        path = tiny_path(m)
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"model.path={m.path!r}: no tiny checkpoint (config.json) in "
-                              f"{path}; rebuild it with `python -m ablate.models.tiny build`")
-        return path
-    try:
-        return Path(resolve_weights(m))
-    except ModelNotFoundError as exc:     # its messages name model.path / model=NAME
-        raise ConfigError(str(exc)) from None
-
-
-def context_length(model_dir: Path) -> int | None:
-    try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    value = config.get("max_position_embeddings")
-    return int(value) if isinstance(value, int) and value > 0 else None
-
-
-def question_budget(cfg: DictConfig, model_dir: Path | None):
-    """The question's token budget: the context length less the episode's generation
-    budget, the system prompt and the tools; ConfigError when nothing is left. None when
-    the model has no known context or tokenizer (the scripted agent)."""
-    if model_dir is None or (n_ctx := context_length(model_dir)) is None:
-        return None
-    if not (model_dir / "tokenizer.json").is_file():
-        return None
-    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-
-    def count(text: str) -> int:
-        return len(tok.encode(text, add_special_tokens=False).ids)
-
-    fixed = count(SYSTEM_PROMPT + json.dumps(TOOL_SCHEMAS)) + TEMPLATE_SLACK_TOKENS
-    gen = cfg.harness.max_tokens_per_episode
-    left = n_ctx - gen - fixed
-    if left < 16:
-        raise ConfigError(
-            f"harness.max_tokens_per_episode={gen} is not allowed: model={cfg.model.name} has "
-            f"a context of {n_ctx} tokens and the system prompt with the tools takes ~{fixed}; "
-            f"use at most {n_ctx - fixed - 16}")
-    return QuestionBudget(left, count, f"model={cfg.model.name} has a context of {n_ctx} "
-                          f"tokens: harness.max_tokens_per_episode={gen} and ~{fixed} for the "
-                          "system prompt and tools")
 
 
 def check_data(cfg: DictConfig, budget=None) -> None:

@@ -1,5 +1,5 @@
 """Supervised fine-tuning on demonstrations with the ordinary learner (the warm starts of
-ablate/models/smollm_warmstart.py and ablate/models/tiny_warmstart.py).
+ablate/recipes/smollm_warmstart.py and ablate/recipes/tiny_warmstart.py).
 
 A demonstration is (ids, loss_mask) as ablate.harness.templates.demonstration renders a
 scripted episode: token-identical to what a rollout feeds the model, loss on the turns.

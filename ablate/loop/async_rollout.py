@@ -6,7 +6,7 @@ max_async_level, with a fixed rather than a free-running lag).
 Version v is the policy after v optimizer steps. The batch of step s is rolled out by
 the producer from exactly version behaviour_version(s) = max(start, s - 1 - k) and trained
 by the learner at version s - 1: its staleness is s - 1 - behaviour_version(s) <= k. The
-tasks and sampling seeds of step s are those of the synchronous loop (ablate.cell), so
+tasks and sampling seeds of step s are those of the synchronous loop (ablate.loop.cell), so
 k > 0 draws the same questions as k = 0; only the weights that answer them are older.
 Weights travel learner -> producer as serialized state dicts over a queue, episodes
 producer -> learner as pickled Episode dataclasses; scoring stays with the learner.
@@ -26,6 +26,11 @@ import traceback
 
 import torch
 from omegaconf import OmegaConf
+
+from ablate.core.seeding import derived_seed
+from ablate.loop.scoring import sample_step_tasks
+from ablate.loop.policy import SamplerPolicy
+from ablate.envs import make_env
 
 log = logging.getLogger("ablate.async")
 POLL_S = 1.0          # how often a blocked side checks that the other one is alive
@@ -114,7 +119,6 @@ def produce(plain_cfg: dict, start: int, max_steps: int, weights_q, out_q,
         cfg = OmegaConf.create(plain_cfg)
         policy, env = _sampler_policy(cfg)
         t, k, have = cfg.trainer, int(cfg.trainer.max_async_level), -1
-        from ablate.cell import derived_seed, sample_step_tasks
         for step in range(start + 1, max_steps + 1):
             need = behaviour_version(step, start, k)
             while have < need:               # versions arrive in order, one per step
@@ -143,8 +147,6 @@ def _next_weights(weights_q, parent: int):
 
 def _sampler_policy(cfg):
     """The environment and a sampler-only ModelPolicy (no learner) in this process."""
-    from ablate.cell import SamplerPolicy
-    from ablate.envs import make_env
 
     env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)   # as run_cell builds it
     return SamplerPolicy(env, cfg), env

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-log = logging.getLogger("ablate.tracking")
+log = logging.getLogger("ablate.loop.tracking")
 
 
 def run_name(cell_dir: Path) -> str:

@@ -25,11 +25,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.core.locks import lock_holder, process_alive  # noqa: F401  (re-exported)
+
 COMPLETE = "COMPLETE"
 FAILED = "FAILED"    # a grid cell that raised: its one-line error, then the traceback
 JSONL_FILES = ("metrics.jsonl", "eval.jsonl", "trajectories.jsonl")
 TRAJECTORIES_TXT = "trajectories.txt"
-# the header ablate.cell.write_trajectories writes before each evaluation's episodes
+# the header ablate.loop.cell.write_trajectories writes before each evaluation's episodes
 _EVAL_HEADER = re.compile(r"^=+ evaluation at step (\d+) =+$", re.M)
 
 
@@ -86,33 +88,6 @@ def remove_stale_temps(folder: Path) -> list[Path]:
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
-
-
-def process_alive(pid: int) -> bool:
-    """Is a process of this id running on this machine?"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def lock_holder(cell: str | Path) -> int | None:
-    """The process holding `<cell>/.lock`, or None. Read from /proc/locks (proc(5)):
-    probing with flock itself could make a cell starting that instant see itself busy."""
-    try:
-        st = (Path(cell) / ".lock").stat()
-        table = Path("/proc/locks").read_text()
-    except OSError:
-        return None
-    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in table.splitlines():   # "1: FLOCK  ADVISORY  WRITE <pid> <maj:min:inode> 0 EOF"
-        f = line.split()
-        if len(f) >= 6 and f[1] == "FLOCK" and f[5] == dev:
-            return int(f[4])
-    return None
 
 
 class CellBusy(RuntimeError):

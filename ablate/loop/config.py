@@ -12,13 +12,14 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from ablate.core.errors import ConfigError  # noqa: F401  (re-exported)
 from ablate.agents import AGENTS
 from ablate.agents.config import AgentConfig, check as check_agent
 from ablate.algos.config import AlgoConfig
 from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, ALGORITHMS, LOSS_AGGREGATIONS,
                                    PAIR_RULES, POLICY_LOSSES, ROLLOUT_CORRECTIONS,
                                    import_plugins)
-from ablate.env.config import EnvConfig, JudgeConfig
+from ablate.envs.email.config import EnvConfig, JudgeConfig
 from ablate.envs import ENVIRONMENTS, EnvError, env_class
 from ablate.harness.config import HarnessConfig, ModeConfig
 from ablate.harness.parser import PARSERS
@@ -114,10 +115,6 @@ ALLOWED = {
 
 
 WANDB_MODES = ("online", "offline", "disabled")
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the key and what is allowed."""
 
 
 MAX_DIRNAME = 200   # file systems allow 255 bytes per path component

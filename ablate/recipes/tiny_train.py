@@ -77,9 +77,9 @@ def _log(msg: str) -> None:
 
 # ----------------------------------------------------------------------------- data
 def make_worlds(cfg: BuildConfig, work: Path) -> list[dict]:
-    from ablate.env import synthetic
-    from ablate.env.data import read_tasks
-    from ablate.env.db import EmailDB
+    from ablate.envs.email import synthetic
+    from ablate.envs.email.data import read_tasks
+    from ablate.envs.email.db import EmailDB
     out = []
     for w in range(cfg.worlds):
         d = work / "worlds" / f"w{w:03d}"
@@ -97,9 +97,9 @@ def make_worlds(cfg: BuildConfig, work: Path) -> list[dict]:
 
 def run_demos(cfg: BuildConfig, worlds: list[dict]) -> list[dict]:
     """Scripted episodes -> [{task, steps, kind}] (kind: 'ok' | 'idk')."""
-    from ablate.env.db import EmailDB
-    from ablate.env.scripted import ScriptedAgent
-    from ablate.env.tools import ToolBox
+    from ablate.envs.email.db import EmailDB
+    from ablate.envs.email.scripted import ScriptedAgent
+    from ablate.envs.email.tools import ToolBox
     from ablate.harness.episode import is_abstention
     agent = ScriptedAgent(extra_keyword_prob=cfg.extra_keyword_prob,
                           misread_prob=cfg.misread_prob, give_up_prob=cfg.give_up_prob,
@@ -141,7 +141,7 @@ def chat_steps(steps, thinking: bool) -> list[tuple[str, list[str]]]:
 
 def tokenizer_texts(worlds, demos, n_demo_texts: int = 400) -> list[str]:
     """Mailbox text + harness text in proportion to what the model will read."""
-    from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
+    from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
     from ablate.harness.chat import observation_text
     from ablate.models.tokenizer import QWEN3_CHAT_TEMPLATE  # noqa: F401 (documented)
     texts = []
@@ -160,7 +160,7 @@ def tokenizer_texts(worlds, demos, n_demo_texts: int = 400) -> list[str]:
 
 def render_all(cfg: BuildConfig, tok, demos) -> list[dict]:
     """Token sequences: instruct demos whole; thinking demos as one random turn segment."""
-    from ablate.env.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
+    from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
     from ablate.harness.chat import render_demonstration_segments
     from ablate.harness.config import ModeConfig
     instruct = ModeConfig(name="instruct", enable_thinking=False)
@@ -299,7 +299,7 @@ def pool_attention_init(model, tok, layers, strength: float) -> None:
     (the first result, the value in the last email), a much easier gradient path than
     discovering the attention pattern from scratch."""
     import torch
-    from ablate.env import synthetic
+    from ablate.envs.email import synthetic
     emb = model.get_input_embeddings().weight
     H, hd = model.config.hidden_size, model.config.head_dim
     g = torch.Generator().manual_seed(99)
@@ -356,7 +356,7 @@ def type_aware_init(model, tok, scale: float) -> None:
     select by type at once and the token's own random part still tells the copies apart
     (tied embeddings: the copied vector scores its own token highest)."""
     import torch
-    from ablate.env import synthetic
+    from ablate.envs.email import synthetic
     pools = [synthetic.id_pool(), synthetic.CODENAMES, synthetic.CITIES, synthetic.COMPANIES,
              synthetic.AMOUNTS, synthetic.CAPACITIES]
     emb = model.get_input_embeddings().weight
@@ -437,7 +437,7 @@ def build(out_dir, cfg: BuildConfig, work_dir=None, minutes: float | None = None
     """Build (or resume) the warm start into out_dir. Returns out_dir. With `minutes`,
     stops after that much training time with a checkpoint (run again to resume)."""
     import torch
-    from ablate.env import synthetic
+    from ablate.envs.email import synthetic
     from ablate.models.tokenizer import build_tokenizer
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

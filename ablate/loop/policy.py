@@ -1,0 +1,95 @@
+"""The policies a cell acts with: the environment's scripted baseline, a learning model
+(learner + sampler) and the acting half alone (the asynchronous producer's policy)."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from ablate.agents import agent_for
+from ablate.core.seeding import derived_seed
+from ablate.envs import run_episode
+from ablate.harness.episode import scripted_episode
+from ablate.harness.rollout import rollout
+from ablate.loop.scoring import score
+
+
+class ScriptedPolicy:
+    """The no-learning baseline row: the environment's scripted baseline acting through
+    the real tools."""
+    learns = False
+
+    def __init__(self, env, cfg):
+        self.env, self.cfg = env, cfg
+
+    def act(self, tasks, group_size, *, temperature, seed, evaluation=False):
+        episodes = []
+        for gi, task in enumerate(tasks):
+            for s in range(group_size):
+                policy = self.env.baseline(task, derived_seed(seed, gi, s))
+                if policy is None:
+                    raise ValueError(f"model=scripted: env {self.env.name} has no "
+                                     "scripted baseline")
+                traj = run_episode(self.env, task, policy, self.cfg.env.max_turns)
+                episodes.append(scripted_episode(traj, gi, s,
+                                                 self.env.behaviour(task, traj.results)))
+        return episodes
+
+
+class ModelPolicy:
+    """A language model acting through the harness; trained by the learner."""
+    learns = True
+
+    def __init__(self, env, cfg, ckpt_dir: Path):
+        from ablate.learners import make_learner
+        from ablate.models.loading import load_policy
+        from ablate.samplers import make_sampler
+
+        self.env, self.cfg = env, cfg
+        self.remote = None   # the async rollout producer (trainer.max_async_level > 0)
+        model, self.tokenizer = load_policy(cfg.model)
+        # DeepSpeed partitions the learner's model in place: the sampler gets its own copy
+        # (vLLM loads from the weights directory instead)
+        local_dir = getattr(model, "name_or_path", None)
+        if cfg.sampler.name == "vllm" and local_dir and Path(local_dir).is_dir():
+            sampler_model = local_dir
+        else:
+            sampler_model = copy.deepcopy(model)
+        ref_model = None
+        if cfg.algo.kl_coef > 0:  # only then is a frozen reference loaded at all
+            ref_model, _ = load_policy(cfg.model)
+            ref_model.eval().requires_grad_(False)
+        self.learner = make_learner(cfg.learner, model, lr=cfg.trainer.lr, seed=cfg.seed,
+                                    temperature=cfg.sampler.temperature, ckpt_dir=ckpt_dir,
+                                    ref_model=ref_model)
+        self.sampler = make_sampler(cfg.sampler, sampler_model, self.tokenizer,
+                                    device=cfg.run.device, dtype=cfg.model.dtype, seed=cfg.seed)
+        self.push_weights()
+
+    def push_weights(self):
+        self.sampler.load_weights(self.learner.export_state_dict())
+
+    def act(self, tasks, group_size, *, temperature, seed, evaluation=False):
+        c = self.cfg
+        agent = agent_for(c, evaluation)   # agent=reflexion|lats (ablate/agents); else ReAct
+        if agent is not None:
+            return agent.act(self, tasks, group_size, temperature=temperature, seed=seed,
+                             score=lambda eps: score(eps, self.env, c.reward))
+        return rollout(tasks, group_size=group_size, sampler=self.sampler,
+                       tokenizer=self.tokenizer, env=self.env,
+                       harness_cfg=c.harness, mode_cfg=c.mode, max_turns=c.env.max_turns,
+                       temperature=temperature, top_p=c.sampler.top_p, seed=seed,
+                       model_cfg=c.model)
+
+
+class SamplerPolicy(ModelPolicy):
+    """ModelPolicy's acting half without a learner: the policy of the asynchronous rollout
+    producer process (ablate.loop.async_rollout), whose weights arrive from the learner."""
+
+    def __init__(self, env, cfg):
+        from ablate.models.loading import load_policy
+        from ablate.samplers import make_sampler
+
+        self.env, self.cfg, self.remote = env, cfg, None
+        model, self.tokenizer = load_policy(cfg.model)
+        self.sampler = make_sampler(cfg.sampler, model, self.tokenizer,
+                                    device=cfg.run.device, dtype=cfg.model.dtype, seed=cfg.seed)

@@ -1,0 +1,68 @@
+"""Tasks and scoring of a cell: which tasks a step trains on and which the evaluation
+uses, then judge -> reward -> rows (the rows analysis reads, docs/statistics.md)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ablate.core.errors import ConfigError
+from ablate.core.seeding import derived_seed
+from ablate.loop.eval_metrics import SAMPLED, summarise
+from ablate.rewards import compute_reward
+
+
+def sample_step_tasks(tasks: list, n: int, seed: int, step: int, round_: int,
+                      experience=None) -> list:
+    rng = np.random.default_rng(derived_seed(seed, step, round_, 17))
+    if experience is not None:   # curriculum pool, buffer revisits (ablate.algos.curriculum)
+        return experience.sample(tasks, n, step, rng)
+    idx = rng.choice(len(tasks), size=min(n, len(tasks)), replace=False)
+    return [tasks[i] for i in idx]
+
+
+def eval_subset(tasks: list, n: int, offset: int = 0) -> list:
+    """n test tasks from index `offset`: a fixed subset shared by every cell (keeps
+    comparisons paired); a later offset gives a confirmation set disjoint from the one
+    settings were chosen on. An offset past the split is a ConfigError."""
+    if offset >= len(tasks):
+        raise ConfigError(f"eval.offset={offset}: the test split has only {len(tasks)} "
+                          f"tasks (allowed: 0..{len(tasks) - 1})")
+    return list(tasks[offset:offset + n])
+
+
+# ---------------------------------------------------------------------------------------
+# scoring: judge -> reward -> rows
+# ---------------------------------------------------------------------------------------
+def score(episodes, env, reward_cfg) -> list[tuple[float, dict]]:
+    """Correctness from the environment (its judge), then the configured reward, looked
+    up in the environment's own schemes first."""
+    pending = [e for e in episodes if e.final_answer is not None and e.answered]
+    verdicts = env.judge_many([(e.task, e.final_answer, e.state)
+                               for e in pending]) if pending else []
+    for e in episodes:
+        e.correct = False
+    for e, v in zip(pending, verdicts):
+        e.correct = bool(v)
+    schemes = env.reward_schemes()
+    return [compute_reward(e, reward_cfg, schemes) for e in episodes]
+
+
+def eval_summary(step: int, rows: list[dict]) -> dict:
+    """Sampled accuracy (avg@k, the primary metric), pass@k, answer / "I don't know" /
+    wrong rates, per-hop accuracy, and greedy accuracy beside them (ablate/loop/eval_metrics.py)."""
+    return summarise(step, rows)
+
+
+def eval_history(rows: list[dict]) -> list[tuple[int, dict]]:
+    steps = sorted({r["step"] for r in rows})
+    return [(s, eval_summary(s, [r for r in rows if r["step"] == s])) for s in steps]
+
+
+def eval_rows(step: int, episodes, rewards, decoding: str = SAMPLED) -> list[dict]:
+    rows = []
+    for e, (total, comps) in zip(episodes, rewards):
+        row = {"step": step, "task_id": e.task.id, "sample": e.sample, "hops": e.task.hops,
+               "correct": bool(e.correct), "reward": float(total), "decoding": decoding}
+        row.update(e.behaviour())
+        row.update({f"reward/{k}": float(v) for k, v in comps.items()})
+        rows.append(row)
+    return rows
