@@ -345,7 +345,7 @@ def test_agent_group_names_come_from_the_registry():
     assert agent_for(compose_config([]), True) is None                 # react: the harness
     assert agent_for(compose_config(["agent=lats"]), False) is None    # evaluation only
     assert agent_for(compose_config(["agent=lats", "agent.train=true"]), False).name == "lats"
-    with pytest.raises(ConfigError, match=r"agent.name='mcts' is not allowed.*lats"):
+    with pytest.raises(ConfigError, match=r"agent.name='mcts' is not one of .*lats"):
         validate(compose_config(["agent.name=mcts"]))
     with pytest.raises(ConfigError, match="agent.lats.node_budget=0"):
         validate(compose_config(["agent=lats", "agent.lats.node_budget=0"]))

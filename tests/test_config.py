@@ -205,3 +205,31 @@ def test_configuration_reference_is_up_to_date():
         assert f"`trainer.{f.name}`" in text
     assert "| `trainer.max_steps` | int | `10` | `6` |" in text   # schema vs default cell
     assert "`sampler.name` | str | `hf` | same |" in text and "`vllm`" in text
+
+
+AXES = ("env.name", "reward.name", "algo.adv_estimator", "algo.policy_loss", "agent.name",
+        "harness.parser", "sampler.name", "learner.name")
+
+
+@pytest.mark.parametrize("key", AXES)
+def test_every_axis_is_one_registry_with_a_one_line_error(key):
+    from ablate.core.registry import Registry
+    from ablate.loop.config import ALLOWED
+    reg = ALLOWED[key]
+    assert isinstance(reg, Registry) and reg.key == key and reg.builtin()
+    assert all(reg.docs[n] for n in reg.builtin())
+    with pytest.raises(ConfigError, match=rf"^{key}='nope' is not one of \[.+\]$"):
+        validate(compose_config([f"{key}=nope"]))
+    with pytest.raises(ConfigError, match=rf"^{key}='nope' is not one of "):
+        reg.get_checked("nope")
+
+
+def test_plugins_register_names_on_any_axis():
+    cfg = compose_config(["plugins=[registry_user_plugin]", "harness.parser=strict_copy",
+                          "sampler.name=hf_copy", "learner.name=torch_copy"])
+    validate(cfg)
+    from ablate.harness.parser import parse_actions
+    assert parse_actions('<tool_call>{"name": "a", "arguments": {}}</tool_call>',
+                         "strict_copy")[0].call.name == "a"
+    with pytest.raises(ConfigError, match=r"^plugins: cannot import 'no_such_module_xyz'"):
+        validate(compose_config(["plugins=[no_such_module_xyz]"]))

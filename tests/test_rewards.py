@@ -13,7 +13,7 @@ from ablate.envs.email.tools import ToolCall as BoxCall
 from ablate.envs.email.env import tool_result
 from ablate.envs.email.rewards import credited_tools
 from ablate.harness.episode import Episode, Turn
-from ablate.rewards import REWARDS, compute_reward, naive, outcome, shaped
+from ablate.rewards import REWARDS, Rubric, compute_reward, naive, outcome, shaped
 
 
 def ToolCall(*args, **kw):
@@ -217,19 +217,136 @@ def test_unknown_scheme_is_rejected_with_the_allowed_names():
 def test_config_validation_reads_the_registry():
     from ablate.apps.cli import compose_config
     from ablate.loop.config import ConfigError, validate
-    from ablate.rewards.schemes import reward_scheme
 
     cfg = compose_config(["reward.name=half"])
-    with pytest.raises(ConfigError, match=r"reward.name='half'.*'naive', 'outcome', .*'shaped'"):
+    with pytest.raises(ConfigError, match=r"^reward.name='half' is not one of \['naive', "
+                                          r"'outcome', .*'shaped'"):
         validate(cfg)
 
-    @reward_scheme("half")
-    def half(episode, cfg=None):
-        return 0.5, {"half": 0.5}
+    def half(episode, cfg=None) -> float:
+        return 0.5
+    REWARDS.register("half", Rubric(half))
     try:
         validate(cfg)                      # a registered scheme is allowed at once
         assert compute_reward(full_episode(), cfg.reward)[0] == 0.5
         with pytest.raises(ValueError, match="registered twice"):
-            reward_scheme("half")(half)
+            REWARDS.register("half", Rubric(half))
     finally:
         del REWARDS["half"]
+
+
+# --- weighted components: the defaults are the published formulas, exactly ---------------
+
+def shaped_formula(tools, read, evidence, turns, max_turns, correct):
+    """EnronHop v0.2.0 (docs/rewards.md), written out: 0.05 per tool + 0.1 x read/evidence
+    + (if correct) 1.0 + 0.1 x max(0, 1 - turns/max_turns)."""
+    if not correct:
+        return 0.05 * tools + 0.1 * read / evidence + 0.0 + 0.0
+    return 0.05 * tools + 0.1 * read / evidence + 1.0 + 0.1 * max(0.0, 1 - turns / max_turns)
+
+
+def task_with(evidence: int) -> Task:
+    return Task(id=f"t{evidence}", question="q", answer="Sally Beck",
+                message_ids=[f"m{i}" for i in range(1, evidence + 1)],
+                inbox_address="jeff@enron.com", query_date="2001-06-01 00:00:00", hops=evidence)
+
+
+SHAPED_CASES = [(m, r, t, mt, c) for m in (3, 4) for r in range(m + 1) for t in (3, 5, 7)
+                for mt in (7, 10) for c in (True, False)]
+
+
+@pytest.mark.parametrize("evidence,read_n,turns,max_turns,correct", SHAPED_CASES)
+def test_shaped_default_weights_equal_the_formula_exactly(evidence, read_n, turns, max_turns,
+                                                          correct):
+    task = task_with(evidence)
+    calls = [[search(task.message_ids)], [read(m) for m in task.message_ids[:read_n]]]
+    calls += [[] for _ in range(turns - 3)] + [[answer()]]
+    ep = Episode(task=task, group=0, sample=0, turns=[Turn(text="", completion_tokens=1,
+                 calls=c) for c in calls], final_answer="Sally Beck", max_turns=max_turns,
+                 correct=correct)
+    tools = 3 if read_n else 2
+    expected = shaped_formula(tools, read_n, evidence, turns, max_turns, correct)
+    for c in (None, cfg("shaped"), RewardConfig(name="shaped")):
+        assert shaped(ep, c)[0] == expected                   # bit for bit, not approx
+    assert compute_reward(ep, cfg("shaped"))[0] == expected
+
+
+@pytest.mark.parametrize("correct,final", [(True, "Sally Beck"), (False, "Bob"),
+                                           (False, "I don't know."), (None, None)])
+def test_naive_and_outcome_default_weights_equal_the_formula_exactly(correct, final):
+    ep = full_episode(correct=bool(correct), final=final) if final else \
+        episode([[]], correct=None, final=None)
+    right, answered = ep.correct is True, ep.answered
+    # EnronHop article: naive +1 / -1 / 0 (no answer or "I don't know"); outcome 1 / 0
+    assert naive(ep, cfg("naive"))[0] == (1.0 if right else -1.0 if answered else 0.0)
+    assert outcome(ep, cfg("outcome"))[0] == (1.0 if right else 0.0)
+
+
+@pytest.mark.parametrize("runs,changed,correct", [(0, 0, True), (3, 1, False), (7, 2, True),
+                                                  (10, 10, False)])
+def test_tool_bonus_default_weights_equal_the_formula_exactly(runs, changed, correct):
+    from types import SimpleNamespace
+    from ablate.envs.base import ToolResult
+    from ablate.envs.coderepair.rewards import tool_bonus
+    results = [ToolResult("run_tests", {}, observation="", state_changed=i < changed)
+               for i in range(runs)]
+    tr = SimpleNamespace(results=results, correct=correct)
+    for flag, paid in ((False, runs), (True, changed)):
+        c = cfg("tool_bonus", state_change_bonus=flag)
+        # ablate/envs/coderepair/rewards.py docstring: outcome + 0.1 per (changed) run
+        assert tool_bonus(tr, c)[0] == (1.0 if correct else 0.0) + 0.1 * paid
+
+
+def test_a_zero_weight_removes_that_component_from_shaped():
+    ep = full_episode(turns=4, evidence_read=2)
+    base_total, base = compute_reward(ep, cfg("shaped"))
+    for name in ("process", "witness", "correctness", "efficiency"):
+        total, comps = compute_reward(ep, cfg("shaped", weights={**cfg("shaped").weights,
+                                                                name: 0.0}))
+        assert comps[name] == 0.0
+        assert total == pytest.approx(base_total - base[name])
+        assert {k: v for k, v in comps.items() if k != name} == \
+            {k: v for k, v in base.items() if k != name}
+    total, comps = compute_reward(ep, cfg("shaped", weights={"witness": 2.0}))
+    assert comps["witness"] == pytest.approx(2 * base["witness"])
+
+
+def test_weights_from_the_command_line_and_their_errors():
+    from ablate.apps.cli import compose_config, normalise_overrides
+    from ablate.loop.config import ConfigError, validate
+
+    for args in (["reward.weights.witness=0"], ["+reward=shaped", "reward.weights.witness=0"]):
+        c = compose_config(normalise_overrides(args))
+        validate(c)
+        assert c.reward.weights.witness == 0.0
+        assert compute_reward(full_episode(), c.reward)[1]["witness"] == 0.0
+    bad = [(["reward.weights.witnes=0"], r"^reward.weights.witnes is not a component of "
+            r"reward.name='shaped'; its components: \['process', 'witness', 'correctness', "
+            r"'efficiency'\]$"),
+           (["+reward=shaped", "reward.name=naive"], r"^reward.weights.process is not a "
+            r"component of reward.name='naive'"),
+           (["reward.weights.witness=nan"], r"^reward.weights.witness=nan is not allowed")]
+    for args, message in bad:
+        with pytest.raises(ConfigError, match=message):
+            validate(compose_config(normalise_overrides(args)))
+
+
+def test_a_user_reward_from_a_plugins_module_runs_a_cell(tmp_path):
+    """The documented route (docs/rewards.md): a Rubric registered in REWARDS by a module
+    outside ablate/, listed in `plugins`, selected with reward.name, weighted from the yaml."""
+    import json
+    from ablate.apps.cli import compose_config, normalise_overrides
+    from ablate.loop.cell import run_cell
+    cfg_ = compose_config(normalise_overrides([
+        "plugins=[rewards_user_plugin]", "reward.name=per_call_cost",
+        "reward.weights.call_cost=2", "env=coderepair", "model=scripted",
+        "trainer.max_steps=1", "eval.num_tasks=2", "eval.samples=1", "eval.greedy=false",
+        "run.quiet=true"]))
+    run_cell(cfg_, tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "eval.jsonl").read_text().splitlines()]
+    assert rows and all(r["reward/correct"] == 1.0 for r in rows)   # the honest fixer
+    from rewards_user_plugin import COST
+    for r in rows:
+        calls = r["reward/call_cost"] / (-2 * COST)
+        assert calls >= 2 and calls == pytest.approx(round(calls))
+        assert r["reward"] == pytest.approx(1.0 + r["reward/call_cost"])

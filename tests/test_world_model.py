@@ -85,7 +85,7 @@ def test_component_joins_any_scheme_only_when_enabled():
 
 
 @pytest.mark.parametrize("override,msg", [
-    ("reward.world_model.aggregate=max", r"reward.world_model.aggregate='max' is not allowed"),
+    ("reward.world_model.aggregate=max", r"reward.world_model.aggregate='max' is not one of"),
     ("reward.world_model.weight=-1", r"reward.world_model.weight=-1.0 is not allowed; must"),
 ])
 def test_config_errors_name_the_key(override, msg):

@@ -97,7 +97,7 @@ class AlgoConfig:
     policy_loss: str = "clip"            # POLICY_LOSSES: clip | gspo | cispo
     rollout_correction: str = "none"     # none | ROLLOUT_CORRECTIONS: token-tis | seq-tis | ...
     correction_cap: float = 2.0          # C: TIS truncation / mask bound [1/C, C]
-    plugins: list[Any] = field(default_factory=list)   # modules imported to register more
+    plugins: list[Any] = field(default_factory=list)   # the older spelling of top-level `plugins`
     norm_std: bool = True                # GRPO divides by the group std; Dr.GRPO does not
     std_eps: float = 1e-6                # TRL uses 1e-4, verl 1e-6: logged with the run
     eps_low: float = 0.2

@@ -31,6 +31,9 @@ _watching: list[threading.Thread] = []
 # Groups whose default comes from the schema (not the defaults list), so that the design
 # card's `+reward=shaped` is legal; `reward=shaped` is rewritten to it.
 APPEND_GROUPS = ("reward", "algo", "experiment")
+# `reward.weights.<component>=w` is rewritten to `++...`: the schema's weights are empty
+# (every component 1.0) and a conf/reward yaml lists its own, so the key may be new.
+WEIGHTS = "reward.weights."
 # Groups in the defaults list: `+model=x` is rewritten to `model=x`.
 DEFAULT_GROUPS = ("env", "judge", "mode", "model", "sampler", "learner")
 
@@ -55,6 +58,8 @@ def normalise_overrides(args: list[str]) -> list[str]:
         bare = key.lstrip("+~")
         if bare in APPEND_GROUPS and not key.startswith(("+", "~")):
             arg = "+" + arg
+        elif bare.startswith(WEIGHTS) and not key.startswith(("+", "~")):
+            arg = "++" + arg         # a component's weight: set, or added to the scheme's
         elif bare in DEFAULT_GROUPS and key.startswith("+") and not key.startswith("++"):
             arg = arg[1:]
         out.append(arg)

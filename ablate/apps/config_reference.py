@@ -17,6 +17,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ablate.apps.cli import APPEND_GROUPS, conf_dir
+from ablate.core.registry import Registry
 from ablate.loop.config import ALLOWED, AblateConfig
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
@@ -87,11 +88,8 @@ def _fmt(value) -> str:
 
 def builtin_names(allowed) -> list[str]:
     """The names the package itself ships: a registry may also hold names a user's module
-    (`algo.plugins`, an environment's `_target_`) registered in this process."""
-    if not isinstance(allowed, dict):
-        return list(allowed)
-    return [name for name, entry in allowed.items()
-            if getattr(entry, "__module__", "ablate").split(".")[0] == "ablate"]
+    (`plugins`, an environment's `_target_`) registered in this process."""
+    return allowed.builtin() if isinstance(allowed, Registry) else list(allowed)
 
 
 def rows(cls, prefix: str = "") -> tuple[list[tuple], list[tuple[str, type]]]:
@@ -157,8 +155,38 @@ def section(title: str, cls, prefix: str) -> list[str]:
     return out
 
 
+REGISTRIES_HEAD = """## Registered names
+
+Each axis is one registry (`ablate.core.registry.Registry`), the single source of the
+names its key accepts. Add a name from your own module with the registry's
+`register("name")` decorator and list the module in `plugins=[my_pkg.my_module]`
+(docs/rewards.md, docs/algorithms.md, docs/agents.md, docs/environments.md).
+"""
+
+
+def _entry_doc(reg: Registry, name: str) -> str:
+    doc = reg.docs.get(name, "")
+    parts = getattr(reg[name], "components", None)
+    if parts:                 # a reward scheme: its components (reward.weights.<component>)
+        doc = (doc.rstrip(".") + ". " if doc else "") + "Components: " + ", ".join(
+            f"`{c}`" for c in parts) + "."
+    return doc.replace("|", "\\|")
+
+
+def registries() -> str:
+    out = [REGISTRIES_HEAD]
+    for key, reg in ALLOWED.items():
+        if not isinstance(reg, Registry):
+            continue
+        out += [f"### `{key}` ({reg.what})", "", "| name | what it is |", "| --- | --- |"]
+        out += [f"| `{n}` | {_entry_doc(reg, n)} |" for n in reg.builtin()]
+        out.append("")
+    return "\n".join(out)
+
+
 def generate() -> str:
-    return HEADER + "\n" + groups() + "\n" + "\n".join(section("", AblateConfig, "")) + "\n"
+    return (HEADER + "\n" + groups() + "\n" + "\n".join(section("", AblateConfig, "")) + "\n"
+            + registries())
 
 
 def main(argv: list[str] | None = None) -> int:

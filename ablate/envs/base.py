@@ -32,6 +32,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
+from ablate.core.registry import Registry
+
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "test")
@@ -149,8 +151,8 @@ class Environment(ABC):
         return {}
 
     def reward_schemes(self) -> dict[str, Callable]:
-        """Reward schemes of this world, name -> fn(episode, cfg) -> (total, components),
-        reading `episode.results` / `episode.correct`; {} = only the generic ones."""
+        """Reward schemes of this world: name -> its Rubric, registered in
+        ablate.rewards.REWARDS (docs/rewards.md); {} = only the generic ones."""
         return {}
 
     def outcome_labels(self) -> dict[str, dict[str, str]]:
@@ -281,18 +283,16 @@ def quote(value: Any, limit: int = 60) -> str:
 
 
 # ---------------------------------------------------------------------- registry
-ENVIRONMENTS: dict[str, type[Environment]] = {}
+# name -> Environment class: the single source of `env.name` (ablate.core.registry)
+ENVIRONMENTS = Registry("env.name", "environment")
 
 
 def register_env(name: str) -> Callable[[type[Environment]], type[Environment]]:
-    """Class decorator: the single source of environment names (`env.name`)."""
+    """Class decorator: `@register_env("name")` registers the class in ENVIRONMENTS."""
     def add(cls: type[Environment]) -> type[Environment]:
-        if name in ENVIRONMENTS and ENVIRONMENTS[name] is not cls:
-            raise ValueError(f"environment {name!r} registered twice")
-        if not cls.__dict__.get("name"):
+        if name not in ENVIRONMENTS and not cls.__dict__.get("name"):
             cls.name = name          # a class registered under several names keeps its first
-        ENVIRONMENTS[name] = cls
-        return cls
+        return ENVIRONMENTS.register(name)(cls)
     return add
 
 

@@ -1,7 +1,8 @@
 """Reading a turn's actions: tool calls under a parser strictness (`harness.parser`) and
 the world-model predictions that go with them (`harness.predict`, docs/rewards.md).
 
-Parsers (PARSERS, the single source of `harness.parser` names):
+Parsers (PARSERS, an ablate.core.registry.Registry: the single source of `harness.parser`
+names; `@PARSERS.register("name")` adds one, from a `plugins` module too):
 
 * `strict` (default): exactly ablate.harness.chat.parse_tool_calls. A call is a
   `<tool_call>` block closed by `</tool_call>` whose body (surrounding whitespace allowed)
@@ -31,8 +32,9 @@ import ast
 import json
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
+from ablate.core.registry import Registry
 from ablate.harness.chat import CALL_CLOSE, CALL_OPEN, ParsedCall, parse_tool_calls
 
 PREDICT_OPEN, PREDICT_CLOSE = "<predict>", "</predict>"
@@ -117,6 +119,11 @@ def _repair(body: str) -> Optional[ParsedCall]:
     return None if obj is None else _canonical(obj, body)
 
 
+# name -> fn(turn text) -> list[Action]: the single source of `harness.parser`
+PARSERS = Registry("harness.parser", "parser")
+
+
+@PARSERS.register("strict")
 def parse_strict(text: str) -> list[Action]:
     """chat.parse_tool_calls, with each call's place in the text."""
     found = list(_blocks(text))
@@ -125,6 +132,7 @@ def parse_strict(text: str) -> list[Action]:
     return [Action(_strict_one(body, closed), s, e) for s, e, body, closed in found]
 
 
+@PARSERS.register("lenient")
 def parse_lenient(text: str) -> list[Action]:
     """The strict reading, repaired where it fails (module docstring, repairs 1-4)."""
     found = list(_blocks(text))
@@ -145,18 +153,15 @@ def parse_lenient(text: str) -> list[Action]:
     return out
 
 
-PARSERS: dict[str, Callable[[str], list[Action]]] = {"strict": parse_strict,
-                                                      "lenient": parse_lenient}
 
 
 def parse_actions(text: str, parser: str = "strict", predict: bool = False) -> list[Action]:
     """The calls of a turn's text (think block already removed) under `parser`; with
     `predict`, each with its <predict> label. Never raises on model text; never []."""
-    if parser not in PARSERS:
-        raise ValueError(f"harness.parser={parser!r} is not one of {sorted(PARSERS)}")
+    read = PARSERS.get_checked(parser)
     text = "" if text is None else str(text)
     try:
-        actions = PARSERS[parser](text)
+        actions = read(text)
     except Exception as exc:   # defensive: the harness must never die on text
         actions = [Action(ParsedCall("", None, "Error: unreadable tool call "
                                      f"({type(exc).__name__}).", text[:1000]), 0, 0)]

@@ -23,11 +23,13 @@ from ablate.envs.email.config import EnvConfig, JudgeConfig
 from ablate.envs import ENVIRONMENTS, EnvError, env_class
 from ablate.harness.config import HarnessConfig, ModeConfig
 from ablate.harness.parser import PARSERS
+from ablate.learners import LEARNERS
 from ablate.learners.config import LearnerConfig
 from ablate.models.config import ASSETS_DIR, ModelConfig
 from ablate.rewards.config import RewardConfig
 from ablate.rewards.schemes import REWARDS
 from ablate.rewards.world_model import AGGREGATES
+from ablate.samplers import SAMPLERS
 from ablate.samplers.config import SamplerConfig
 
 
@@ -68,6 +70,9 @@ class RunConfig:
 @dataclass
 class AblateConfig:
     seed: int = 0                        # every random choice derives from it (and the step)
+    # your modules, imported before validation so that their registrations (rewards,
+    # environments, estimators, losses, agents, parsers, samplers, learners) count
+    plugins: list[str] = field(default_factory=list)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -86,9 +91,8 @@ class AblateConfig:
     experiment: Optional[str] = None     # the +experiment=NAME preset applied, if any
 
 
-# Options each group accepts by name (the `name` field of the group's yaml); the yaml
-# files in conf/<group>/ are the source, this table makes the error message. Registries
-# (live dicts: names registered later by a user's module count) for rewards and algos.
+# The names each key accepts: an axis's Registry (ablate.core.registry: live, so names a
+# user's `plugins` module registers count) or, for a fixed choice, a tuple.
 ALLOWED = {
     "reward.name": REWARDS,
     "algo.algorithm": ALGORITHMS,
@@ -102,8 +106,8 @@ ALLOWED = {
     "agent.name": AGENTS,
     "mode.name": ("instruct", "thinking"),
     "env.name": ENVIRONMENTS,
-    "sampler.name": ("hf", "vllm"),
-    "learner.name": ("deepspeed", "torch"),
+    "sampler.name": SAMPLERS,
+    "learner.name": LEARNERS,
     "learner.dtype": ("float32", "bfloat16"),
     "model.dtype": ("float32", "bfloat16", "float16"),
     "judge.name": ("exact", "llm"),
@@ -143,7 +147,9 @@ def asset_dir(name: str) -> str:
     return str(ASSETS_DIR / name)
 
 
-FREE_KEYS = ("env.options",)   # a user environment's own constructor arguments
+# a user environment's own constructor arguments; a scheme's component weights (checked
+# against its Rubric in validate)
+FREE_KEYS = ("env.options", "reward.weights")
 
 
 def _unknown_keys(schema: DictConfig, cfg: DictConfig, prefix: str) -> list[str]:
@@ -189,7 +195,8 @@ def validate(cfg: DictConfig | Any) -> None:
         return OmegaConf.select(cfg, key)
 
     try:   # the user's modules register their names before the names are checked
-        import_plugins(get("algo.plugins"))
+        import_plugins(get("plugins"))
+        import_plugins(get("algo.plugins"), key="algo.plugins")   # the older spelling
         if get("env._target_"):          # a user's environment class registers env.name
             env_class(cfg.env)
     except (ValueError, EnvError) as e:
@@ -197,7 +204,8 @@ def validate(cfg: DictConfig | Any) -> None:
     for key, allowed in ALLOWED.items():
         value = get(key)
         if value not in allowed:
-            raise ConfigError(f"{key}={value!r} is not allowed; choose one of {list(allowed)}")
+            raise ConfigError(f"{key}={value!r} is not one of {list(allowed)}")
+    REWARDS[cfg.reward.name].check_weights(cfg.reward.weights, cfg.reward.name)
 
     a = cfg.algo
     if not 0 <= a.eps_low < 1:

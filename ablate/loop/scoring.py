@@ -33,8 +33,8 @@ def eval_subset(tasks: list, n: int, offset: int = 0) -> list:
 # scoring: judge -> reward -> rows
 # ---------------------------------------------------------------------------------------
 def score(episodes, env, reward_cfg) -> list[tuple[float, dict]]:
-    """Correctness from the environment (its judge), then the configured reward, looked
-    up in the environment's own schemes first."""
+    """Correctness from the environment (its judge), then the configured reward scheme
+    (ablate.rewards.REWARDS) with its weights."""
     pending = [e for e in episodes if e.final_answer is not None and e.answered]
     verdicts = env.judge_many([(e.task, e.final_answer, e.state)
                                for e in pending]) if pending else []
@@ -42,8 +42,7 @@ def score(episodes, env, reward_cfg) -> list[tuple[float, dict]]:
         e.correct = False
     for e, v in zip(pending, verdicts):
         e.correct = bool(v)
-    schemes = env.reward_schemes()
-    return [compute_reward(e, reward_cfg, schemes) for e in episodes]
+    return [compute_reward(e, reward_cfg) for e in episodes]
 
 
 def eval_summary(step: int, rows: list[dict]) -> dict:

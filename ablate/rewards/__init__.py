@@ -1,15 +1,18 @@
-"""Reward schemes over finished episodes (the `reward=` group): `naive` (+1 / -1 / 0) and
-`outcome` (1 / 0) here, environments' own schemes (the email task's `shaped`, code
-repair's `tool_bonus`) registered by their packages; `compute_reward(episode, cfg.reward,
-env.reward_schemes())` applies the configured one with the optional format penalty.
-`ablate.rewards.<scheme>` names any registered scheme (e.g. `ablate.rewards.shaped`)."""
+"""Reward schemes over finished episodes (the `reward=` group), each a Rubric: named
+component functions `fn(episode, cfg) -> float` with weights (`reward.weights.<component>`),
+registered in REWARDS. `naive` (+1 / -1 / 0) and `outcome` (1 / 0) here, environments' own
+schemes (the email task's `shaped`, code repair's `tool_bonus`) registered by their
+packages; `compute_reward(episode, cfg.reward)` applies the configured one with the
+optional format penalty. `ablate.rewards.<scheme>` names any registered scheme (e.g.
+`ablate.rewards.shaped`); docs/rewards.md shows how to add one."""
 import importlib
 
 from ablate.rewards.compute import check_reward_for, compute_reward, malformed_calls
-from ablate.rewards.schemes import REWARDS, naive, outcome, reward_scheme
+from ablate.rewards.rubric import Component, Components, Rubric
+from ablate.rewards.schemes import REWARDS, correct, naive, outcome, wrong
 
-__all__ = ["REWARDS", "check_reward_for", "compute_reward", "malformed_calls", "naive", "outcome",
-           "reward_scheme"]
+__all__ = ["Component", "Components", "REWARDS", "Rubric", "check_reward_for", "compute_reward",
+           "correct", "malformed_calls", "naive", "outcome", "wrong"]
 
 
 def __getattr__(name: str):

@@ -1,7 +1,7 @@
 """`compute_reward`: the configured scheme plus the scheme-independent knobs."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from ablate.harness.episode import Episode
 from ablate.rewards.schemes import REWARDS, Components
@@ -12,22 +12,18 @@ def malformed_calls(episode: Episode) -> int:
     return sum(1 for c in episode.calls if c.error is not None)
 
 
-def compute_reward(episode: Episode, reward_cfg: Any,
-                   schemes: Optional[dict] = None) -> tuple[float, Components]:
-    """(total, components) for `reward_cfg.name`, looked up in `schemes` (the
-    environment's reward_schemes()) first, then in REWARDS. `format_penalty` (> 0 to enable) is
+def compute_reward(episode: Episode, reward_cfg: Any) -> tuple[float, Components]:
+    """(total, components) of the scheme `reward_cfg.name` (REWARDS), its components
+    weighted by `reward_cfg.weights`. `format_penalty` (> 0 to enable) is
     subtracted once per malformed call and logged as the `format_penalty` component
     (always present, so keys are stable); with it on, totals can be negative even for
     `shaped`, by choice. `state_change_bonus` is passed to the scheme in `reward_cfg`.
     `world_model.enable` adds the `world_model` component (ablate/rewards/world_model.py)."""
-    name = reward_cfg.name
-    table = {**REWARDS, **(schemes or {})}
-    if name not in table:
-        raise ValueError(f"reward.name={name!r} is not one of {sorted(table)}")
+    scheme = REWARDS.get_checked(reward_cfg.name)
     penalty_per_call = float(getattr(reward_cfg, "format_penalty", 0.0) or 0.0)
     if penalty_per_call < 0:
         raise ValueError(f"reward.format_penalty={penalty_per_call} must be >= 0")
-    total, comps = table[name](episode, reward_cfg)
+    total, comps = scheme(episode, reward_cfg)
     penalty = -penalty_per_call * malformed_calls(episode)
     comps = {**comps, "format_penalty": penalty}
     wm = getattr(reward_cfg, "world_model", None)

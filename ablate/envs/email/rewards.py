@@ -1,6 +1,7 @@
 """The email task's reward scheme `shaped` (EnronHop v0.2.0): process + witness +
-correctness (+ efficiency). It reads the episode's ToolResults (`extra` holds the
-ToolBox's hits and reads) and the task's evidence ids; `reward.state_change_bonus`
+correctness (+ efficiency), each a component `fn(episode, cfg) -> float` weighted by
+`reward.weights.<component>` (ablate/rewards/rubric.py). It reads the episode's
+ToolResults (`extra` holds the ToolBox's hits and reads) and the task's evidence ids; `reward.state_change_bonus`
 credits a tool only for a call that changed what the agent knows (ToolResult.state_changed:
 a read of an email not read before, a search with hits never returned before; the final
 answer is its own state change), so farming repeated reads or empty searches earns nothing
@@ -11,7 +12,8 @@ from typing import Any, Optional
 
 from ablate.envs.email.episodes import email_task, evidence_read
 from ablate.envs.email.tools import TOOL_NAMES
-from ablate.rewards.schemes import Components, reward_scheme
+from ablate.rewards.rubric import Rubric
+from ablate.rewards.schemes import REWARDS
 
 # EnronHop v0.2.0 "shaped" constants (EnronHop article; docs/architecture.md)
 PROCESS_BONUS = 0.05          # per distinct tool used successfully
@@ -28,22 +30,39 @@ def credited_tools(episode, state_change_bonus: bool = False) -> set[str]:
             and (c.state_changed or not state_change_bonus)}
 
 
-@reward_scheme("shaped")
-def shaped(episode, cfg: Optional[Any] = None) -> tuple[float, Components]:
-    """EnronHop v0.2.0: process + witness + correctness (+ efficiency), range [0, 1.35]."""
-    state_change = bool(getattr(cfg, "state_change_bonus", False)) if cfg is not None else False
-    process = PROCESS_BONUS * len(credited_tools(episode, state_change))
+def _state_change(cfg: Optional[Any]) -> bool:
+    return bool(getattr(cfg, "state_change_bonus", False)) if cfg is not None else False
+
+
+def process(episode, cfg: Optional[Any] = None) -> float:
+    """0.05 per distinct tool used without error (with the flag: with a state change)."""
+    # EnronHop v0.2.0 shaped reward, process term
+    return PROCESS_BONUS * len(credited_tools(episode, _state_change(cfg)))
+
+
+def witness(episode, cfg: Optional[Any] = None) -> float:
+    """0.1 x evidence emails read / evidence emails."""
     evidence = set(email_task(episode.task).message_ids)
-    witness = (WITNESS_WEIGHT * evidence_read(episode.task, episode.calls) / len(evidence)
-               if evidence else 0.0)
-    correct = episode.correct is True
-    correctness = CORRECT_REWARD if correct else 0.0
-    efficiency = (EFFICIENCY_WEIGHT * max(0.0, 1.0 - episode.num_turns / episode.max_turns)
-                  if correct and episode.max_turns > 0 else 0.0)
-    comps = {"process": process, "witness": witness, "correctness": correctness,
-             "efficiency": efficiency}
-    return sum(comps.values()), comps
+    # EnronHop v0.2.0 shaped reward, witness term
+    return (WITNESS_WEIGHT * evidence_read(episode.task, episode.calls) / len(evidence)
+            if evidence else 0.0)
 
 
-shaped.env_only = True       # offered by the email environments only
-SCHEMES = {"shaped": shaped}
+def correctness(episode, cfg: Optional[Any] = None) -> float:
+    """1.0 if the judge says correct, else 0."""
+    return CORRECT_REWARD if episode.correct is True else 0.0   # EnronHop v0.2.0
+
+
+def efficiency(episode, cfg: Optional[Any] = None) -> float:
+    """When correct: 0.1 x max(0, 1 - turns / max_turns), else 0."""
+    # EnronHop v0.2.0 shaped reward, the turn-efficiency part of the correctness term
+    if episode.correct is not True or episode.max_turns <= 0:
+        return 0.0
+    return EFFICIENCY_WEIGHT * max(0.0, 1.0 - episode.num_turns / episode.max_turns)
+
+
+# EnronHop v0.2.0: process + witness + correctness (+ efficiency), range [0, 1.35]
+shaped = REWARDS.register("shaped", Rubric(
+    process, witness, correctness, efficiency, env_only=True,   # the email environments'
+    doc="EnronHop v0.2.0: process + witness + correctness (+ efficiency), range [0, 1.35]"))
+SCHEMES = {"shaped": shaped}      # the email environments' reward_schemes()
