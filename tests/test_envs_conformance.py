@@ -20,12 +20,14 @@ def _email_cfg(cache: str) -> dict:
             "max_hops": 2}
 
 
-@pytest.fixture(scope="module", params=["email", "coderepair", "counter"])
+@pytest.fixture(scope="module", params=["email", "coderepair", "counter", "kvlookup"])
 def env(request, tmp_path_factory) -> Environment:
     if request.param == "email":
         cfg = _email_cfg(str(tmp_path_factory.mktemp("envs_cache")))
     elif request.param == "coderepair":
         cfg = {"name": "coderepair", "train_tasks": 6, "test_tasks": 6, "max_hops": 3}
+    elif request.param == "kvlookup":
+        cfg = {"_target_": "envs_external.kvlookup.KVLookupEnv", "num_tasks": 6}
     else:
         cfg = {"_target_": "envs_external.counter.CounterEnv", "num_tasks": 6}
     made = make_env(OmegaConf.create(cfg))
@@ -142,13 +144,39 @@ def test_registry_is_the_source_of_names():
         make_env(OmegaConf.create({"_target_": "collections.OrderedDict"}))
 
 
-def test_docs_example_is_the_tested_module():
-    """docs/environments.md shows tests/envs_external/counter.py verbatim."""
+@pytest.mark.parametrize("module", ["counter.py", "kvlookup.py"])
+def test_docs_example_is_the_tested_module(module):
+    """docs/environments.md shows tests/envs_external/<module> verbatim."""
     root = Path(__file__).resolve().parents[1]
     doc = (root / "docs" / "environments.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
-    module = (root / "tests" / "envs_external" / "counter.py").read_text()
-    assert module in blocks
+    assert (root / "tests" / "envs_external" / module).read_text() in blocks
+
+
+def test_docs_example_config_is_the_tested_file():
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "environments.md").read_text()
+    yaml = (root / "tests" / "envs_external" / "conf" / "env" / "kvlookup.yaml").read_text()
+    body = "".join(line + "\n" for line in yaml.splitlines() if not line.startswith("#"))
+    assert f"```yaml\n{body}```" in doc
+
+
+def test_kvlookup_masks_follow_the_episode():
+    """mask_candidates as documented: get only once keys are listed; ids are the keys
+    seen; answers the values read."""
+    env = make_env(OmegaConf.create({"_target_": "envs_external.kvlookup.KVLookupEnv",
+                                     "num_tasks": 2}))
+    task = env.tasks("test")[0]
+    state = env.reset(task)
+    first = env.mask_candidates(state)
+    assert "get" not in first["tool_names"] and first["ids"] == [] and first["answers"] == []
+    env.call(state, "list_keys", {})
+    key = task.prompt.split("'")[1]
+    env.call(state, "get", {"key": key})
+    after = env.mask_candidates(state)
+    assert "get" in after["tool_names"] and key in after["ids"]
+    assert after["answers"] == [task.answer]
+    assert env.mask_candidates(state, answer_masking=False)["answers"] is None
 
 
 def test_docs_name_every_registered_environment():
