@@ -77,3 +77,16 @@ def test_a_raising_tool_is_logged_once_per_exception_type_then_counted(caplog):
     assert logged[0].exc_info is not None and "raised ValueError" in logged[0].getMessage()
     assert "10 times so far" in logged[1].getMessage()
     assert env.tool_failures == {("look", "ValueError"): 18}
+
+
+@pytest.mark.parametrize("env,warned", [("counter", True), ("kvlookup", False)])
+def test_tiny_model_on_an_environment_without_masks_is_warned_once(env, warned, caplog):
+    from ablate.apps.cli import compose_config
+    from ablate.apps.preflight import check_env
+    cfg = compose_config([f"hydra.searchpath=[file://{CONF}]", f"env={env}"])  # model=tiny
+    with caplog.at_level(logging.WARNING, logger="ablate"):
+        check_env(cfg)
+    said = [r.getMessage() for r in caplog.records if "mask_candidates" in r.getMessage()]
+    assert said == ([f"env={env} returns no mask_candidates: model=tiny writes its tool "
+                     "calls unconstrained and most will be malformed (docs/environments.md, "
+                     "\"Action masking\")"] if warned else [])

@@ -101,9 +101,9 @@ def warn_unmasked(cfg: DictConfig, env, state) -> None:
     if cfg.model.name != "tiny" or not cfg.harness.action_masking:
         return
     h = cfg.harness
-    ctx = env.mask_candidates(state, answer_masking=h.answer_masking,
-                              keyword_masking=h.keyword_masking,
-                              keyword_words=h.masked_keyword_words)
+    ctx = protocol(cfg.env.name, "mask_candidates", lambda: env.mask_candidates(
+        state, answer_masking=h.answer_masking, keyword_masking=h.keyword_masking,
+        keyword_words=h.masked_keyword_words))
     if not ctx:
         log.warning("env=%s returns no mask_candidates: model=tiny writes its tool calls "
                     "unconstrained and most will be malformed (docs/environments.md, "

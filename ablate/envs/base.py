@@ -104,6 +104,7 @@ class Environment(ABC):
     config_schema: type = EnvConfig     # its `env` keys: EnvConfig or a subclass of it
     default_reward: str = "outcome"     # reward.name when the command line sets none
     behaviour_labels: dict = {}         # behaviour() column -> what it counts, for tables
+    breakdown_label: str = "difficulty"  # what a row's `hops` (Task.hops) counts here
     config_errors: tuple = ()           # exceptions of from_config that mean bad user input
 
     # ------------------------------------------------------------------ required
@@ -188,10 +189,12 @@ class Environment(ABC):
 
     def describe(self) -> dict:
         """What a reader of a cell's rows needs of its environment (environment.json):
-        its name, tools, default reward, and the labels of its behaviour columns."""
+        its name, tools, default reward, the labels of its behaviour columns and what
+        the rows' `hops` breakdown counts."""
         return {"name": self.name, "answer_tool": self.answer_tool,
                 "tools": list(self.tool_names()), "default_reward": self.default_reward,
                 "behaviour_labels": dict(self.behaviour_labels),
+                "breakdown_label": self.breakdown_label,
                 "outcome_labels": self.outcome_labels()}
 
     def behaviour(self, task: Task, results: list[ToolResult]) -> dict:

@@ -49,6 +49,7 @@ class EmailEnv(Environment):
     config_schema = EmailEnvConfig
     default_reward = "shaped"
     config_errors = (DataFileError, EmailDBError)
+    breakdown_label = "hops"             # evidence emails chained per question
     behaviour_labels = {
         "searches": "searches", "reads": "emails read",
         "keywords_per_search": "keywords per search", "zero_hit_rate": "searches with no hit",
