@@ -14,20 +14,18 @@ from ablate.rewards import reward_scheme
 
 WORDS = ("amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "heron", "indigo",
          "juniper", "kestrel", "lotus", "maple", "nectar", "onyx", "pebble")
-LIST, GET, ANSWER = "list_keys", "get", "answer"
+GET, ANSWER = "get", "answer"
 
 # The action mask's grammar (docs/environments.md, "Action masking"): which argument
 # keys take candidates, and the text each tool name forces up to its first value.
 GRAMMAR = {"id_key": "key", "answer_key": "value",
-           "after_name": {LIST: ', "arguments": {}}', GET: ', "arguments": {"key": "',
-                          ANSWER: ', "arguments": {"value": "'},
+           "after_name": {GET: ', "arguments": {"key": "', ANSWER: ', "arguments": {"value": "'},
            "after_id": "}}", "after_answer": "}}"}
 
 
 @dataclass
 class KVState:
     store: dict
-    listed: list = field(default_factory=list)    # keys the agent has seen
     values: list = field(default_factory=list)    # values the agent has read
 
 
@@ -43,7 +41,7 @@ def kv_lookup(episode, cfg=None) -> tuple[float, dict]:
 class KVLookupEnv(Environment):
     answer_tool = ANSWER
     default_reward = "kv_lookup"            # reward.name when the command line sets none
-    behaviour_labels = {"gets": "values read", "lists": "key listings"}
+    behaviour_labels = {"gets": "values read", "missing_keys": "gets of a missing key"}
 
     def __init__(self, num_tasks: int = 16, num_keys: int = 6, seed: int = 0):
         self.num_tasks, self.num_keys, self.seed = num_tasks, num_keys, seed
@@ -56,8 +54,9 @@ class KVLookupEnv(Environment):
             store = {k: str(rng.randrange(100, 1000)) for k in keys}
             asked = rng.choice(keys)
             out.append(Task(id=f"{split}-{i}", answer=store[asked], payload=store,
-                            prompt=f"What value is stored under the key {asked!r}?",
-                            metadata={"difficulty": 1}))
+                            prompt=f"The store holds the keys {', '.join(keys)}. What "
+                                   f"value is stored under the key {asked!r}?",
+                            metadata={"difficulty": 1, "asked": asked}))
         return out
 
     def tool_schemas(self) -> list[dict]:
@@ -67,26 +66,20 @@ class KVLookupEnv(Environment):
                 "parameters": {"type": "object", "additionalProperties": False,
                                "properties": {k: {"type": "string"} for k in props},
                                "required": list(props)}}}
-        return [tool(LIST, "List the keys of the store."),
-                tool(GET, "Read the value of a key.", key=True),
+        return [tool(GET, "Read the value of a key.", key=True),
                 tool(ANSWER, "Answer with the value. Ends the episode.", value=True)]
 
     def system_prompt(self) -> str:
-        return "You look values up in a key-value store with list_keys, get and answer."
+        return "You look values up in a key-value store with the tools get and answer."
 
     def reset(self, task: Task) -> KVState:
         return KVState(store=dict(task.payload))
 
     def step(self, state: KVState, name: str, arguments: dict) -> ToolResult:
-        if name == LIST:
-            new = [k for k in state.store if k not in state.listed]
-            state.listed += new
-            return ToolResult(name, arguments, observation="Keys: " + ", ".join(state.store),
-                              state_changed=bool(new))
         if name == GET:
             key = arguments["key"]
             if not isinstance(key, str) or key not in state.store:
-                msg = "Error: no such key; call list_keys to see the keys."
+                msg = "Error: no such key; the question lists the keys."
                 return ToolResult(name, arguments, observation=msg, error=msg)
             value = state.store[key]
             changed = value not in state.values
@@ -105,27 +98,25 @@ class KVLookupEnv(Environment):
 
     def behaviour(self, task: Task, results: list[ToolResult]) -> dict:
         ok = [r for r in results if r.error is None]
-        return {"gets": sum(r.name == GET for r in ok), "lists": sum(r.name == LIST for r in ok)}
+        return {"gets": sum(r.name == GET for r in ok),
+                "missing_keys": sum(r.name == GET and r.error is not None for r in results)}
 
     def reward_schemes(self) -> dict:
         return {"kv_lookup": kv_lookup}
 
     def mask_candidates(self, state: KVState, answer_masking: bool = True,
                         **options) -> dict:
-        """Tool names allowed next (get once a key was listed), the keys seen as the ids
-        `get` may name, and (answer masking) the values read as the answers."""
-        return {"tool_names": [LIST, ANSWER] + ([GET] if state.listed else []),
-                "ids": list(state.listed),
+        """Tool names allowed next (answer once a value was read), the store's keys (the
+        question lists them) as the ids `get` may name, and (answer masking) the values
+        read as the answers."""
+        return {"tool_names": [GET] + ([ANSWER] if state.values else []),
+                "ids": list(state.store),
                 "answers": list(state.values) if answer_masking else None,
                 "grammar": GRAMMAR}
 
     def baseline(self, task: Task, seed: int = 0):
-        asked = task.prompt.split("'")[1]
-
         def policy(results: list[ToolResult]):
             if not results:
-                return LIST, {}
-            if len(results) == 1:
-                return GET, {"key": asked}
+                return GET, {"key": task.metadata["asked"]}
             return ANSWER, {"value": results[-1].observation.split(" = ")[-1]}
         return policy
