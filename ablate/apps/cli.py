@@ -16,9 +16,11 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ablate.envs import env_class
 from ablate.loop.config import ConfigError, register
 from ablate.loop.outputs import CellBusy, CellDir
 from ablate.apps.preflight import check_output_dir, preflight as check_cfg
@@ -178,7 +180,6 @@ def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:
 def compose_job(job: list[str]) -> DictConfig:
     """compose_config; an `env.<key>` the environment's schema lacks is named with the
     keys it allows (Hydra's own message names neither the environment nor them)."""
-    from hydra.errors import ConfigCompositionException
     try:
         return compose_config(job, hydra_node=True)
     except ConfigCompositionException as exc:
@@ -187,7 +188,6 @@ def compose_job(job: list[str]) -> DictConfig:
             raise
         rest = [o for o in job if o.split("=", 1)[0].lstrip("+~") != key]
         env = compose_config(rest).env
-        from ablate.envs import env_class
         cls = env_class(env)
         raise ConfigError(f"env={env.name} has no key {key}; allowed: "
                           f"{', '.join(cls.config_keys())}"

@@ -26,6 +26,7 @@ from ablate.envs.conformance import check_class, check_tools, play_one, protocol
 from ablate.loop.cell import eval_subset
 from ablate.loop.config import ConfigError, validate
 from ablate.models.budget import check_weights, question_budget
+from ablate.rewards import check_reward_for
 
 log = logging.getLogger("ablate")
 
@@ -113,8 +114,6 @@ def warn_unmasked(cfg: DictConfig, env, state) -> None:
 def check_env_reward(cfg: DictConfig) -> None:
     """`reward.name` is a generic scheme or one of the environment's own; its schemes are
     read without building it (reward_schemes of the class, which keeps no state in them)."""
-    from ablate.envs import env_class
-    from ablate.rewards import check_reward_for
     cls = env_class(cfg.env)
     probe = SimpleNamespace(name=cfg.env.name,
                             reward_schemes=lambda: cls.reward_schemes(None),
