@@ -20,12 +20,14 @@ def _email_cfg(cache: str) -> dict:
             "max_hops": 2}
 
 
-@pytest.fixture(scope="module", params=["email", "coderepair", "counter"])
+@pytest.fixture(scope="module", params=["email", "coderepair", "counter", "kvlookup"])
 def env(request, tmp_path_factory) -> Environment:
     if request.param == "email":
         cfg = _email_cfg(str(tmp_path_factory.mktemp("envs_cache")))
     elif request.param == "coderepair":
         cfg = {"name": "coderepair", "train_tasks": 6, "test_tasks": 6, "max_hops": 3}
+    elif request.param == "kvlookup":
+        cfg = {"_target_": "envs_external.kvlookup.KVLookupEnv", "num_tasks": 6}
     else:
         cfg = {"_target_": "envs_external.counter.CounterEnv", "num_tasks": 6}
     made = make_env(OmegaConf.create(cfg))
@@ -142,18 +144,35 @@ def test_registry_is_the_source_of_names():
         make_env(OmegaConf.create({"_target_": "collections.OrderedDict"}))
 
 
-def test_docs_example_is_the_tested_module():
-    """docs/environments.md shows tests/envs_external/counter.py verbatim."""
+@pytest.mark.parametrize("module", ["counter.py", "kvlookup.py"])
+def test_docs_example_is_the_tested_module(module):
+    """docs/environments.md shows tests/envs_external/<module> verbatim."""
     root = Path(__file__).resolve().parents[1]
     doc = (root / "docs" / "environments.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
-    module = (root / "tests" / "envs_external" / "counter.py").read_text()
-    assert module in blocks
+    assert (root / "tests" / "envs_external" / module).read_text() in blocks
 
 
-def test_docs_name_every_registered_environment():
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "environments.md").read_text()
-    for name, cls in ENVIRONMENTS.items():
-        if not cls.__module__.startswith("ablate."):
-            continue   # a test's own environment
-        assert f"`{name}`" in doc, f"docs/environments.md does not mention env {name!r}"
+def test_docs_example_config_is_the_tested_file():
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "environments.md").read_text()
+    yaml = (root / "tests" / "envs_external" / "conf" / "env" / "kvlookup.yaml").read_text()
+    body = "".join(line + "\n" for line in yaml.splitlines() if not line.startswith("#"))
+    assert f"```yaml\n{body}```" in doc
+
+
+def test_kvlookup_masks_follow_the_episode():
+    """mask_candidates as documented: answer only once a value was read; ids are the
+    store's keys; answers the values read."""
+    env = make_env(OmegaConf.create({"_target_": "envs_external.kvlookup.KVLookupEnv",
+                                     "num_tasks": 2}))
+    task = env.tasks("test")[0]
+    state = env.reset(task)
+    first = env.mask_candidates(state)
+    assert first["tool_names"] == ["get"] and first["answers"] == []
+    assert sorted(first["ids"]) == sorted(task.payload)
+    assert all(k in task.prompt for k in first["ids"])        # the question lists them
+    env.call(state, "get", {"key": task.metadata["asked"]})
+    after = env.mask_candidates(state)
+    assert after["tool_names"] == ["get", "answer"] and after["answers"] == [task.answer]
+    assert env.mask_candidates(state, answer_masking=False)["answers"] is None

@@ -31,3 +31,14 @@ def test_email_names_are_known():
 
 def test_no_email_names_outside_the_email_environment():
     assert offending() == []
+
+
+def test_the_generic_core_asks_the_environment():
+    """Preflight, the loop and the protocol import nothing of the email environment: its
+    prompt budget, judge, schema and default reward are the environment's own."""
+    core = [*sorted((ROOT / "ablate" / "apps").glob("*.py")),
+            *sorted((ROOT / "ablate" / "loop").glob("*.py")),
+            *(ROOT / "ablate" / "envs" / f for f in ("base.py", "registry.py", "config.py",
+                                                    "conformance.py"))]
+    hits = [str(p.relative_to(ROOT)) for p in core if "ablate.envs.email" in p.read_text()]
+    assert hits == []

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ablate.envs import env_class
 from ablate.loop.config import ConfigError, register
 from ablate.loop.outputs import CellBusy, CellDir
 from ablate.apps.preflight import check_output_dir, preflight as check_cfg
@@ -169,7 +171,7 @@ def preflight(args: list[str]) -> int:
 
 def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:
     """Every check of one job; the data of an environment is checked once per command."""
-    cfg = compose_config(job, hydra_node=True)
+    cfg = compose_job(job)
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     check_output_dir(key, str(OmegaConf.select(cfg, key)))
     with open_dict(cfg):
@@ -178,6 +180,24 @@ def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:
         cfg.harness.max_tokens_per_episode)
     check_cfg(cfg, data=data_key not in checked_data)
     checked_data.add(data_key)
+
+
+def compose_job(job: list[str]) -> DictConfig:
+    """compose_config; an `env.<key>` the environment's schema lacks is named with the
+    keys it allows (Hydra's own message names neither the environment nor them)."""
+    try:
+        return compose_config(job, hydra_node=True)
+    except ConfigCompositionException as exc:
+        key = str(getattr(exc.__cause__, "full_key", "") or "")
+        if not key.startswith("env."):
+            raise
+        rest = [o for o in job if o.split("=", 1)[0].lstrip("+~") != key]
+        env = compose_config(rest).env
+        cls = env_class(env)
+        raise ConfigError(f"env={env.name} has no key {key}; allowed: "
+                          f"{', '.join(cls.config_keys())}"
+                          + (f" and env.options.<{'|'.join(cls.option_keys())}>"
+                             if cls.option_keys() else "")) from None
 
 
 # lines of Hydra / OmegaConf messages that repeat what the first line says

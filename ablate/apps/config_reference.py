@@ -184,9 +184,35 @@ def registries() -> str:
     return "\n".join(out)
 
 
+def env_sections() -> list[str]:
+    """Each built-in environment's own `env` keys (its config_schema beyond EnvConfig)."""
+    from ablate.envs import ENVIRONMENTS
+    from ablate.envs.config import EnvConfig
+    common = {f.name: _default(f) for f in dataclasses.fields(EnvConfig)}
+    by_schema: dict[type, list[str]] = {}
+    for name, cls in ENVIRONMENTS.items():
+        if cls.__module__.startswith("ablate."):
+            by_schema.setdefault(cls.config_schema, []).append(name)
+    out = []
+    for schema, names in by_schema.items():
+        comments = field_comments(schema)
+        out += [f"## `env` of {', '.join(f'`env={n}`' for n in names)} "
+                f"(`{schema.__module__}.{schema.__name__}`)", "",
+                f"Default reward: `{ENVIRONMENTS[names[0]].default_reward}`.", "",
+                "| key | type | schema default | meaning |", "| --- | --- | --- | --- |"]
+        for f in dataclasses.fields(schema):
+            if f.name in common and _default(f) == common[f.name]:
+                continue
+            note = comments.get(f.name, "").replace("|", "\\|")
+            out.append(f"| `env.{f.name}` | {_type_name(f.type)} | `{_fmt(_default(f))}` "
+                       f"| {note} |")
+        out.append("")
+    return out
+
+
 def generate() -> str:
-    return (HEADER + "\n" + groups() + "\n" + "\n".join(section("", AblateConfig, "")) + "\n"
-            + registries())
+    return HEADER + "\n" + groups() + "\n" + "\n".join(
+        section("", AblateConfig, "") + env_sections()) + "\n" + registries()
 
 
 def main(argv: list[str] | None = None) -> int:

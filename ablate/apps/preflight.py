@@ -1,7 +1,9 @@
 """Checks that need the machine, run by `python -m ablate` on every job of the command
 line before Hydra makes a cell directory: model weights present, optional packages
 importable, device and dtype usable, output and cache paths writable, token budgets
-within the model's context, and the data (ablate.envs.email.check) valid.
+within the model's context (the environment's own prompt text), and the environment
+itself: built from its config (its data validated) and one episode of its baseline
+played through the protocol (ablate.envs.conformance).
 
 Each failure is one ConfigError naming the key, the value and what is allowed.
 `ablate.loop.config.validate` holds the checks that need only the config.
@@ -9,23 +11,22 @@ Each failure is one ConfigError naming the key, the value and what is allowed.
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 import tempfile
+from contextlib import contextmanager
 from types import SimpleNamespace
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.envs import EnvError, env_class, make_env
+from ablate.envs.conformance import check_class, check_tools, play_one, protocol
 from ablate.loop.cell import eval_subset
 from ablate.loop.config import ConfigError, validate
-from ablate.envs.email.bundle import build_env
-from ablate.envs.email.data import DataFileError
-from ablate.envs.email.db import EmailDBError
-from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
 from ablate.models.budget import check_weights, question_budget
+from ablate.rewards import check_reward_for
 
 log = logging.getLogger("ablate")
 
@@ -47,19 +48,72 @@ def preflight(cfg: DictConfig, *, data: bool = True) -> None:
     check_device(cfg)
     check_writable(cfg)
     model_dir = check_weights(cfg)
-    budget = question_budget(cfg, model_dir, SYSTEM_PROMPT + json.dumps(TOOL_SCHEMAS))
-    if data and cfg.env.name in EMAIL_ENVS:   # other environments make their own data
-        check_data(cfg, budget)
+    with env_errors(cfg):
+        check_class(env_class(cfg.env), cfg.env.name)
+        if model_dir is not None:
+            text = protocol(cfg.env.name, "prompt_text",
+                            lambda: env_class(cfg.env).prompt_text(cfg.env))
+            question_budget(cfg, model_dir, text)
+        if data:
+            check_env(cfg)
 
 
-EMAIL_ENVS = ("synthetic", "enronhop")
+@contextmanager
+def env_errors(cfg: DictConfig):
+    """The environment's errors (EnvError, its config_errors: bad data files) as one
+    ConfigError line."""
+    try:
+        yield
+    except (EnvError, *env_class(cfg.env).config_errors) as exc:
+        raise ConfigError(one_line(exc)) from None
+
+
+def check_env(cfg: DictConfig) -> None:
+    """Build the environment as the cell will (its data validated: a bad record names
+    file:line) and play one episode through the protocol (ablate.envs.conformance)."""
+    env = build(cfg)
+    try:
+        check_tools(env, cfg.env.name)
+        _, state = play_one(env, cfg.env.name, cfg.env.max_turns)
+        warn_unmasked(cfg, env, state)
+        check_task_counts(cfg, env)
+    finally:
+        env.close()
+
+
+def build(cfg: DictConfig):
+    """make_env with the exact judge (no request at preflight); a crash of the
+    environment's own code is one EnvError line."""
+    try:
+        return make_env(cfg.env, cfg=cfg)
+    except (EnvError, *env_class(cfg.env).config_errors):
+        raise
+    except Exception as exc:
+        raise EnvError(f"env={cfg.env.name}: building it raised {type(exc).__name__}: "
+                       f"{exc}") from None
+
+
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def warn_unmasked(cfg: DictConfig, env, state) -> None:
+    """The tiny model writes nearly every call malformed without masks: say so once."""
+    if cfg.model.name != "tiny" or not cfg.harness.action_masking:
+        return
+    h = cfg.harness
+    ctx = protocol(cfg.env.name, "mask_candidates", lambda: env.mask_candidates(
+        state, answer_masking=h.answer_masking, keyword_masking=h.keyword_masking,
+        keyword_words=h.masked_keyword_words))
+    if not ctx:
+        log.warning("env=%s returns no mask_candidates: model=tiny writes its tool calls "
+                    "unconstrained and most will be malformed (docs/environments.md, "
+                    "\"Action masking\")", cfg.env.name)
 
 
 def check_env_reward(cfg: DictConfig) -> None:
     """`reward.name` is a generic scheme or one of the environment's own; its schemes are
     read without building it (reward_schemes of the class, which keeps no state in them)."""
-    from ablate.envs import env_class
-    from ablate.rewards import check_reward_for
     cls = env_class(cfg.env)
     probe = SimpleNamespace(name=cfg.env.name,
                             reward_schemes=lambda: cls.reward_schemes(None),
@@ -127,22 +181,10 @@ def check_output_dir(key: str, path: str) -> None:
                 from None
 
 
-def check_data(cfg: DictConfig, budget=None) -> None:
-    """Build (cached) and validate the environment's data; DataFileError names
-    file:line; it becomes a ConfigError for the CLI."""
-    if cfg.env.name == "enronhop":
-        for key in ("emails_path", "train_tasks_path", "test_tasks_path"):
-            path = Path(os.path.expanduser(cfg.env[key]))
-            if not path.is_file():
-                raise ConfigError(f"env.{key}={cfg.env[key]!r}: file not found")
-    try:
-        env = build_env(cfg, budget=budget)
-    except (DataFileError, EmailDBError) as exc:
-        raise ConfigError(str(exc)) from None
-    env.db.close()
+def check_task_counts(cfg: DictConfig, env) -> None:
     left = len(eval_subset(env.test_tasks, len(env.test_tasks), cfg.eval.offset))
     for key, have, what in (("eval.num_tasks", left, "test (from eval.offset)"),
                             ("trainer.tasks_per_step", len(env.train_tasks), "train")):
         if OmegaConf.select(cfg, key) > have:
-            log.warning("%s=%s but the %s file has only %d tasks: all %d are used", key,
+            log.warning("%s=%s but the %s split has only %d tasks: all %d are used", key,
                         OmegaConf.select(cfg, key), what, have, have)

@@ -25,6 +25,7 @@ Rules every environment keeps:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import json
 import logging
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 from ablate.core.registry import Registry
+from ablate.envs.config import EnvConfig
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +101,12 @@ class Environment(ABC):
 
     name: str = ""
     answer_tool: str = ""
+    # what the environment owns beside its methods (docs/environments.md)
+    config_schema: type = EnvConfig     # its `env` keys: EnvConfig or a subclass of it
+    default_reward: str = "outcome"     # reward.name when the command line sets none
+    behaviour_labels: dict = {}         # behaviour() column -> what it counts, for tables
+    breakdown_label: str = "difficulty"  # what a row's `hops` (Task.hops) counts here
+    config_errors: tuple = ()           # exceptions of from_config that mean bad user input
 
     # ------------------------------------------------------------------ required
     @abstractmethod
@@ -140,6 +148,55 @@ class Environment(ABC):
         kw.update({k: v for k, v in dict(get("options", None) or {}).items() if k in params})
         kw.update({k: v for k, v in objects.items() if k in params})
         return cls(**kw)
+
+    @classmethod
+    def config_keys(cls) -> tuple[str, ...]:
+        """The `env.<key>` this environment accepts: the fields of its config_schema."""
+        return tuple(f.name for f in dataclasses.fields(cls.config_schema))
+
+    @classmethod
+    def option_keys(cls) -> tuple[str, ...]:
+        """The `env.options.<key>` it accepts: constructor arguments that are no key of
+        its schema (from_config passes them)."""
+        params = inspect.signature(cls.__init__).parameters.values()
+        return tuple(p.name for p in params if p.name != "self" and p.kind not in (
+            p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in cls.config_keys())
+
+    @classmethod
+    def check_config(cls, env_cfg) -> None:
+        """EnvError (one line, naming the environment and what it allows) for a key its
+        schema lacks or an option its constructor does not take; an environment adds its
+        own value checks (super().check_config first)."""
+        label = _get(env_cfg, "name") or cls.name or cls.__name__
+        keys = [k for k in _keys(env_cfg) if k not in cls.config_keys()]
+        if keys:
+            raise EnvError(f"env={label} has no key env.{keys[0]}; allowed: "
+                           f"{', '.join(cls.config_keys())}")
+        options = [k for k in _keys(_get(env_cfg, "options")) if k not in cls.option_keys()]
+        if options:
+            raise EnvError(f"env={label} takes no option env.options.{options[0]}; allowed: "
+                           f"{', '.join(cls.option_keys()) or '(none)'}")
+
+    @classmethod
+    def prompt_text(cls, env_cfg) -> str:
+        """The text of every episode's prompt beside the question (system prompt and
+        tool schemas): preflight sizes the question budget with it. The default builds
+        the environment; one with constant prompts returns them without building."""
+        env = cls.from_config(env_cfg)
+        try:
+            return env.system_prompt() + json.dumps(env.tool_schemas())
+        finally:
+            env.close()
+
+    def describe(self) -> dict:
+        """What a reader of a cell's rows needs of its environment (environment.json):
+        its name, tools, default reward, the labels of its behaviour columns and what
+        the rows' `hops` breakdown counts."""
+        return {"name": self.name, "answer_tool": self.answer_tool,
+                "tools": list(self.tool_names()), "default_reward": self.default_reward,
+                "behaviour_labels": dict(self.behaviour_labels),
+                "breakdown_label": self.breakdown_label,
+                "outcome_labels": self.outcome_labels()}
 
     def behaviour(self, task: Task, results: list[ToolResult]) -> dict:
         """Per-episode behaviour metrics (JSON scalars) beyond the generic ones."""
@@ -216,14 +273,25 @@ class Environment(ABC):
         try:
             result = self.step(state, tool, args)
         except Exception as exc:   # a bug in an environment must not kill the rollout
-            log.exception("%s: tool %s failed on %s", self.name, tool, quote(arguments, 200))
+            self._log_failure(tool, exc, arguments)
             return ToolResult(name=tool, arguments=args,
                               observation=f"Error: {tool} failed inside the environment.",
                               error=f"internal: {type(exc).__name__}: {exc}")
-        if result.done and tool != self.answer_tool:   # a bug of the environment, not input
-            raise EnvError(f"env {self.name}: tool {tool} ended the episode; only "
-                           f"answer_tool={self.answer_tool!r} may")
+        check_result(self, tool, result)
         return result
+
+    def _log_failure(self, tool: str, exc: Exception, arguments: Any) -> None:
+        """Once per (tool, exception type) with its traceback, then a line with the count
+        at the 10th, 100th, ... time: a broken tool does not flood the log."""
+        counts = self.__dict__.setdefault("tool_failures", {})
+        key = (tool, type(exc).__name__)
+        counts[key] = n = counts.get(key, 0) + 1
+        if n == 1:
+            log.error("env %s: tool %s raised %s on %s (shown to the model as an internal "
+                      "error; later %s of %s are counted, not logged)", self.name, tool,
+                      key[1], quote(arguments, 200), key[1], tool, exc_info=exc)
+        elif n in (10, 100, 1000, 10000):
+            log.error("env %s: tool %s raised %s %d times so far", self.name, tool, key[1], n)
 
     def _check_call(self, tool: str, raw_name: Any, args: Any, raw_args: Any) -> Optional[str]:
         names = self.tool_names()
@@ -255,6 +323,35 @@ class Environment(ABC):
             if s["function"]["name"] == tool:
                 return s["function"].get("parameters", {})
         return {}
+
+
+def check_result(env: Environment, tool: str, result: Any) -> None:
+    """EnvError (one line) for what a tool returned that breaks the protocol: a bug of
+    the environment, not of the model's input."""
+    label = f"env={env.name or type(env).__name__}: tool {tool}"
+    if not isinstance(result, ToolResult):
+        raise EnvError(f"{label} returned a {type(result).__name__}; expected an "
+                       "ablate.envs.ToolResult")
+    if not isinstance(result.observation, str):
+        raise EnvError(f"{label} returned a {type(result.observation).__name__} "
+                       "observation; expected a str (the text the model reads)")
+    if result.done and tool != env.answer_tool:
+        raise EnvError(f"{label} ended the episode; only answer_tool="
+                       f"{env.answer_tool!r} may")
+
+
+def _get(cfg: Any, key: str) -> Any:
+    if cfg is None:
+        return None
+    return cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key, None)
+
+
+def _keys(cfg: Any) -> list[str]:
+    if cfg is None:
+        return []
+    if hasattr(cfg, "keys"):
+        return [str(k) for k in cfg.keys()]
+    return [f.name for f in dataclasses.fields(cfg)] if dataclasses.is_dataclass(cfg) else []
 
 
 def parse_arguments(arguments: Any) -> Any:

@@ -2,8 +2,6 @@
 a user's own class (`env._target_: my_module.MyEnv`, imported the Hydra way)."""
 from __future__ import annotations
 
-import inspect
-
 from hydra.utils import get_class
 
 from ablate.envs.base import ENVIRONMENTS, EnvError, Environment
@@ -29,6 +27,7 @@ def env_class(env_cfg) -> type[Environment]:
         if name and ENVIRONMENTS.get(name) not in (None, cls):
             raise EnvError(f"env.name={name!r} is a built-in environment; give your "
                            f"env._target_={target!r} another name")
+        _check_declared_name(cls, name, target)
         if name:
             ENVIRONMENTS.setdefault(name, cls)   # so `env.name` validates like a built-in
         return cls
@@ -39,17 +38,24 @@ def env_class(env_cfg) -> type[Environment]:
     return ENVIRONMENTS[name]
 
 
+def _check_declared_name(cls, name, target) -> None:
+    """`env.name` must be a name the class was registered (or declared) under."""
+    known = {n for n, c in ENVIRONMENTS.items() if c is cls} | (
+        {cls.__dict__["name"]} if cls.__dict__.get("name") else set())
+    if name and known and name not in known:
+        raise EnvError(f"env.name={name!r} contradicts env._target_={target!r}, registered "
+                       f"as {', '.join(sorted(map(repr, known)))}; expected that name")
+
+
 def make_env(env_cfg, judge_cfg=None, **objects) -> Environment:
     """An environment from its config: `Class.from_config(env_cfg, **objects)`
-    (objects: e.g. `judge=...`, passed if the class takes them). With `judge_cfg` (the
-    `judge` group) an answer judge is made for a class that takes one."""
+    (objects: e.g. `judge=...`, passed if the class takes them). `judge_cfg` (the `judge`
+    group) is passed as the object `judge_cfg`: an environment with an answer judge
+    makes its own from it (the email task's exact | llm)."""
     cls = env_class(env_cfg)
-    if judge_cfg is not None and "judge" not in objects and _takes_judge(cls):
-        from ablate.envs.email.judge import make_judge   # the answer judges: exact | llm
-        objects["judge"] = make_judge(judge_cfg)
-    return cls.from_config(env_cfg, **objects)
-
-
-def _takes_judge(cls) -> bool:
-    return any("judge" in inspect.signature(f).parameters
-               for f in (cls.__init__, cls.from_config))
+    if judge_cfg is not None:
+        objects.setdefault("judge_cfg", judge_cfg)
+    env = cls.from_config(env_cfg, **objects)
+    if not env.name:             # a class registered by env.name alone: its messages name it
+        env.name = _get(env_cfg, "name") or cls.__name__
+    return env

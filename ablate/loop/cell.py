@@ -106,6 +106,7 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     t0 = time.time()
     env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
     judge = env   # correctness comes from the environment (and its configured judge)
+    cell.write_text("environment.json", json.dumps(env.describe(), indent=2))
     try:
         check_reward_for(cfg.reward, env)
     except ValueError as e:

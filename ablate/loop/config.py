@@ -19,7 +19,7 @@ from ablate.algos.config import AlgoConfig
 from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, ALGORITHMS, LOSS_AGGREGATIONS,
                                    PAIR_RULES, POLICY_LOSSES, ROLLOUT_CORRECTIONS,
                                    import_plugins)
-from ablate.envs.email.config import EnvConfig, JudgeConfig
+from ablate.envs.config import EnvConfig, JudgeConfig
 from ablate.envs import ENVIRONMENTS, EnvError, env_class
 from ablate.harness.config import HarnessConfig, ModeConfig
 from ablate.harness.parser import PARSERS
@@ -84,7 +84,9 @@ class AblateConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
-    reward: RewardConfig = field(default_factory=RewardConfig)
+    # reward.name follows the environment's default_reward unless set (reward=, reward.name=)
+    reward: RewardConfig = field(default_factory=lambda: RewardConfig(
+        name="${ablate_env_reward:${env.name},${env._target_}}"))
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     run: RunConfig = field(default_factory=RunConfig)
@@ -136,10 +138,23 @@ def cell_dirname(overrides: str) -> str:
 def register() -> None:
     cs = ConfigStore.instance()
     cs.store(name="ablate_schema", node=AblateConfig)
+    for name, cls in ENVIRONMENTS.items():   # conf/env/<name>.yaml: defaults [<name>_schema]
+        cs.store(group="env", name=f"{name}_schema", node=cls.config_schema(name=name))
+    if not OmegaConf.has_resolver("ablate_env_reward"):
+        OmegaConf.register_new_resolver("ablate_env_reward", env_default_reward)
     if not OmegaConf.has_resolver("ablate_dirname"):
         OmegaConf.register_new_resolver("ablate_dirname", cell_dirname)
     if not OmegaConf.has_resolver("ablate_asset"):
         OmegaConf.register_new_resolver("ablate_asset", asset_dir)
+
+
+def env_default_reward(name: str, target: Optional[str] = None) -> str:
+    """`${ablate_env_reward:NAME,TARGET}`: the environment's default_reward (an unknown
+    environment falls back to the generic default; validate names the mistake)."""
+    try:
+        return env_class({"name": name, "_target_": target}).default_reward
+    except EnvError:
+        return RewardConfig.name
 
 
 def asset_dir(name: str) -> str:
@@ -147,9 +162,9 @@ def asset_dir(name: str) -> str:
     return str(ASSETS_DIR / name)
 
 
-# a user environment's own constructor arguments; a scheme's component weights (checked
-# against its Rubric in validate)
-FREE_KEYS = ("env.options", "reward.weights")
+# an environment checks its own keys (Environment.check_config); a scheme's component
+# weights are checked against its Rubric in validate
+FREE_KEYS = ("env", "reward.weights")
 
 
 def _unknown_keys(schema: DictConfig, cfg: DictConfig, prefix: str) -> list[str]:
@@ -288,19 +303,14 @@ def _check_harness(cfg) -> None:
 
 
 def _check_env(cfg) -> None:
+    """The keys every environment has; then the environment checks its own."""
     env = cfg.env
     _need(env.max_turns >= 1, "env.max_turns", env.max_turns, "must be >= 1")
-    _need(1 <= env.max_results <= 10, "env.max_results", env.max_results, "must be in 1..10")
     _need(bool(env.cache_dir), "env.cache_dir", env.cache_dir, "give a directory")
-    _need(env.max_read_chars >= 1, "env.max_read_chars", env.max_read_chars, "must be >= 1")
-    if env.name == "synthetic":
-        for key in ("num_inboxes", "emails_per_inbox", "train_tasks", "test_tasks"):
-            _need(env[key] >= 1, f"env.{key}", env[key], "must be >= 1")
-        _need(1 <= env.max_hops <= 4, "env.max_hops", env.max_hops, "must be in 1..4")
-    if env.name == "enronhop":
-        for key in ("emails_path", "train_tasks_path", "test_tasks_path"):
-            if not env[key]:
-                raise ConfigError(f"env=enronhop needs env.{key}=<path to your JSONL file>")
+    try:
+        env_class(env).check_config(env)
+    except EnvError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_learner(lc) -> None:

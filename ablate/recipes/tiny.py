@@ -61,14 +61,14 @@ def quick_eval(model, tok, tasks, db, *, temperature: float = 0.0, masking: str 
 
 
 def default_env(cache_dir=None, **overrides):
-    """The default synthetic env (EnvConfig defaults): (db, train_tasks, test_tasks)."""
-    from ablate.envs.email.config import EnvConfig
+    """The default synthetic env (EmailEnvConfig defaults): (db, train_tasks, test_tasks)."""
+    from ablate.envs.email.config import EmailEnvConfig
     from ablate.envs.email.data import read_tasks
     from ablate.envs.email.db import EmailDB
     from ablate.envs.email import synthetic
     import hashlib
     import os
-    cfg = EnvConfig(**overrides)
+    cfg = EmailEnvConfig(**overrides)
     root = Path(cache_dir or os.path.expanduser("~/.cache/ablate")) / "tiny-eval"
     key = hashlib.sha256(json.dumps([cfg.gen_seed, cfg.num_inboxes, cfg.emails_per_inbox,
                                      cfg.train_tasks, cfg.test_tasks, cfg.max_hops,

@@ -7,6 +7,7 @@ docs/environments.md), and why its `state_changed` is False.
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Optional
@@ -16,6 +17,7 @@ from ablate.envs.coderepair import generator as gen
 from ablate.envs.coderepair.lang import CalcError, build, render, run_test, tokenize
 
 from ablate.envs.coderepair.baseline import HonestFixer
+from ablate.envs.coderepair.config import CodeRepairEnvConfig
 from ablate.envs.coderepair.names import LIST, READ, REPLACE, RUN, SUBMIT
 from ablate.envs.coderepair.rewards import REWARDS
 MAX_EDIT_CHARS = 200
@@ -94,6 +96,14 @@ def _normal(line: str) -> str:
 @register_env("coderepair")
 class CodeRepairEnv(Environment):
     answer_tool = SUBMIT
+    config_schema = CodeRepairEnvConfig
+    default_reward = "outcome"
+    behaviour_labels = {
+        "edits": "edits that changed the code", "noop_edits": "edits that changed nothing",
+        "reads": "files read", "test_runs": "test runs",
+        "idle_test_runs": "test runs on unchanged code",
+        "failing_submissions": "submissions with failing tests",
+        "malformed_calls": "malformed calls", "difficulty": "difficulty"}
 
     def __init__(self, gen_seed: int = 0, train_tasks: int = 400, test_tasks: int = 200,
                  max_difficulty: Optional[int] = None, max_turns: int = 20,
@@ -116,9 +126,8 @@ class CodeRepairEnv(Environment):
             exclude = frozenset()
             if split == "test":
                 exclude = frozenset(gen.content_digest(t.payload) for t in self.tasks("train"))
-            repos = gen.make_split(self.gen_seed, split, self.counts[split],
-                                   self.max_difficulty, exclude)
-            self._tasks[split] = [_task(r) for r in repos]
+            self._tasks[split] = list(_split(self.gen_seed, split, self.counts[split],
+                                             self.max_difficulty, exclude))
         return self._tasks[split]
 
     def tool_schemas(self) -> list[dict]:
@@ -193,6 +202,14 @@ class CodeRepairEnv(Environment):
 
     def restore(self, snapshot: CodeState) -> CodeState:
         return self.snapshot(snapshot)
+
+
+@functools.lru_cache(maxsize=8)
+def _split(seed: int, split: str, count: int, difficulty: int, exclude) -> list[Task]:
+    """A split's tasks, made once per process (preflight's conformance episode and the
+    cell build the same environment; the tasks are immutable, every episode copies its
+    files)."""
+    return [_task(r) for r in gen.make_split(seed, split, count, difficulty, exclude)]
 
 
 def _task(repo: gen.Repo) -> Task:

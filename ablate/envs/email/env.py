@@ -7,6 +7,8 @@ answer). The ToolBox's per-call facts (hits, reads) travel in `ToolResult.extra`
 """
 from __future__ import annotations
 
+import json
+import os
 import random
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -14,12 +16,13 @@ from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
-from ablate.envs.base import Environment, Task, ToolResult, register_env
+from ablate.envs.base import EnvError, Environment, Task, ToolResult, register_env
 from ablate.envs.email.bundle import EnvBundle, build_env
-from ablate.envs.email.config import EnvConfig
-from ablate.envs.email.data import Task as EmailTask
+from ablate.envs.email.config import EmailEnvConfig
+from ablate.envs.email.data import DataFileError, Task as EmailTask
+from ablate.envs.email.db import EmailDBError
 from ablate.envs.email.episodes import email_task, emails_read, evidence_read  # noqa: F401
-from ablate.envs.email.judge import ExactJudge, normalize_answer
+from ablate.envs.email.judge import ExactJudge, make_judge, normalize_answer
 from ablate.envs.email.masking import GRAMMAR, episode_candidates
 from ablate.envs.email.rewards import SCHEMES
 from ablate.envs.email.scripted import ScriptedAgent
@@ -43,19 +46,55 @@ class EmailState:
 class EmailEnv(Environment):
     """`env=synthetic|enronhop`: the mailbox and tasks of an EnvBundle."""
     answer_tool = ANSWER
+    config_schema = EmailEnvConfig
+    default_reward = "shaped"
+    config_errors = (DataFileError, EmailDBError)
+    breakdown_label = "hops"             # evidence emails chained per question
+    behaviour_labels = {
+        "searches": "searches", "reads": "emails read",
+        "keywords_per_search": "keywords per search", "zero_hit_rate": "searches with no hit",
+        "read_after_hit": "read after a hit", "fabricated_sources": "sources never seen",
+        "evidence_read": "evidence emails read"}
 
     def __init__(self, bundle: EnvBundle, judge: Any = None, name: str = "synthetic"):
         self.bundle, self.judge, self.name = bundle, judge or ExactJudge(), name
 
     @classmethod
-    def from_config(cls, env_cfg, judge: Any = None, cfg: Any = None,
+    def from_config(cls, env_cfg, judge: Any = None, cfg: Any = None, judge_cfg: Any = None,
                     **_objects) -> "EmailEnv":
         """`cfg` (the whole run config, when given) bounds the questions by the model's
-        context (ablate.apps.preflight.question_budget)."""
+        context (ablate.apps.preflight.question_budget); `judge_cfg` (the `judge` group)
+        makes the answer judge (exact | llm) unless `judge` is given."""
         if cfg is None:   # the env group alone: schema defaults for the keys not given
-            env_cfg = OmegaConf.merge(OmegaConf.structured(EnvConfig), env_cfg)
+            env_cfg = OmegaConf.merge(OmegaConf.structured(EmailEnvConfig), env_cfg)
             cfg = SimpleNamespace(env=env_cfg)
+        if judge is None and judge_cfg is not None:
+            judge = make_judge(judge_cfg)
+        _check_files(env_cfg)
         return cls(build_env(cfg), judge=judge, name=env_cfg.name)
+
+    @classmethod
+    def option_keys(cls) -> tuple[str, ...]:
+        return ()          # every key of the email task is a key of its schema
+
+    @classmethod
+    def check_config(cls, env_cfg) -> None:
+        super().check_config(env_cfg)
+        env = env_cfg
+        _need(1 <= env.max_results <= 10, "env.max_results", env.max_results, "in 1..10")
+        _need(env.max_read_chars >= 1, "env.max_read_chars", env.max_read_chars, ">= 1")
+        if env.name == "synthetic":
+            for key in ("num_inboxes", "emails_per_inbox", "train_tasks", "test_tasks"):
+                _need(env[key] >= 1, f"env.{key}", env[key], ">= 1")
+            _need(1 <= env.max_hops <= 4, "env.max_hops", env.max_hops, "in 1..4")
+        if env.name == "enronhop":
+            for key in ("emails_path", "train_tasks_path", "test_tasks_path"):
+                if not env[key]:
+                    raise EnvError(f"env=enronhop needs env.{key}=<path to your JSONL file>")
+
+    @classmethod
+    def prompt_text(cls, env_cfg) -> str:
+        return SYSTEM_PROMPT + json.dumps(TOOL_SCHEMAS)
 
     @classmethod
     def over_db(cls, db, max_results: int = 10, judge: Any = None) -> "EmailEnv":
@@ -178,6 +217,20 @@ class EmailEnv(Environment):
         close = getattr(self.bundle.db, "close", None)
         if close is not None:
             close()
+
+
+def _check_files(env_cfg) -> None:
+    """enronhop reads the user's files: each must exist (EnvError naming the key)."""
+    if env_cfg.name != "enronhop":
+        return
+    for key in ("emails_path", "train_tasks_path", "test_tasks_path"):
+        if not os.path.isfile(os.path.expanduser(str(env_cfg[key]))):
+            raise EnvError(f"env.{key}={env_cfg[key]!r}: file not found")
+
+
+def _need(ok: bool, key: str, value, allowed: str) -> None:
+    if not ok:
+        raise EnvError(f"{key}={value!r} is not allowed; must be {allowed}")
 
 
 OUTCOME_LABELS = {

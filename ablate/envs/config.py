@@ -1,0 +1,31 @@
+"""The `env` keys every environment has, and the answer judge (`judge=`).
+
+An environment's own keys live in its own schema, a subclass of EnvConfig that the
+environment names as `config_schema` (the email task's: ablate/envs/email/config.py;
+code repair's: ablate/envs/coderepair/config.py); its conf/env/<name>.yaml selects it
+with `defaults: [<name>_schema]`. A user's environment without a schema of its own takes
+its constructor's arguments under `env.options` (docs/environments.md)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class EnvConfig:
+    name: str = "synthetic"              # a registered environment (ablate.envs.env_names())
+    _target_: Optional[str] = None       # a user's Environment class, `my_module.MyEnv`
+    options: dict[str, Any] = field(default_factory=dict)   # more constructor arguments
+    max_turns: int = 10                  # tool-calling turns before the episode is cut
+    cache_dir: str = "${oc.env:ABLATE_CACHE,'~/.cache/ablate'}"  # expanded with os.path.expanduser
+
+
+@dataclass
+class JudgeConfig:
+    name: str = "exact"                  # exact | llm
+    base_url: Optional[str] = None       # any OpenAI-compatible endpoint (llm)
+    model: Optional[str] = None          # judge model name at that endpoint
+    api_key_env: str = "OPENAI_API_KEY"  # the key is read from this environment variable
+    timeout_s: float = 30.0              # per request, seconds (> 0)
+    max_retries: int = 3                 # retries after a failed request (0 = none)
+    cache_dir: str = "${env.cache_dir}/judge"   # verdicts cached here (failures are not)

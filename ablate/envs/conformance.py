@@ -1,0 +1,73 @@
+"""Protocol conformance of an environment, checked by preflight before any cell directory
+exists: the class is complete, its answer tool is one of its tools, and one episode of its
+scripted baseline (or, without one, a call of its answer tool) plays through
+`Environment.call` with ToolResults whose observations are text. Every failure is one
+EnvError line naming the environment, the method or tool, and what was expected."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from ablate.envs.base import EnvError, Environment, Trajectory, run_episode
+
+PLACEHOLDER = {"string": "", "integer": 0, "number": 0, "boolean": False, "array": [],
+               "object": {}}
+
+
+def check_class(cls: type[Environment], label: str) -> None:
+    """Before building: every abstract protocol method is implemented."""
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
+    if inspect.isabstract(cls) and missing:
+        raise EnvError(f"env={label}: {cls.__name__} lacks the protocol method(s) "
+                       f"{', '.join(missing)}; expected them as in ablate.envs.Environment")
+
+
+def check_tools(env: Environment, label: str) -> None:
+    names = protocol(label, "tool_schemas", lambda: env.tool_names())
+    if not env.answer_tool:
+        raise EnvError(f"env={label}: answer_tool is not set; expected the name of the tool "
+                       f"that ends the episode, one of {', '.join(names)}")
+    if env.answer_tool not in names:
+        raise EnvError(f"env={label}: answer_tool={env.answer_tool!r} is none of its tools; "
+                       f"expected one of {', '.join(names)}")
+    prompt = protocol(label, "system_prompt", env.system_prompt)
+    if not isinstance(prompt, str):
+        raise EnvError(f"env={label}: system_prompt() returned a {type(prompt).__name__}; "
+                       "expected a str")
+
+
+def play_one(env: Environment, label: str, max_turns: int) -> tuple[Trajectory, Any]:
+    """One episode of the first task (train split) by its baseline or the no-op policy;
+    (trajectory, the state after reset, for mask_candidates)."""
+    tasks = protocol(label, "tasks", lambda: env.tasks("train"))
+    if not tasks:
+        raise EnvError(f"env={label}: tasks('train') is empty; expected at least one Task")
+    task = tasks[0]
+    policy = protocol(label, "baseline", lambda: env.baseline(task, seed=0)) or no_op(env)
+    traj = protocol(label, "an episode", lambda: run_episode(env, task, policy, max_turns))
+    metrics = protocol(label, "behaviour", lambda: env.behaviour(task, traj.results))
+    if not isinstance(metrics, dict):
+        raise EnvError(f"env={label}: behaviour() returned a {type(metrics).__name__}; "
+                       "expected a dict of JSON scalars")
+    return traj, protocol(label, "reset", lambda: env.reset(task))
+
+
+def no_op(env: Environment) -> Callable:
+    """A policy that calls the answer tool once with placeholder arguments."""
+    schema = env._schema(env.answer_tool)
+    props = schema.get("properties", {})
+    args = {k: PLACEHOLDER.get(props.get(k, {}).get("type"), "")
+            for k in schema.get("required", ())}
+    return lambda results: None if results else (env.answer_tool, args)
+
+
+def protocol(label: str, what: str, fn: Callable):
+    """fn() with an exception (a bug of the environment) as one EnvError line."""
+    try:
+        return fn()
+    except EnvError:
+        raise
+    except Exception as exc:
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        raise EnvError(f"env={label}: {what} raised {type(exc).__name__}: {text}") from None
+
