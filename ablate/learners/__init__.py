@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ablate.learners.base import Learner, LossFn, LossInputs
+from ablate.learners.base import CheckpointError, Learner, LossFn, LossInputs  # noqa: F401
 
 __all__ = ["Learner", "LossFn", "LossInputs", "make_learner", "build_model_for_learner",
            "zero3_init"]
