@@ -63,6 +63,9 @@ class RunConfig:
     # torch CPU threads; 1 is fastest for tiny models on a busy 2-core machine (sampling
     # measured 15-25x faster than 2 threads there); 0 = torch's default
     num_threads: int = 1
+    # resume an interrupted cell whose config differs in a result-changing key (the
+    # change is recorded in config_changes.jsonl and the metrics); false refuses
+    allow_config_change: bool = False
 
 
 @dataclass
