@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
+from ablate.core.errors import write_error
 from ablate.learners.batching import (SUM_METRICS, MicroBatch, collate, combine_metrics,
                                       pack, token_stats)
 from ablate.learners.head import head_rows, trained_positions
@@ -328,8 +329,14 @@ class Learner:
                 shutil.rmtree(stale, ignore_errors=True)
             tmp.mkdir(parents=True)
         self._barrier()
-        self._save_state(tmp, {"step": int(step), "client_state": client_state,
-                               "rng": _rng_state()})
+        try:
+            self._save_state(tmp, {"step": int(step), "client_state": client_state,
+                                   "rng": _rng_state()})
+        except (OSError, RuntimeError) as exc:   # disk full: "basic_ios::clear", ENOSPC
+            if not isinstance(exc, OSError) and not _io_failure(exc):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise write_error(tmp, exc) from None
         self._barrier()
         if self.rank == 0:
             write_digests(tmp)
@@ -378,6 +385,13 @@ class Learner:
         found = [(int(m.group(1)), p) for p in self.ckpt_dir.iterdir()
                  if (m := re.fullmatch(r"step_(\d+)", p.name)) and (p / "COMPLETE").exists()]
         return [p for _, p in sorted(found)]
+
+
+def _io_failure(exc: BaseException) -> bool:
+    """torch.save's C++ writer reports a full disk as a RuntimeError."""
+    text = str(exc).lower()
+    return any(w in text for w in ("iostream", "basic_ios", "no space", "file write",
+                                   "streamwriter", "read-only", "errno"))
 
 
 def _digest(path: Path) -> str:
