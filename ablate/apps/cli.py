@@ -154,6 +154,7 @@ def preflight(args: list[str]) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    PLANNED.clear()
     try:
         overrides, multirun, skip = _split_cli(args)
         if skip:
@@ -252,9 +253,11 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 def _grid_cell(cfg: DictConfig, out_dir: str, name: str, run_cell) -> dict | None:
     """One cell of a -m grid, in whichever process the launcher runs it; its outcome is
     reported to the grid's process through the GRID_REPORT file."""
-    if out_dir in grid_report().get("dead", ()):   # its worker died in an earlier launch
-        _report("failed", out_dir)
-        return None
+    before = grid_report()   # a relaunch (after a worker died) redoes no cell that ended
+    for state in ("dead", "failed", "busy"):
+        if out_dir in before.get(state, ()):
+            _report(state, out_dir)
+            return None
     _report("start", out_dir)
     try:
         summary = run_cell(cfg, out_dir)
