@@ -124,3 +124,37 @@ def test_a_torn_row_of_a_checkpointed_step_is_restored(cells, tmp_path):
                  .splitlines()]
     got = [json.loads(x) for x in (cell / "metrics.jsonl").read_text().splitlines()]
     assert got[0]["reward/mean"] == reference[0]["reward/mean"]
+
+
+def flip_middle(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_in_the_newest_checkpoint_resumes_from_the_previous(cells, tmp_path,
+                                                                          caplog):
+    cell = copy(cells, "complete", tmp_path)
+    for name in ("COMPLETE", "summary.json"):
+        (cell / name).unlink()
+    flip_middle(cell / "ckpt" / "step_00000002" / "learner.pt")
+    with caplog.at_level(logging.WARNING):
+        run_cell(cfg_of(cells), cell)
+    assert "step_00000002" in caplog.text and "corrupt" in caplog.text
+    timing = ("_s", "seconds", "tokens_per_s")
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.endswith(timing)}  # noqa: E731
+                          for r in rows]
+    load = lambda c: [json.loads(x) for x in (c / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    assert strip(load(cell)) == strip(load(cells / "complete"))   # step 2 redone identically
+
+
+def test_no_valid_checkpoint_is_a_one_line_cli_error(cells, tmp_path, capsys, monkeypatch):
+    from ablate.apps import cli
+    cell = copy(cells, "interrupted", tmp_path)
+    flip_middle(cell / "ckpt" / "step_00000001" / "learner.pt")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([*TINY, f"env.cache_dir={cells / 'cache'}", f"hydra.run.dir={cell}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("ablate: error: no usable checkpoint in ") and "step_00000001" in err
