@@ -88,3 +88,15 @@ def test_preflight_refuses_an_output_dir_without_room(tmp_path, monkeypatch, cap
     err = capsys.readouterr().err
     assert "hydra.run.dir=" in err and "3.0 MiB free" in err and "the cell writes about" in err
     assert not (tmp_path / "cell").exists()
+
+
+def test_a_read_only_cell_directory_is_one_line(tmp_path, monkeypatch):
+    real_open = type(tmp_path).open
+
+    def read_only(self, *a, **kw):
+        if self.name == ".lock":
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return real_open(self, *a, **kw)
+    monkeypatch.setattr(type(tmp_path), "open", read_only)
+    with pytest.raises(OutputWriteError, match=r"cannot write .*\.lock: Read-only file system"):
+        CellDir(tmp_path / "cell").lock()

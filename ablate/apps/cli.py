@@ -267,7 +267,10 @@ def _grid_cell(cfg: DictConfig, out_dir: str, name: str, run_cell) -> dict | Non
         log.error("cell %s skipped (the grid goes on): %s", name, e)
         return None
     except Exception as e:   # one bad cell must not stop a grid; KeyboardInterrupt does
-        CellDir(out_dir).mark_failed(one_line(e), traceback.format_exc())
+        try:
+            CellDir(out_dir).mark_failed(one_line(e), traceback.format_exc())
+        except OSError as why:   # a read-only or full disk: the log still says it
+            log.error("cannot write %s/FAILED: %s", out_dir, why)
         FAILED_CELLS.append(out_dir)
         _report("failed", out_dir)
         log.error("cell %s FAILED (the grid goes on; see %s/FAILED): %s", name, out_dir,
@@ -280,8 +283,11 @@ def _grid_cell(cfg: DictConfig, out_dir: str, name: str, run_cell) -> dict | Non
 def _report(state: str, out_dir: str) -> None:
     path = os.environ.get(GRID_REPORT)
     if path:
-        with open(path, "a", encoding="utf-8") as fh:   # one short line: an atomic append
-            fh.write(f"{state}\t{out_dir}\n")
+        try:
+            with open(path, "a", encoding="utf-8") as fh:   # one short line: atomic append
+                fh.write(f"{state}\t{out_dir}\n")
+        except OSError as why:
+            log.error("cannot report cell %s to the grid (%s): %s", out_dir, path, why)
 
 
 def grid_report() -> dict[str, set[str]]:

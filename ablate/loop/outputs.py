@@ -111,7 +111,10 @@ class CellBusy(RuntimeError):
 class CellDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:   # read-only, full, a file in the way
+            raise write_error(self.path, exc) from None
         self.ckpt = self.path / "ckpt"
         self._lock = None
         remove_stale_temps(self.path)
@@ -119,7 +122,10 @@ class CellDir:
     def lock(self) -> None:
         """Hold the cell's lock for as long as this process lives (two writers would
         interleave rows and checkpoints); CellBusy names the process holding it."""
-        fh = (self.path / ".lock").open("a+", encoding="utf-8")
+        try:
+            fh = (self.path / ".lock").open("a+", encoding="utf-8")
+        except OSError as exc:
+            raise write_error(self.path / ".lock", exc) from None
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
