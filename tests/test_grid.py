@@ -36,7 +36,7 @@ def test_a_failing_cell_does_not_stop_the_grid(tmp_path, monkeypatch, capsys):
         cli.main(["-m", "seed=0,1,2", "run.quiet=true", f"hydra.sweep.dir={sweep}"])
     assert exit_.value.code == 1
     err = capsys.readouterr().err
-    assert "1 cell(s) of the grid failed" in err
+    assert "1 of 3 cells failed, 0 busy" in err
     failed = [p.parent for p in sweep.rglob(FAILED)]
     assert len(failed) == 1 and failed[0].name == "seed=1"
     assert (failed[0] / FAILED).read_text().startswith("worker died: out of memory")

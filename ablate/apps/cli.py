@@ -20,14 +20,21 @@ from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ablate.core.errors import OutputWriteError
+from ablate.learners import CheckpointError
 from ablate.envs import env_class
 from ablate.loop.config import ConfigError, register
 from ablate.loop.outputs import CellBusy, CellDir
-from ablate.apps.preflight import check_output_dir, preflight as check_cfg
+from ablate.apps.preflight import check_free_space, check_output_dir, preflight as check_cfg
 
 log = logging.getLogger("ablate")
 FAILED_CELLS: list[str] = []   # cells of this -m grid that raised (the others went on)
 GRID_PID = "ABLATE_GRID_PID"   # the command's process id, inherited by launcher workers
+# every worker of any launcher appends "start|ok|failed|busy\t<cell dir>" lines there
+GRID_REPORT = "ABLATE_GRID_REPORT"
+PLANNED: dict = {}             # what preflight learnt of a -m grid: jobs, sweep dir
+# a cell's known failure modes: one line for a single run, no traceback
+CELL_ERRORS = (ConfigError, CheckpointError, OutputWriteError)
 _watching: list[threading.Thread] = []
 
 # Groups whose default comes from the schema (not the defaults list), so that the design
@@ -154,11 +161,13 @@ def preflight(args: list[str]) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    PLANNED.clear()
     try:
         overrides, multirun, skip = _split_cli(args)
         if skip:
             return 0
         jobs = expand_jobs(overrides, multirun)
+        PLANNED.update(jobs=len(jobs), sweep_dir=None)
         checked_data: set[str] = set()
         for job in jobs:
             check_job(job, multirun, checked_data)
@@ -173,13 +182,17 @@ def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:
     """Every check of one job; the data of an environment is checked once per command."""
     cfg = compose_job(job)
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    check_output_dir(key, str(OmegaConf.select(cfg, key)))
+    out_dir = OmegaConf.select(cfg, key)
+    check_output_dir(key, str(out_dir))
+    if multirun and PLANNED.get("sweep_dir") is None:
+        PLANNED["sweep_dir"] = str(OmegaConf.select(cfg, key))
     with open_dict(cfg):
         cfg.pop("hydra")
     data_key = OmegaConf.to_yaml(cfg.env) + str(cfg.model) + str(
         cfg.harness.max_tokens_per_episode)
     check_cfg(cfg, data=data_key not in checked_data)
     checked_data.add(data_key)
+    check_free_space(key, str(out_dir), cfg)
 
 
 def compose_job(job: list[str]) -> DictConfig:
@@ -251,27 +264,71 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     if hc.mode != RunMode.MULTIRUN:
         try:
             summary = run_cell(cfg, out_dir)
-        except CellBusy as e:
-            print(f"ablate: error: {e}", file=sys.stderr)
+        except (CellBusy, *CELL_ERRORS) as e:
+            print(f"ablate: error: {one_line(e)}", file=sys.stderr)
             sys.exit(2)
     else:
         grid = os.environ.get(GRID_PID)
         if not _watching and grid == str(os.getppid()):   # a worker process of the grid's
             _watching.append(exit_with_parent(int(grid)))
-        try:
-            summary = run_cell(cfg, out_dir)
-        except CellBusy as e:    # its files are its runner's: no FAILED marker
-            FAILED_CELLS.append(out_dir)
-            log.error("cell %s skipped (the grid goes on): %s",
-                      hc.job.override_dirname or "default", e)
-            return None
-        except Exception as e:   # one bad cell must not stop a grid; KeyboardInterrupt does
-            CellDir(out_dir).mark_failed(one_line(e), traceback.format_exc())
-            FAILED_CELLS.append(out_dir)
-            log.error("cell %s FAILED (the grid goes on; see %s/FAILED): %s",
-                      hc.job.override_dirname or "default", out_dir, one_line(e))
-            return None
+        summary = _grid_cell(cfg, out_dir, hc.job.override_dirname or "default", run_cell)
     return summary.get("final_accuracy") if summary else None
+
+
+def _grid_cell(cfg: DictConfig, out_dir: str, name: str, run_cell) -> dict | None:
+    """One cell of a -m grid, in whichever process the launcher runs it; its outcome is
+    reported to the grid's process through the GRID_REPORT file."""
+    before = grid_report()   # a relaunch (after a worker died) redoes no cell that ended
+    for state in ("dead", "failed", "busy"):
+        if out_dir in before.get(state, ()):
+            _report(state, out_dir)
+            return None
+    _report("start", out_dir)
+    try:
+        summary = run_cell(cfg, out_dir)
+    except CellBusy as e:    # its files are its runner's: no FAILED marker
+        FAILED_CELLS.append(out_dir)
+        _report("busy", out_dir)
+        log.error("cell %s skipped (the grid goes on): %s", name, e)
+        return None
+    except Exception as e:   # one bad cell must not stop a grid; KeyboardInterrupt does
+        try:
+            CellDir(out_dir).mark_failed(one_line(e), traceback.format_exc())
+        except OSError as why:   # a read-only or full disk: the log still says it
+            log.error("cannot write %s/FAILED: %s", out_dir, why)
+        FAILED_CELLS.append(out_dir)
+        _report("failed", out_dir)
+        log.error("cell %s FAILED (the grid goes on; see %s/FAILED): %s", name, out_dir,
+                  one_line(e))
+        return None
+    _report("ok", out_dir)
+    return summary
+
+
+def _report(state: str, out_dir: str) -> None:
+    path = os.environ.get(GRID_REPORT)
+    if path:
+        try:
+            with open(path, "a", encoding="utf-8") as fh:   # one short line: atomic append
+                fh.write(f"{state}\t{out_dir}\n")
+        except OSError as why:
+            log.error("cannot report cell %s to the grid (%s): %s", out_dir, path, why)
+
+
+def grid_report() -> dict[str, set[str]]:
+    """{state: cell dirs} from the report file; a cell's last word counts; "dead" holds
+    cells whose worker was found dead after a launch."""
+    path = os.environ.get(GRID_REPORT)
+    last: dict[str, str] = {}
+    if path and os.path.exists(path):
+        for line in open(path, encoding="utf-8").read().splitlines():
+            state, _, cell = line.partition("\t")
+            if cell:
+                last[cell] = state if last.get(cell) != "dead" else "dead"
+    out: dict[str, set[str]] = {}
+    for cell, state in last.items():
+        out.setdefault(state, set()).add(cell)
+    return out
 
 
 def exit_with_parent(parent: int, every_s: float = 2.0) -> threading.Thread:
@@ -296,10 +353,63 @@ def main(argv: list[str] | None = None) -> None:
     code = preflight(args)
     if code:
         sys.exit(code)
-    sys.argv = [sys.argv[0]] + args
     os.environ[GRID_PID] = str(os.getpid())
-    _hydra_main()
-    if FAILED_CELLS:
-        print(f"ablate: {len(FAILED_CELLS)} cell(s) of the grid failed (re-run the same "
-              f"command to retry them): " + ", ".join(FAILED_CELLS), file=sys.stderr)
-        sys.exit(1)
+    if PLANNED.get("sweep_dir") is None or not _split_cli(args)[1]:
+        sys.argv = [sys.argv[0]] + args
+        _hydra_main()
+        return
+    code = run_grid(args)
+    if code:
+        sys.exit(code)
+
+
+def run_grid(args: list[str], relaunches: int = 3) -> int:
+    """A -m grid under any launcher: the sweep directory pinned (so a relaunch reuses
+    it); a worker that died (killed, e.g. by the OOM killer, which stops a joblib pool)
+    fails its cell and the grid is launched again for the others; then "N of M cells
+    failed/busy" and exit status 1 when any did."""
+    sweep = Path(PLANNED["sweep_dir"])
+    args = [a for a in args if not a.startswith("hydra.sweep.dir=")] + \
+        [f"hydra.sweep.dir={sweep}"]
+    sweep.mkdir(parents=True, exist_ok=True)
+    report = sweep / f".grid-{os.getpid()}.tsv"
+    report.unlink(missing_ok=True)
+    os.environ[GRID_REPORT] = str(report)
+    try:
+        for _ in range(relaunches + 1):
+            sys.argv = [sys.argv[0]] + args
+            try:
+                _hydra_main()
+            except SystemExit as exc:
+                if exc.code not in (0, None) and not _mark_dead(report):
+                    raise
+                continue
+            if not _mark_dead(report):
+                break
+        return _summarise(grid_report(), PLANNED.get("jobs") or 0)
+    finally:
+        os.environ.pop(GRID_REPORT, None)
+        report.unlink(missing_ok=True)
+
+
+def _mark_dead(report: Path) -> bool:
+    """Cells started but never finished: their worker died. FAILED, skipped next launch."""
+    dead = grid_report().get("start", set())
+    for cell in sorted(dead):
+        CellDir(cell).mark_failed("its worker process died (killed, e.g. by the OOM "
+                                  "killer?); re-run the grid to retry it", "")
+        log.error("cell %s FAILED: its worker process died; the grid goes on", cell)
+        with report.open("a", encoding="utf-8") as fh:
+            fh.write(f"dead\t{cell}\n")
+    return bool(dead)
+
+
+def _summarise(states: dict[str, set[str]], planned: int) -> int:
+    failed = sorted(states.get("failed", set()) | states.get("dead", set()))
+    busy = sorted(states.get("busy", set()))
+    total = max(planned, sum(len(v) for v in states.values()))
+    if not failed and not busy:
+        return 0
+    print(f"ablate: {len(failed)} of {total} cells failed, {len(busy)} busy (re-run the "
+          f"same command to retry them): " + ", ".join(failed + busy), file=sys.stderr)
+    return 1

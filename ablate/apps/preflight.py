@@ -188,3 +188,39 @@ def check_task_counts(cfg: DictConfig, env) -> None:
         if OmegaConf.select(cfg, key) > have:
             log.warning("%s=%s but the %s split has only %d tasks: all %d are used", key,
                         OmegaConf.select(cfg, key), what, have, have)
+
+
+ROWS_BYTES = 16 * 2**20   # metrics, eval rows, trajectories, logs of a cell: a generous bound
+
+
+def expected_output_bytes(cfg: DictConfig) -> int:
+    """What a cell writes, about: its rows, plus (if it learns) keep_checkpoints + 1
+    checkpoints (one being written), each the weights and two Adam moments in fp32."""
+    if cfg.model.name == "scripted" or cfg.trainer.max_steps == 0:
+        return ROWS_BYTES
+    model_dir = check_weights(cfg)
+    if model_dir is None:
+        return ROWS_BYTES
+    weights = sum(p.stat().st_size for p in Path(model_dir).glob("*")
+                  if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file())
+    per_param = 2 if cfg.model.dtype in ("bfloat16", "float16") else 4
+    fp32_state = weights * 4 // per_param * 3          # weights + exp_avg + exp_avg_sq
+    if cfg.learner.lora.enable:
+        fp32_state //= 20                                # adapters only (a rough bound)
+    return ROWS_BYTES + (cfg.learner.keep_checkpoints + 1) * fp32_state
+
+
+def check_free_space(key: str, path: str, cfg: DictConfig) -> None:
+    """The output directory's file system has room for the cell's expected output
+    (checked before any work; a full disk otherwise fails mid-run)."""
+    import shutil
+    probe = Path(os.path.expanduser(path)).absolute()
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    need = expected_output_bytes(cfg)
+    if free < need:
+        raise ConfigError(f"{key}={path!r}: {free / 2**20:.1f} MiB free on its file system "
+                          f"({probe}), the cell writes about {need / 2**20:.1f} MiB "
+                          "(rows and learner.keep_checkpoints+1 checkpoints): free space "
+                          "or give another output directory")

@@ -11,13 +11,16 @@ the swept values). Reads files only; safe on a grid that is running.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
 
 import yaml
 
-from ablate.loop.outputs import COMPLETE, FAILED, lock_holder, read_jsonl
+from ablate.loop.outputs import COMPLETE, FAILED, OutputFileError, lock_holder, read_jsonl
+
+MARKERS = ("config.yaml", FAILED, COMPLETE)
 
 
 def planned_cells(sweep_dir: Path) -> int | None:
@@ -62,19 +65,52 @@ def cell_status(cell: Path, now: float) -> tuple[str, str]:
         ("interrupted", where)
 
 
+def find_cells(sweep_dir: Path) -> list[Path]:
+    """Every cell directory under the sweep, at any depth (a grid of an older version
+    nested a swept value holding "/"); hidden folders (.hydra) and a cell's own
+    sub-folders (ckpt, wandb) are not cells."""
+    cells = []
+    for root, dirs, _files in os.walk(sweep_dir):
+        here = Path(root)
+        if here != sweep_dir and any((here / m).exists() for m in MARKERS):
+            cells.append(here)
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+    return sorted(cells)
+
+
+def safe_status(cell: Path, now: float) -> tuple[str, str]:
+    """cell_status, or ("unreadable", what is wrong): one bad cell spoils no report."""
+    try:
+        return cell_status(cell, now)
+    except OutputFileError as exc:
+        return "unreadable", str(exc)
+    except KeyError as exc:
+        return "unreadable", f"a row without the field {exc} (eval.jsonl / metrics.jsonl)"
+    except yaml.YAMLError as exc:
+        return "unreadable", f"{cell / 'config.yaml'}: not YAML ({type(exc).__name__})"
+    except (OSError, ValueError, TypeError, AttributeError, ZeroDivisionError) as exc:
+        return "unreadable", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
 def report(sweep_dir: Path, now: float | None = None) -> str:
     now = time.time() if now is None else now
-    cells = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and any(
-        (p / name).exists() for name in ("config.yaml", FAILED, COMPLETE)))
-    lines, counts = [], {"complete": 0, "failed": 0, "running": 0, "interrupted": 0}
+    cells = find_cells(sweep_dir)
+    lines, counts = [], {"complete": 0, "failed": 0, "running": 0, "interrupted": 0,
+                         "unreadable": 0}
     for cell in cells:
-        state, detail = cell_status(cell, now)
+        state, detail = safe_status(cell, now)
         counts[state] += 1
-        lines.append(f"{state:<12} {cell.name}: {detail}")
-    planned = planned_cells(sweep_dir)
+        lines.append(f"{state:<12} {cell.relative_to(sweep_dir)}: {detail}")
+    try:
+        planned = planned_cells(sweep_dir)
+    except (yaml.YAMLError, OSError, AttributeError, TypeError, ValueError):
+        planned = None   # an unreadable multirun.yaml: the cells found are still listed
     not_started = max(0, planned - len(cells)) if planned is not None else None
     head = (f"{sweep_dir}: {counts['complete']} complete, {counts['running']} running, "
             f"{counts['interrupted']} interrupted, {counts['failed']} failed"
+            + (f", {counts['unreadable']} unreadable" if counts["unreadable"] else "")
             + (f", {not_started} not started (of {planned})" if planned is not None else ""))
     return "\n".join([head, *lines])
 

@@ -26,7 +26,11 @@ import argparse
 import hashlib
 import json
 import logging
+import os
+import socket
 import sys
+import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable
 
@@ -34,8 +38,10 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
-from ablate.apps.cli import compose_config, normalise_overrides
+from ablate.apps.cli import CELL_ERRORS, compose_config, normalise_overrides, one_line
+from ablate.core.locks import process_alive
 from ablate.loop.config import ConfigError, validate
+from ablate.loop.outputs import CellBusy
 
 log = logging.getLogger("ablate.apps.search")
 
@@ -116,12 +122,7 @@ def run_search(space: dict, *, n_trials: int, storage: str, out_dir: Path,
     if sampler_spec.get("seed") is not None:
         sampler_spec["seed"] = int(sampler_spec["seed"]) + len(study.trials)
     study.sampler = SAMPLERS[sampler_spec.get("type", "tpe")](sampler_spec)
-    # trials left RUNNING by a crashed process: mark them failed and ask again with the same
-    # parameters (their cell directory resumes from its checkpoint)
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        study.tell(t.number, state=TrialState.FAIL)
-        study.enqueue_trial(t.params, skip_if_exists=False)
-        log.info("re-queued interrupted trial %d", t.number)
+    requeue_dead_trials(study)
     metric = space["metric"]
 
     def finished() -> int:
@@ -130,6 +131,7 @@ def run_search(space: dict, *, n_trials: int, storage: str, out_dir: Path,
 
     while finished() < n_trials:
         trial = study.ask(space["distributions"])
+        claim(trial)
         overrides = trial_overrides(space, trial.params, list(extra_overrides))
         cfg = compose_config(overrides)
         validate(cfg)
@@ -150,6 +152,11 @@ def run_search(space: dict, *, n_trials: int, storage: str, out_dir: Path,
             study.tell(trial, state=TrialState.PRUNED)
             log.info("trial %d pruned", trial.number)
             continue
+        except CellBusy as exc:   # another search process runs these very parameters
+            study.tell(trial, state=TrialState.FAIL)
+            log.warning("trial %d: %s; asking for other parameters", trial.number, exc)
+            time.sleep(1.0)
+            continue
         value = (summary.get("final_eval") or {}).get(metric)
         if value is None:
             study.tell(trial, state=TrialState.FAIL)
@@ -160,6 +167,50 @@ def run_search(space: dict, *, n_trials: int, storage: str, out_dir: Path,
 
     write_best(study, space, out_dir, list(extra_overrides))
     return study
+
+
+# a RUNNING trial of this host is dead when its process is; one without a claim (its
+# process died between ask and claim, or an older version) after this long
+UNCLAIMED_GRACE = timedelta(minutes=2)
+
+
+def claim(trial: optuna.Trial) -> None:
+    """Mark a trial as this process's (host, pid): another search process sharing the
+    study then knows whether the trial is live."""
+    trial.set_user_attr("host", socket.gethostname())
+    trial.set_user_attr("pid", os.getpid())
+
+
+def trial_is_dead(t: optuna.trial.FrozenTrial) -> bool:
+    """A RUNNING trial whose process is gone: of this host and its process not running
+    (this very process runs no trial while it starts a search). A trial of another host
+    is live as far as we can tell: only a search on that host re-queues it."""
+    host, pid = t.user_attrs.get("host"), t.user_attrs.get("pid")
+    if host is None or pid is None:
+        start = t.datetime_start or datetime.now()
+        return datetime.now() - start > UNCLAIMED_GRACE
+    if host != socket.gethostname():
+        return False
+    return int(pid) == os.getpid() or not process_alive(int(pid))
+
+
+def requeue_dead_trials(study: optuna.Study) -> None:
+    """Trials left RUNNING by a crashed process: asked again with the same parameters
+    (their cell directory resumes from its checkpoint), then marked failed - in that
+    order, so a kill between the two loses no trial; a live trial of another process
+    sharing the study is left alone."""
+    waiting = {params_key(t.system_attrs.get("fixed_params", t.params)) for t in
+               study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not trial_is_dead(t):
+            log.info("trial %d runs in process %s on %s: left to it", t.number,
+                     t.user_attrs.get("pid"), t.user_attrs.get("host"))
+            continue
+        if params_key(t.params) not in waiting:
+            study.enqueue_trial(t.params, skip_if_exists=False)
+            waiting.add(params_key(t.params))
+        study.tell(t.number, state=TrialState.FAIL)
+        log.info("re-queued interrupted trial %d", t.number)
 
 
 def write_best(study: optuna.Study, space: dict, out_dir: Path, extra: list[str]) -> Path | None:
@@ -196,8 +247,12 @@ def main(argv: list[str] | None = None) -> None:
     except (SearchSpaceError, ConfigError) as exc:
         print(f"ablate.search: error: {exc}", file=sys.stderr)
         sys.exit(2)
-    study = run_search(space, n_trials=args.n_trials, storage=storage, out_dir=out,
-                       extra_overrides=args.overrides)
+    try:
+        study = run_search(space, n_trials=args.n_trials, storage=storage, out_dir=out,
+                           extra_overrides=args.overrides)
+    except (SearchSpaceError, *CELL_ERRORS) as exc:
+        print(f"ablate.search: error: {one_line(exc)}", file=sys.stderr)
+        sys.exit(2)
     best = out / "best_overrides.txt"
     if best.exists():
         print(f"best value {study.best_value:.4f}; overrides in {best}:\n{best.read_text()}")

@@ -4,4 +4,5 @@
     seeding               seed_everything, derived_seed
     locks                 file_lock, process_alive, lock_holder
     errors.ConfigError    a bad configuration value (key, value, what is allowed)
+    errors.OutputWriteError  an output file not written (disk full, read-only): path, free space
 """

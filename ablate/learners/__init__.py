@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ablate.core.registry import Registry
-from ablate.learners.base import Learner, LossFn, LossInputs
+from ablate.learners.base import CheckpointError, Learner, LossFn, LossInputs  # noqa: F401
 
 __all__ = ["LEARNERS", "Learner", "LossFn", "LossInputs", "make_learner",
            "build_model_for_learner", "zero3_init"]

@@ -8,7 +8,10 @@ and the optimizer/engine state in a checkpoint."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
+import json
+import logging
 import os
 import random
 import re
@@ -21,11 +24,20 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
+from ablate.core.errors import write_error
 from ablate.learners.batching import (SUM_METRICS, MicroBatch, collate, combine_metrics,
                                       pack, token_stats)
 from ablate.learners.head import head_rows, trained_positions
 from ablate.learners.prefix import (Prefix, cache_tensors, expanded_cache, first_stats,
                                     shared_prefix_len, suffix_stats)
+
+log = logging.getLogger("ablate.learners")
+DIGESTS = "DIGESTS.json"   # sha256 of every file of a checkpoint, written before COMPLETE
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint of a cell can be restored (every one fails its digest or its load)."""
+
 
 DUMMY = [0, 0]   # the prefix pass of a rank without a shared prefix (collectives in step)
 
@@ -317,10 +329,17 @@ class Learner:
                 shutil.rmtree(stale, ignore_errors=True)
             tmp.mkdir(parents=True)
         self._barrier()
-        self._save_state(tmp, {"step": int(step), "client_state": client_state,
-                               "rng": _rng_state()})
+        try:
+            self._save_state(tmp, {"step": int(step), "client_state": client_state,
+                                   "rng": _rng_state()})
+        except (OSError, RuntimeError) as exc:   # disk full: "basic_ios::clear", ENOSPC
+            if not isinstance(exc, OSError) and not _io_failure(exc):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise write_error(tmp, exc) from None
         self._barrier()
         if self.rank == 0:
+            write_digests(tmp)
             (tmp / "COMPLETE").write_text(str(step))
             if final.exists():
                 shutil.rmtree(final)
@@ -330,13 +349,32 @@ class Learner:
         self._barrier()
 
     def load(self) -> Optional[tuple[int, dict]]:
-        """Restore the newest complete checkpoint: (step, client_state), or None."""
+        """Restore the newest complete checkpoint whose files match their digests and
+        load: (step, client_state), or None when there is none. A corrupt or truncated
+        newest one is passed over with a warning; none valid is a CheckpointError."""
         dirs = self._complete_dirs()
-        if not dirs:
-            return None
-        extra = self._load_state(dirs[-1])
-        _set_rng_state(extra["rng"])
-        return int(extra["step"]), extra["client_state"]
+        problems = []
+        for path in reversed(dirs):
+            why = verify_digests(path)
+            if why is None:
+                try:
+                    extra = self._load_state(path)
+                except Exception as exc:   # unpickling, truncated zip, engine errors
+                    why = f"cannot be loaded ({type(exc).__name__}: " \
+                          f"{str(exc).splitlines()[0][:160] if str(exc) else ''})"
+            if why is None:
+                if problems:
+                    log.warning("resuming from the older checkpoint %s: %s", path,
+                                "; ".join(problems))
+                _set_rng_state(extra["rng"])
+                return int(extra["step"]), extra["client_state"]
+            problems.append(f"{path.name} {why}")
+            log.warning("checkpoint %s is not usable: %s", path, why)
+        if problems:
+            raise CheckpointError(f"no usable checkpoint in {self.ckpt_dir}: "
+                                  + "; ".join(problems) + "; delete that directory to "
+                                  "restart the cell from step 0")
+        return None
 
     def _step_dir(self, step: int) -> Path:
         return self.ckpt_dir / f"step_{step:08d}"
@@ -347,6 +385,55 @@ class Learner:
         found = [(int(m.group(1)), p) for p in self.ckpt_dir.iterdir()
                  if (m := re.fullmatch(r"step_(\d+)", p.name)) and (p / "COMPLETE").exists()]
         return [p for _, p in sorted(found)]
+
+
+def _io_failure(exc: BaseException) -> bool:
+    """torch.save's C++ writer reports a full disk as a RuntimeError."""
+    text = str(exc).lower()
+    return any(w in text for w in ("iostream", "basic_ios", "no space", "file write",
+                                   "streamwriter", "read-only", "errno"))
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _checkpoint_files(folder: Path) -> dict[str, Path]:
+    return {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name not in (DIGESTS, "COMPLETE")}
+
+
+def write_digests(folder: Path) -> None:
+    """DIGESTS.json: size and sha256 of every file written into a checkpoint folder."""
+    table = {name: [p.stat().st_size, _digest(p)]
+             for name, p in _checkpoint_files(folder).items()}
+    (folder / DIGESTS).write_text(json.dumps(table, indent=1))
+
+
+def verify_digests(folder: Path) -> Optional[str]:
+    """None if every file of the checkpoint matches DIGESTS.json (or the checkpoint
+    predates digests), else what is wrong."""
+    index = folder / DIGESTS
+    if not index.exists():
+        return None
+    try:
+        table = json.loads(index.read_text())
+    except (OSError, ValueError) as exc:
+        return f"has an unreadable {DIGESTS} ({exc})"
+    files = _checkpoint_files(folder)
+    for name, (size, digest) in table.items():
+        p = files.get(name)
+        if p is None:
+            return f"lacks {name}"
+        if p.stat().st_size != size:
+            return f"has {name} truncated ({p.stat().st_size} of {size} bytes)"
+        if _digest(p) != digest:
+            return f"has {name} corrupt (its sha256 differs from {DIGESTS})"
+    return None
 
 
 def _is_peft(model) -> bool:

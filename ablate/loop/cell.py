@@ -35,6 +35,8 @@ from ablate.harness.chat import render_episode_text
 from ablate.loop.config import validate
 from ablate.loop.eval_metrics import GREEDY, SAMPLED
 from ablate.loop.outputs import CellDir
+from ablate.loop.resume import check_resume, config_changes, describe, record_changes, \
+    stored_config
 from ablate.loop.policy import ModelPolicy, SamplerPolicy, ScriptedPolicy  # noqa: F401
 from ablate.loop.scoring import (eval_history, eval_rows, eval_subset, eval_summary,  # noqa: F401
                                  sample_step_tasks, score)
@@ -82,21 +84,59 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
         cell.lock()             # CellBusy if another live process runs this cell
     try:
         if cell.complete:       # (it may have finished between the check and the lock)
-            return _replay_complete(cell, on_eval)
+            return _replay_complete(cell, on_eval, cfg)
         return _run_locked(cfg, cell, on_eval)
     finally:
         cell.unlock()
 
 
-def _replay_complete(cell: CellDir, on_eval) -> dict:
-    log.info("cell %s is complete; skipping", cell.path)
+def _replay_complete(cell: CellDir, on_eval, cfg: DictConfig | None = None) -> dict:
+    stored = stored_config(cell.path) if cfg is not None else None
+    changes = config_changes(stored, cfg) if stored is not None else {}
+    if changes:
+        log.warning("cell %s is complete with another config (%s): skipped, its results "
+                    "are those of the config it ran with; use a new output directory to "
+                    "run the new one", cell.path, describe(changes))
+    else:
+        log.info("cell %s is complete; skipping", cell.path)
     if on_eval is not None:  # replay its evaluations (e.g. to an Optuna pruner)
         for step, summary in eval_history(cell.rows("eval.jsonl")):
             on_eval(step, summary)
     return json.loads((cell.path / "summary.json").read_text())
 
 
+def _started(cell: CellDir) -> bool:
+    """Any work of an earlier run on disk (rows or a checkpoint)?"""
+    rows = any((cell.path / n).exists() and (cell.path / n).stat().st_size > 0
+               for n in ("metrics.jsonl", "eval.jsonl"))
+    return rows or (cell.ckpt.is_dir() and any(cell.ckpt.glob("step_*")))
+
+
+def _restore_checkpointed_row(cell: CellDir, start: int, client: dict) -> None:
+    """The metrics row of the restored step travels in its checkpoint: if the file lost
+    it (a torn last line), put it back, so no step's row is lost for good."""
+    row = (client or {}).get("metrics_row")
+    if row is None or any(r.get("step") == start for r in cell.rows("metrics.jsonl")):
+        return
+    log.warning("metrics.jsonl lacked the row of step %d (a torn line?): restored from "
+                "its checkpoint", start)
+    cell.append("metrics.jsonl", row)
+
+
+def final_summary(cell: CellDir, last_eval: dict | None, max_steps: int, t0: float) -> dict:
+    """summary.json's content; a resume past the last checkpoint evaluates nothing, so
+    the final evaluation is rebuilt from its rows on disk (idempotent COMPLETE window)."""
+    if last_eval is None:
+        history = eval_history(cell.rows("eval.jsonl"))
+        if history and history[-1][0] == max_steps:
+            last_eval = history[-1][1]
+    return {"final_step": max_steps,
+            "final_accuracy": last_eval["eval/accuracy"] if last_eval else None,
+            "final_eval": last_eval, "seconds": time.time() - t0}
+
+
 def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
+    changes = check_resume(cell.path, cfg, _started(cell))
     cell.write_config(cfg)
     seed_everything(cfg.seed)
     if cfg.run.num_threads > 0:
@@ -122,10 +162,16 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     if policy.learns:
         restored = policy.learner.load()
         if restored is not None:
-            start, _client = restored
+            start, client = restored
             policy.push_weights()
             log.info("resumed from checkpoint at step %d", start)
     cell.truncate_after(start if start > 0 else -1)
+    if start > 0:
+        _restore_checkpointed_row(cell, start, client)
+    change_note = record_changes(cell.path, start, changes) if changes else None
+    if changes:
+        log.warning("resuming cell %s at step %d with a changed config "
+                    "(run.allow_config_change=true): %s", cell.path, start, change_note)
 
     def evaluate(step: int) -> dict:
         te = time.time()
@@ -168,6 +214,8 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     try:
         for step in range(start + 1, max_steps + 1):
             row = train_step(cfg, policy, env, judge, algorithm, step)
+            if change_note is not None:   # the first row after an accepted change
+                row["resume/config_changes"], change_note = change_note, None
             if policy.remote is not None and policy.remote.wanted(step, max_steps):
                 tp = time.time()
                 policy.remote.push(step, policy.learner.export_state_dict())
@@ -180,16 +228,14 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
                 last_eval = evaluate(step)
             ck = cfg.learner.checkpoint_every
             if (ck and step % ck == 0) or step == max_steps:
-                policy.learner.save(step, {"step": step})
+                policy.learner.save(step, {"step": step, "metrics_row": row})
                 algorithm.save(cell.ckpt, step)
     finally:
         progress.close()
         if getattr(policy, "remote", None) is not None:
             policy.remote.close()
 
-    summary = {"final_step": max_steps,
-               "final_accuracy": last_eval["eval/accuracy"] if last_eval else None,
-               "final_eval": last_eval, "seconds": time.time() - t0}
+    summary = final_summary(cell, last_eval, max_steps, t0)
     cell.mark_complete(summary)
     tracker.finish(summary)
     return summary

@@ -65,6 +65,9 @@ class RunConfig:
     # torch CPU threads; 1 is fastest for tiny models on a busy 2-core machine (sampling
     # measured 15-25x faster than 2 threads there); 0 = torch's default
     num_threads: int = 1
+    # resume an interrupted cell whose config differs in a result-changing key (the
+    # change is recorded in config_changes.jsonl and the metrics); false refuses
+    allow_config_change: bool = False
 
 
 @dataclass
@@ -128,11 +131,21 @@ MAX_DIRNAME = 200   # file systems allow 255 bytes per path component
 
 def cell_dirname(overrides: str) -> str:
     """A multirun cell's directory name: Hydra's override dirname, or (if too long for a
-    file system) its head plus a hash of the whole, stable across re-runs of the grid."""
+    file system) its head plus a hash of the whole, stable across re-runs of the grid.
+    A swept value holding "/" (a path, a URL) has it written as "%2F": one directory."""
+    overrides = safe_dirname(overrides)
     if len(overrides.encode()) <= MAX_DIRNAME:
         return overrides or "default"
     digest = hashlib.sha1(overrides.encode()).hexdigest()[:12]
     return overrides.encode()[: MAX_DIRNAME - 14].decode(errors="ignore") + "~" + digest
+
+
+def safe_dirname(name: str) -> str:
+    """One path component: "/" and NUL percent-encoded, and "%" itself (so no two names
+    meet); names without any of them are unchanged."""
+    if not any(c in name for c in "/%\0"):
+        return name
+    return name.replace("%", "%25").replace("/", "%2F").replace("\0", "%00")
 
 
 def register() -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.core.errors import write_error
 from ablate.core.locks import lock_holder, process_alive  # noqa: F401  (re-exported)
 
 COMPLETE = "COMPLETE"
@@ -44,13 +45,26 @@ def cut_trajectory_text(text: str, step: int) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write-then-rename: the old file stays whole if the write fails (disk full,
+    read-only: an OutputWriteError naming the path and the free space)."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True) if _removable(tmp) else None
+        raise write_error(path, exc) from None
+
+
+def _removable(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 class OutputFileError(ValueError):
@@ -97,7 +111,10 @@ class CellBusy(RuntimeError):
 class CellDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:   # read-only, full, a file in the way
+            raise write_error(self.path, exc) from None
         self.ckpt = self.path / "ckpt"
         self._lock = None
         remove_stale_temps(self.path)
@@ -105,7 +122,10 @@ class CellDir:
     def lock(self) -> None:
         """Hold the cell's lock for as long as this process lives (two writers would
         interleave rows and checkpoints); CellBusy names the process holding it."""
-        fh = (self.path / ".lock").open("a+", encoding="utf-8")
+        try:
+            fh = (self.path / ".lock").open("a+", encoding="utf-8")
+        except OSError as exc:
+            raise write_error(self.path / ".lock", exc) from None
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -136,12 +156,24 @@ class CellDir:
         atomic_write_text(self.path / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
 
     def append(self, name: str, rows: list[dict] | dict) -> None:
+        """Whole rows or none: a failed write (disk full, read-only) cuts the file back
+        to its rows before it and is an OutputWriteError naming the path."""
         rows = [rows] if isinstance(rows, dict) else rows
-        with (self.path / name).open("a", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write(json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        text = "".join(json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n"
+                       for row in rows)
+        path = self.path / name
+        size = path.stat().st_size if path.exists() else 0
+        try:
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            try:
+                os.truncate(path, size)
+            except OSError:
+                pass
+            raise write_error(path, exc) from None
 
     def rows(self, name: str) -> list[dict]:
         return read_jsonl(self.path / name)
@@ -161,8 +193,11 @@ class CellDir:
 
     def write_text(self, name: str, text: str, append: bool = False) -> None:
         if append:
-            with (self.path / name).open("a", encoding="utf-8") as fh:
-                fh.write(text)
+            try:
+                with (self.path / name).open("a", encoding="utf-8") as fh:
+                    fh.write(text)
+            except OSError as exc:
+                raise write_error(self.path / name, exc) from None
         else:
             atomic_write_text(self.path / name, text)
 

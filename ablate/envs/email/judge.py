@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import re
+import socket
 import sqlite3
 import threading
 import time
@@ -276,7 +277,10 @@ class LLMJudge:
         self.api_key_env = api_key_env
         key = os.environ.get(api_key_env) if api_key_env else None
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.Client(timeout=timeout_s, headers=headers)
+        self._secret = key or None
+        # a fresh connection per request: its socket is what the total deadline shuts
+        self._client = httpx.Client(timeout=timeout_s, headers=headers,
+                                    limits=httpx.Limits(max_keepalive_connections=0))
         self._cache = _VerdictCache(cache_dir)
         self._exact = ExactJudge()
         self.calls = 0   # HTTP requests made (tests and cost accounting)
@@ -329,36 +333,96 @@ class LLMJudge:
         for attempt in range(attempts):
             if attempt:
                 time.sleep(min(30.0, self.backoff_s * 2 ** (attempt - 1)))
+            deadline = Deadline(self.timeout_s)
             try:
                 self.calls += 1
-                resp = self._client.post(self.url, json=payload)
+                with deadline:
+                    resp = self._client.post(self.url, json=payload,
+                                             extensions={"trace": deadline.trace})
             except httpx.TimeoutException:
                 problem = f"timed out after {self.timeout_s}s"
                 continue
             except httpx.TransportError as exc:   # refused, DNS, reset, ...
-                problem = f"unreachable ({type(exc).__name__}: {exc})"
+                problem = (f"timed out after {self.timeout_s}s (total deadline of the "
+                           "request)") if deadline.expired else \
+                    f"unreachable ({type(exc).__name__}: {self._redact(str(exc))})"
                 continue
             if resp.status_code == 429 or resp.status_code >= 500:
-                problem = f"HTTP {resp.status_code}: {resp.text[:200]!r}"
+                problem = f"HTTP {resp.status_code}: {self._redact(resp.text)[:200]!r}"
                 continue
             if resp.status_code != 200:   # 4xx: retrying cannot help
                 hint = (f" (is ${self.api_key_env} set?)"
                         if resp.status_code in (401, 403) else "")
                 raise JudgeError(f"LLM judge at {self.url} (model {self.model!r}) answered "
-                                 f"HTTP {resp.status_code}{hint}: {resp.text[:300]!r}")
+                                 f"HTTP {resp.status_code}{hint}: "
+                                 f"{self._redact(resp.text)[:300]!r}")
             try:
                 reply = resp.json()["choices"][0]["message"]["content"]
             except (ValueError, KeyError, IndexError, TypeError):
-                problem = f"not an OpenAI chat completion: {resp.text[:200]!r}"
+                problem = f"not an OpenAI chat completion: {self._redact(resp.text)[:200]!r}"
                 continue
             verdict = parse_verdict(reply)
             if verdict is not None:
                 return verdict
-            problem = f"no CORRECT/INCORRECT verdict in reply {str(reply)[:200]!r}"
+            problem = (f"no CORRECT/INCORRECT verdict in reply "
+                       f"{self._redact(str(reply))[:200]!r}")
             log.warning("LLM judge reply unparseable (attempt %d/%d): %r", attempt + 1,
                         attempts, str(reply)[:200])
         raise JudgeError(f"LLM judge at {self.url} (model {self.model!r}) failed after "
                          f"{attempts} attempt(s): {problem}")
+
+    def _redact(self, text: str) -> str:
+        """A server's text without the API key or any Authorization header it echoed."""
+        if self._secret:
+            text = text.replace(self._secret, "<redacted>")
+        return _CREDENTIAL.sub(r"\1<redacted>", text)
+
+
+# an echoed request header: "Authorization: Bearer KEY", "Bearer KEY", "api-key: KEY"
+_CREDENTIAL = re.compile(r"((?:authorization|api[-_]?key|x-api-key)[\"']?\s*[:=]\s*[\"']?"
+                         r"(?:bearer\s+|basic\s+)?|bearer\s+)[^\s\"',;}]+", re.I)
+
+
+class Deadline:
+    """A total deadline for one HTTP request. A per-read timeout lets a server that
+    trickles a byte a second hold a request forever; at `seconds` this shuts the
+    request's socket down (found through httpcore's trace hook), which ends any read
+    or write at once. Use as a context manager around the request."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.expired = float(seconds), False
+        self._sockets: list = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(self.seconds, self._expire)
+        self._timer.daemon = True
+
+    def trace(self, name: str, info: dict) -> None:
+        if name.endswith("connect_tcp.complete") and info.get("return_value") is not None:
+            sock = info["return_value"].get_extra_info("socket")
+            with self._lock:
+                self._sockets.append(sock)
+                if self.expired:
+                    _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+    def __enter__(self):
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._timer.cancel()
+
+
+def _shut(sock) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, AttributeError):
+        pass
 
 
 def make_judge(cfg) -> ExactJudge | LLMJudge:

@@ -1,0 +1,103 @@
+"""What a resumed (or re-run complete) cell is checked against: the config it was started
+with. A cell is one configuration; resuming it with another one would mix rows of two
+runs under the first one's name, with the optimizer state of the first.
+
+`config_changes(stored, cfg)` lists the keys whose value differs, except the keys that
+cannot change a result (ALLOW_CHANGE: display, logging, threads, cache directories,
+the judge's transport settings). `run.allow_config_change=true` lets a resume go on
+anyway; the change is then recorded in <cell>/config_changes.jsonl and in the next
+metrics row (`resume/config_changes`)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from ablate.core.errors import ConfigError
+
+# keys (or key prefixes ending in ".") whose value a resume may change freely
+ALLOW_CHANGE = ("run.quiet", "run.wandb_mode", "run.wandb_project", "run.num_threads",
+                "run.num_trajectories", "run.allow_config_change", "env.cache_dir",
+                "judge.cache_dir", "judge.api_key_env", "judge.timeout_s",
+                "judge.max_retries")
+CHANGES_FILE = "config_changes.jsonl"
+
+
+def _flat(node, prefix: str = "") -> dict:
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out or {prefix[:-1]: {}}
+    return {prefix[:-1]: node}
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def config_changes(stored: dict, cfg: DictConfig) -> dict[str, tuple]:
+    """{key: (stored value, new value)} of the keys that differ and may change results
+    (a key only one side has counts, with None on the other)."""
+    new = _flat(yaml.safe_load(OmegaConf.to_yaml(cfg, resolve=True)) or {})
+    old = _flat(stored or {})
+    return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
+            if not _same(old.get(k), new.get(k)) and not _allowed(k)}
+
+
+def _allowed(key: str) -> bool:
+    return any(key == a or key.startswith(a + ".") for a in ALLOW_CHANGE)
+
+
+def stored_config(cell_path: Path) -> dict | None:
+    """The config a cell was started with (its config.yaml), None if it has none; an
+    unreadable one is a ConfigError naming the file."""
+    path = Path(cell_path) / "config.yaml"
+    if not path.exists():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not a readable config ({type(exc).__name__}); the "
+                          "cell's stored config was edited or corrupted") from None
+    return data if isinstance(data, dict) else {}
+
+
+def describe(changes: dict[str, tuple], limit: int = 8) -> str:
+    """'trainer.lr 0.0001 -> 0.01, reward.name shaped -> outcome' (the first `limit`)."""
+    parts = [f"{k} {_short(a)} -> {_short(b)}" for k, (a, b) in list(changes.items())[:limit]]
+    more = len(changes) - limit
+    return ", ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _short(value) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_resume(cell_path: Path, cfg: DictConfig, started: bool) -> dict[str, tuple]:
+    """The changes of an interrupted cell's config ({} when none, or when the cell has no
+    work on disk yet); a ConfigError naming the keys unless run.allow_config_change."""
+    stored = stored_config(cell_path)
+    if stored is None or not started:
+        return {}
+    changes = config_changes(stored, cfg)
+    if changes and not cfg.run.allow_config_change:
+        raise ConfigError(
+            f"cell {cell_path} was started with another config: {describe(changes)}; "
+            "resuming would mix two runs: use the original values or a new output "
+            "directory, or pass run.allow_config_change=true to resume anyway (recorded)")
+    return changes
+
+
+def record_changes(cell_path: Path, step: int, changes: dict[str, tuple]) -> str:
+    """Append the accepted change to config_changes.jsonl; the text for the metrics."""
+    row = {"step": step, "changes": {k: [a, b] for k, (a, b) in changes.items()}}
+    with (Path(cell_path) / CHANGES_FILE).open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row, default=str) + "\n")
+    return describe(changes, limit=len(changes))
