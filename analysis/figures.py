@@ -52,8 +52,8 @@ def _ylabel(summary):
 
 def _save(fig, out: Path, name: str) -> list[Path]:
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
-    for p in paths:
-        fig.savefig(p)
+    for p in paths:       # no creation date: a regenerated figure is the same file
+        fig.savefig(p, metadata={"CreationDate": None} if p.suffix == ".pdf" else None)
     plt.close(fig)
     return paths
 

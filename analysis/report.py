@@ -188,10 +188,17 @@ def _bookkeeping(summary: dict) -> list[str]:
     problems = [("Incomplete runs (no COMPLETE marker)", summary.get("incomplete", [])),
                 ("Failed runs", summary.get("failed", [])),
                 ("Missing cells of the grid", summary.get("missing", [])),
-                ("Duplicate runs (first kept)", summary.get("duplicates", []))]
-    if not any(v for _, v in problems):
+                ("Duplicate runs: the same cell and seed twice (the first is analysed)",
+                 summary.get("duplicates", []))]
+    excl = summary.get("exclusions", [])
+    if not any(v for _, v in problems) and not excl:
         return []
-    L = ["## Missing, incomplete and failed runs", ""]
+    L = ["## Missing, incomplete, failed and duplicate runs; rows left out", ""]
+    if excl:
+        L += ["Rows left out of a behaviour field (no value: missing, null or NaN; the "
+              "analysed metric needs a value in every row):"]
+        L += [f"- {e['cell']}: '{e['field']}' {e['excluded']} of {e['rows']} rows"
+              for e in excl] + [""]
     for title, items in problems:
         if items:
             L.append(f"{title}:")
@@ -200,6 +207,9 @@ def _bookkeeping(summary: dict) -> list[str]:
                 L.append(f"- {', '.join(f'{k}={v}' for k, v in it['factors'].items())}"
                          + (f", seed {it['seed']}" if "seed" in it else "")
                          + (f" ({it['reason']})" if it.get("reason") else "")
+                         + (f" (repeats `{it['first']}`, "
+                            f"{'identical' if it['identical_rows'] else 'different'} rows)"
+                            if it.get("first") else "")
                          + (f" — `{where}`" if where else ""))
             L.append("")
     return L

@@ -115,7 +115,7 @@ def _changes(c, mats: dict, fields: dict, steps: dict, alpha: float,
                         "only the analysed step)")
     if single:
         return {}
-    before = est.cell_matrices(c, first, fields, [])
+    before = est.cell_matrices(c, first, fields, [], required=(next(iter(fields)),))
     out = {}
     for name, d1 in mats.items():
         d0 = before.get(name)
@@ -318,7 +318,9 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
                             "analyse runs without a COMPLETE marker)")
     names = lb.short_names(sweep.factors)
     fields = _fields(metric, est.reward_fields(cells, steps))
-    mats = [est.cell_matrices(c, steps, fields, warnings) for c in cells]
+    exclusions: list = []
+    mats = [est.cell_matrices(c, steps, fields, warnings, (metric,), exclusions)
+            for c in cells]
     for c, m in zip(cells, mats):
         if metric not in m or m[metric].y.size == 0:
             raise AnalysisError(f"{c.runs[0].eval_file}: no '{metric}' values at step "
@@ -374,7 +376,7 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
         "mde_table": plan["mde_table"] if plan else None,
         "planning": plan, "warnings": warnings,
         "incomplete": sweep.incomplete, "failed": failed, "missing": sweep.missing,
-        "duplicates": sweep.duplicates,
+        "duplicates": sweep.duplicates, "exclusions": exclusions,
     }
     return _clean(summary)
 

@@ -58,7 +58,7 @@ def test_factors_follow_group_names_and_skip_bookkeeping():
         for seed in (0, 1):
             c = base_config(seed, "shaped", algo)
             c["run"]["device"] = f"cpu{seed}"              # bookkeeping, ignored
-            c["env"]["emails_path"] = f"/data/{seed}.jsonl"  # a path, ignored
+            c["env"]["cache_dir"] = f"/cache/{seed}"        # a cache location, ignored
             cfgs.append(c)
     from analysis.collect import flatten
     flat = [flatten(c) for c in cfgs]
@@ -69,6 +69,8 @@ def test_factors_follow_group_names_and_skip_bookkeeping():
     for f in flat:
         f["trainer.lr"] = 1e-4 if f["seed"] == 0 else 3e-4
     assert "trainer.lr" in infer_factors(flat) and "seed" not in infer_factors(flat)
+    flat[0]["env.emails_path"] = "/data/other.jsonl"   # a path that differs: a factor
+    assert "env.emails_path" in infer_factors(flat)
 
 
 def test_a_key_written_only_by_a_newer_ablate_is_not_a_factor():
