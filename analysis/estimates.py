@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.collect import AnalysisError, Cell, Run
-from analysis.validate import is_missing
+from analysis.validate import is_missing, kind
 
 # behaviour table: name -> (words, eval field, transform); the fields are those of
 # ablate/harness/episode.py Episode.behaviour() (generic) and of each environment's
@@ -48,10 +48,29 @@ class CellData:
     samples: int = 1                 # K: samples per question (max over seeds)
     steps: tuple = ()
     hops: dict = field(default_factory=dict)
+    unit: str = "seed"               # the replicate: "seed", or "question" (fixed weights)
 
     @property
     def n_seeds(self) -> int:
         return self.y.shape[1]
+
+    def per_question(self) -> "CellData":
+        """An evaluation-only cell (fixed weights): the seeds are sampling streams of one
+        policy, replicates within a question; y[q] is the mean over all of them and the
+        question is the unit of replication."""
+        return CellData(y=self.y.mean(axis=1, keepdims=True), questions=self.questions,
+                        seeds=self.seeds, samples=self.samples * self.y.shape[1],
+                        steps=self.steps, hops=self.hops, unit="question")
+
+
+def field_kind(name: str) -> str | None:
+    """"rate" (a mean of 0/1 outcomes or of fractions: bounded intervals), "count" (a
+    mean of counts: non-negative intervals) or None, for a metric or BEHAVIOUR name."""
+    if name in RATES:
+        return "rate"
+    key = BEHAVIOUR[name][1] if name in BEHAVIOUR else name
+    k = kind(key) if key else None
+    return "rate" if k in ("binary", "rate") else k
 
 
 NUMBER_TYPES = {bool, int, float, type(None)}
