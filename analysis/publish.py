@@ -21,8 +21,9 @@ from analysis import cli
 from analysis.collect import AnalysisError, read_config
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis.export import export
-from analysis.tables import (baseline_comparisons, fmt, fmt_ci, fmt_est, fmt_p, has_curves,
-                             has_training, is_pct)
+from analysis.labels import behaviour_words
+from analysis.tables import (baseline_comparisons, fmt, fmt_ci, fmt_est, fmt_p, has_change,
+                             has_curves, has_training, is_pct)
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -45,8 +46,8 @@ def _cell_row(c: dict, comp: dict | None, metric: str, pct: bool,
     return "| " + " | ".join(cols) + " |"
 
 
-def _behaviour_head(behaviour: tuple) -> str:
-    return " | ".join(SHORT_WORDS.get(n, BEHAVIOUR[n][0]) + (" (%)" if n in RATES else "")
+def _behaviour_head(behaviour: tuple, env: str | None = None) -> str:
+    return " | ".join(SHORT_WORDS.get(n, behaviour_words(n, env)) + (" (%)" if n in RATES else "")
                       for n in behaviour)
 
 
@@ -106,7 +107,7 @@ def headline(summary: dict, report_rel: str,
          f"from [{report_rel}/summary.json]({report_rel}/summary.json); the full report is "
          f"[{report_rel}/report.md]({report_rel}/report.md).", "",
          f"| cell | seeds x questions | {summary['metric_words']}{unit} | change | "
-         f"{_behaviour_head(behaviour)} | Δ vs baseline | Holm p | verdict |",
+         f"{_behaviour_head(behaviour, summary.get('env'))} | Δ vs baseline | Holm p | verdict |",
          "|---|---:|---:|---:|" + "---:|" * len(behaviour) + "---:|---:|---|"]
     L += [_cell_row(c, base.get(c["label"]), summary["metric"], pct, behaviour)
           for c in summary["cells"]]
@@ -116,6 +117,9 @@ def headline(summary: dict, report_rel: str,
         L += ["", f"{problems} run(s) failed or incomplete: listed in the report."]
     figures = [f"![held-out learning curves]({report_rel}/learning_curves.png)"] \
         if has_curves(summary) else []
+    if has_change(summary):
+        figures.append(f"![change from the first evaluation, paired by seed and question]"
+                       f"({report_rel}/change.png)")
     if has_training(summary):
         figures.append(f"![training accuracy, answer rate and reward]({report_rel}/training.png)")
     L += ([""] + figures) if figures else []

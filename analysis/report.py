@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from analysis.estimates import BEHAVIOUR, RATES
-from analysis.labels import legend
+from analysis.labels import behaviour_words, env_word, hop_words, legend
 from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, fmt, fmt_ci, fmt_est,
-                             fmt_p, has_curves, has_training, is_pct)
+                             fmt_p, has_change, has_curves, has_training,
+                             is_pct)
 
 def p_is(p) -> str:
     s = fmt_p(p)
@@ -225,7 +226,8 @@ def _behaviour(summary: dict) -> list[str]:
          f"{n} intervals (95%, unadjusted for their number): descriptions, not tests; an "
          "interval that excludes a value here is a lead for a pre-registered experiment, "
          "not a finding.", "", "| cell | " + " | ".join(
-        BEHAVIOUR[n][0] + (" (%)" if n in RATES else "") for n in names) + " |",
+        behaviour_words(n, summary.get("env")) + (" (%)" if n in RATES else "")
+        for n in names) + " |",
          "|---|" + "---:|" * len(names)]
     for c in summary["cells"]:
         vals = [c["behaviour"].get(n) for n in names]
@@ -247,7 +249,8 @@ def _changes(summary: dict, pct: bool) -> list[str]:
          f"seed: question noise only). The {len(names) * len(cells)} behaviour changes are "
          "exploratory (unadjusted 95% intervals over the family shown).", "",
          "| " + " | ".join(["cell", "from step", summary["metric_words"]] + [
-             BEHAVIOUR[n][0] + (" (%)" if n in RATES else "") for n in names]) + " |",
+             behaviour_words(n, summary.get("env")) + (" (%)" if n in RATES else "")
+             for n in names]) + " |",
          "|---|---:|" + "---:|" * (len(names) + 1)]
     for c in cells:
         ch = c["change"]
@@ -264,8 +267,9 @@ def _hops(summary: dict, pct: bool) -> list[str]:
     hops = summary.get("hops", [])
     if not hops:
         return []
-    L = ["## By hop count", "",
-         "| cell | " + " | ".join(f"{h} hop{'' if h == '1' else 's'}" for h in hops) + " |",
+    env = summary.get("env")
+    L = [f"## By {env_word('hops', env)}", "",
+         "| cell | " + " | ".join(hop_words(h, env) for h in hops) + " |",
          "|---|" + "---:|" * len(hops)]
     for c in summary["cells"]:
         vals = [c["by_hops"].get(h) for h in hops]
@@ -342,8 +346,9 @@ def render(summary: dict) -> str:
     L += _changes(summary, pct)
     L += _planning(summary, pct) + _hops(summary, pct) + _behaviour(summary)
     L += _bookkeeping(summary)
-    figs = ["learning_curves"] * has_curves(summary) + [
-        "forest", "hops", "behaviour", "factor_intervals"] + ["training"] * has_training(summary)
+    figs = ["learning_curves"] * has_curves(summary) + ["change"] * has_change(summary) + [
+        "forest", "seeds", "hops", "behaviour", "factor_intervals"] + [
+        "training"] * has_training(summary)
     L += [f"Figures: {', '.join(figs)} (.png, .pdf). Tables: results, comparisons, hops, "
           "behaviour, mde (.tex, .csv).", ""]
     return "\n".join(L)

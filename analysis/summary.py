@@ -70,6 +70,7 @@ class Ctx:
     change_pools: dict
     curve_pools: dict
     eval_only: bool
+    env: str | None = None
 
 
 def pools_of(mats: list[dict]) -> dict:
@@ -108,8 +109,9 @@ def _cell_summary(c, mats, changes, curves, ctx: Ctx, names, with_curves, steps)
         rh = _estimate(d, ctx.metric, ctx, questions=qs)
         by_hops[str(h)] = {"mean": rh["estimate"], "ci": rh["ci"], "n_questions": len(qs)}
     extra = {}
+    skipped = lb.ENV_SKIPPED.get(ctx.env, ())
     for name, dd in mats.items():
-        if name != ctx.metric and dd.y.size:
+        if name != ctx.metric and dd.y.size and name not in skipped:
             re = _estimate(dd, name, ctx)
             extra[name] = {"mean": re["estimate"], "ci": re["ci"],
                            "n_questions": re["n_questions"]}
@@ -128,7 +130,7 @@ def _cell_summary(c, mats, changes, curves, ctx: Ctx, names, with_curves, steps)
         "behaviour": {n: v for n, v in extra.items() if n in est.BEHAVIOUR},
         "reward": {n: v for n, v in extra.items() if n not in est.BEHAVIOUR},
         "runs": [str(run.path) for run in c.runs],
-        "change": _changes(changes, ctx),
+        "change": {n: v for n, v in _changes(changes, ctx).items() if n not in skipped},
         "compute": _compute(c, steps),
     }
     if with_curves:
@@ -399,6 +401,8 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
         raise AnalysisError("no complete runs to analyse (use --include-incomplete to "
                             "analyse runs without a COMPLETE marker)")
     names = lb.short_names(sweep.factors)
+    envs = {r.config.get("env.name") for c in cells for r in c.runs}
+    env = envs.pop() if len(envs) == 1 else None
     fields = _fields(metric, est.reward_fields(cells, steps))
     exclusions: list = []
     mats = [est.cell_matrices(c, steps, fields, warnings, (metric,), exclusions)
@@ -422,7 +426,7 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
         curves = [{s: d.per_question() for s, d in cv.items()} for cv in curves]
     ctx = Ctx(alpha=alpha, metric=metric, pools=pools_of(mats), change_pools=pools_of(changes),
               curve_pools=pools_of([{s: d for s, d in cv.items()} for cv in curves]),
-              eval_only=evaluation_only)
+              eval_only=evaluation_only, env=env)
     out_cells = [_cell_summary(c, m, ch, cv, ctx, names, with_curves, steps)
                  for c, m, ch, cv in zip(cells, mats, changes, curves)]
 
@@ -454,7 +458,8 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
                       "(docs/statistics.md)"},
         "method": "method-of-moments variance of the crossed seeds x questions design, t "
                   "interval with bounded-seed Satterthwaite df (docs/statistics.md)",
-        "metric": metric, "metric_words": lb.metric_words(metric), "alpha": alpha,
+        "env": env, "metric": metric,
+        "metric_words": lb.env_word(lb.metric_words(metric), env), "alpha": alpha,
         "power": power, "sesoi": sesoi, "all_pairs": all_pairs,
         "lower_is_better": lower_is_better,
         "factors": sweep.factors, "short_names": names, "levels": sweep.levels,
@@ -463,7 +468,7 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
         "baseline_source": baseline_source if baseline else "only cell",
         "steps": sorted(set(steps.values()), key=str), "n_questions": Q_now,
         "hops": sorted({h for c in out_cells for h in c["by_hops"]}, key=str),
-        "factor_levels": _factor_levels(sweep, cells, data, alpha, pool),
+        "factor_levels": _factor_levels(sweep, cells, data, alpha, pool, metric),
         "variance_components": comps,
         "evaluation_only": evaluation_only,
         "unit": "question" if evaluation_only else "seed",
@@ -557,7 +562,8 @@ def _sizes(r, data) -> tuple[int, int]:
     return (r["n_pairs"] * min(d.n_seeds for d in data),) * 2
 
 
-def _factor_levels(sweep, cells, data, alpha, pool=None) -> list[dict]:
+def _factor_levels(sweep, cells, data, alpha, pool, metric) -> list[dict]:
+    """Marginal mean of each factor level (the mean of its cells) with its interval."""
     out = []
     for f in sweep.factors:
         for level in sweep.levels[f]:
@@ -567,6 +573,8 @@ def _factor_levels(sweep, cells, data, alpha, pool=None) -> list[dict]:
             r = evaluate(data, {j: 1.0 / len(members) for j in members}, alpha, pooled=pool)
             if r["estimate"] is None:
                 continue
-            out.append({"factor": f, "level": level, "mean": r["estimate"], "ci": r["ci"],
+            n = sum(len(data[j].questions) * data[j].y.shape[1] for j in members)
+            ci = bounded(r, est.field_kind(metric), n, alpha)
+            out.append({"factor": f, "level": level, "mean": r["estimate"], "ci": ci,
                         "n_cells": len(members), "n_questions": r["n_questions"]})
     return out

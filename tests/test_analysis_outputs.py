@@ -21,7 +21,8 @@ from analysis.report import p_is
 from analysis.tables import COLUMN_CHARS, cell_width, fmt, fmt_ci, stacked, tex_minus
 
 REPO = Path(__file__).resolve().parents[1]
-FIGURES = ["learning_curves", "forest", "hops", "behaviour", "factor_intervals",
+FIGURES = ["learning_curves", "change", "seeds", "forest", "hops", "behaviour",
+           "factor_intervals",
            "training"]
 TABLES = ["results", "comparisons", "hops", "behaviour", "mde"]
 BASE = {"reward": "naive", "algo": "dapo"}
