@@ -59,8 +59,8 @@ def experiment_spec(sweep) -> Path | None:
 
 # keys an analysis.yaml may hold (analysis.publish reads the last two)
 SPEC_KEYS = ("metric", "baseline", "B", "rng_seed", "sesoi", "alpha", "step", "all_pairs",
-             "lower_is_better", "evaluation_only", "include", "headline_behaviour",
-             "confirmatory")
+             "lower_is_better", "evaluation_only", "exploratory", "include",
+             "headline_behaviour")
 
 
 def settings(args, spec: dict, spec_path) -> tuple[dict | None, str, bool]:
@@ -108,6 +108,7 @@ def run(argv=None) -> Path:
                       sesoi=float(args.sesoi), all_pairs=all_pairs, baseline_source=source,
                       lower_is_better=bool(args.lower_is_better),
                       evaluation_only=spec.get("evaluation_only"))
+    summary["exploratory"] = spec.get("exploratory")
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     # everything below renders from the JSON just written, so its numbers are the same

@@ -106,16 +106,17 @@ def _seed_variance(summary: dict) -> list[str]:
     if not sv:
         return []
     pooled, h = sv["pooled"], sv.get("homogeneity")
+    used = pooled.get("used", True)
     L = ["## Seed variance", "",
          f"Pooled over the design's cells: σ²_seed = {pooled['sigma2_seed']:.2e} on "
-         f"{pooled['df']} df (the intervals and tests use it). "
+         f"{pooled['df']} df" + (" (the intervals and tests use it). " if used else ". ")
          + (f"Homogeneity across the {h['n_cells']} cells with two or more seeds: "
             f"{h['test']}'s test {p_is(h['p'])}"
-            + (" — **the cells' seed variances differ: the pooled intervals may be too "
-               "narrow for the most variable cells (the per-cell estimates below)**."
-               if h["p"] < summary["alpha"] else " (no evidence that they differ).")
+            + (" — **the cells' seed variances differ, so the intervals and tests use each "
+               "cell's own seed variance (not pooled)**."
+               if not used else " (no evidence that they differ).")
             if h else "Homogeneity not testable (fewer than two cells with varying seeds)."),
-         "", "Per-cell estimates (diagnostic): " + "; ".join(
+         "", f"Per-cell estimates{' (diagnostic)' if used else ''}: " + "; ".join(
              f"{c['label']} {_sci(c['sigma2_seed'])} ({c['n_seeds']} seeds)"
              for c in sv["per_cell"]) + "."]
     few = min(c["n_seeds"] for c in summary["cells"])
@@ -263,6 +264,18 @@ def _changes(summary: dict, pct: bool) -> list[str]:
     return L + [""]
 
 
+def _warm_start(summary: dict) -> list[str]:
+    w = summary.get("warm_start")
+    if not w or not w["shared"]:
+        return []
+    seeds = ", ".join(str(g["seed"]) for g in w["shared"])
+    return [f"The first evaluations are {w['distinct']} distinct evaluations, not "
+            f"{w['evaluations']}: for seed(s) {seeds} every arm's step "
+            f"{w['shared'][0]['step']} rows are identical (the same weights, evaluation set, "
+            "sampling seed and samples before any update), so each is counted once — a "
+            "shared starting point of the arms, not independent measurements.", ""]
+
+
 def _hops(summary: dict, pct: bool) -> list[str]:
     hops = summary.get("hops", [])
     if not hops:
@@ -312,6 +325,10 @@ def render(summary: dict) -> str:
     pct = is_pct(summary)
     sesoi = fmt(summary["sesoi"], pct)
     L = _intro(summary, pct)
+    if summary.get("exploratory"):
+        L += [f"**Exploratory, not confirmatory** (the experiment's analysis.yaml): "
+              f"{summary['exploratory']}. Its p-values and verdicts are computed as for a "
+              "confirmatory family but support no confirmatory claim.", ""]
     if summary.get("warnings"):
         L += ["## Warnings", ""] + [f"- **{w}**" for w in summary["warnings"]] + [""]
     L += _cell_table(summary, pct) + _seed_variance(summary)
@@ -343,7 +360,7 @@ def render(summary: dict) -> str:
         L += ["## Exploratory: all pairs (Benjamini–Hochberg)", ""]
         L += [_sentence(c, pct, sesoi, bool(summary.get("lower_is_better")))
               for c in pairs] + [""]
-    L += _changes(summary, pct)
+    L += _changes(summary, pct) + _warm_start(summary)
     L += _planning(summary, pct) + _hops(summary, pct) + _behaviour(summary)
     L += _bookkeeping(summary)
     figs = ["learning_curves"] * has_curves(summary) + ["change"] * has_change(summary) + [

@@ -116,6 +116,8 @@ def homogeneity(ys: list[np.ndarray]) -> dict | None:
     if len(groups) < 2 or any(np.var(g, ddof=1) == 0 for g in groups):
         return None
     stat, p = sps.bartlett(*groups)
+    if not math.isfinite(p):
+        return None
     return {"test": "Bartlett", "statistic": float(stat), "df": len(groups) - 1,
             "p": float(p), "n_cells": len(groups)}
 

@@ -2,7 +2,9 @@
 verdicts against a smallest effect of interest), planning tables and warnings."""
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import math
 from dataclasses import dataclass
 
@@ -73,11 +75,16 @@ class Ctx:
     env: str | None = None
 
 
-def pools_of(mats: list[dict]) -> dict:
-    """{field: stats.pool over the cells that have it} (None for a per-question design)."""
-    names = {n for m in mats for n in m}
-    return {n: st.pool([m[n].y for m in mats if n in m and m[n].unit == "seed"])
-            for n in names}
+def pools_of(mats: list[dict], alpha: float) -> dict:
+    """{field: stats.pool over the cells that have it}; None for a per-question design,
+    and where Bartlett's test rejects one seed variance for the cells at level alpha
+    (then each cell's own seed variance is used, as without pooling)."""
+    out = {}
+    for n in {n for m in mats for n in m}:
+        ys = [m[n].y for m in mats if n in m and m[n].unit == "seed"]
+        h = st.homogeneity(ys) if len(ys) > 1 else None
+        out[n] = None if h is not None and h["p"] < alpha else st.pool(ys)
+    return out
 
 
 def bounded(r: dict, kind: str | None, n_units: int, alpha: float) -> list | None:
@@ -424,8 +431,9 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
     curves = [est.curve_matrices(c, metric) if with_curves else {} for c in cells]
     if evaluation_only:
         curves = [{s: d.per_question() for s, d in cv.items()} for cv in curves]
-    ctx = Ctx(alpha=alpha, metric=metric, pools=pools_of(mats), change_pools=pools_of(changes),
-              curve_pools=pools_of([{s: d for s, d in cv.items()} for cv in curves]),
+    ctx = Ctx(alpha=alpha, metric=metric, pools=pools_of(mats, alpha),
+              change_pools=pools_of(changes, alpha),
+              curve_pools=pools_of([{s: d for s, d in cv.items()} for cv in curves], alpha),
               eval_only=evaluation_only, env=env)
     out_cells = [_cell_summary(c, m, ch, cv, ctx, names, with_curves, steps)
                  for c, m, ch, cv in zip(cells, mats, changes, curves)]
@@ -471,8 +479,9 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
         "factor_levels": _factor_levels(sweep, cells, data, alpha, pool, metric),
         "variance_components": comps,
         "evaluation_only": evaluation_only,
+        "warm_start": None if evaluation_only else warm_start(cells),
         "unit": "question" if evaluation_only else "seed",
-        "seed_variance": None if evaluation_only else seed_variance(cells, data, pool),
+        "seed_variance": None if evaluation_only else seed_variance(cells, data, pool, alpha),
         "mde_table": plan.get("mde_table") if plan else None,
         "planning": plan, "warnings": warnings,
         "incomplete": sweep.incomplete, "failed": failed, "missing": sweep.missing,
@@ -481,21 +490,47 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
     return _clean(summary)
 
 
+def warm_start(cells) -> dict | None:
+    """The first evaluation of every run (the warm start when it is step 0): runs whose
+    rows at that step are identical (same weights, evaluation set, sampling seed and
+    samples: the arms of a grid before their first update; reward fields aside, which
+    each arm computes with its own scheme) are one evaluation, counted once; None when no run was evaluated before its analysed step."""
+    groups: dict = {}
+    for c in cells:
+        for r in c.runs:
+            rows = r.eval_rows()
+            first = min(x["step"] for x in rows)
+            # the episodes, not the arm's reward of them (each arm scores them its way)
+            key = json.dumps([{k: v for k, v in x.items() if k != "_line"
+                               and not k.startswith("reward")} for x in rows
+                              if x["step"] == first], sort_keys=True, default=str)
+            groups.setdefault((first, hashlib.sha256(key.encode()).hexdigest()), []).append(
+                {"cell": c.label, "seed": r.seed})
+    if len(groups) == sum(len(v) for v in groups.values()):
+        return {"evaluations": len(groups), "distinct": len(groups), "shared": []}
+    shared = [{"step": k[0], "seed": v[0]["seed"], "cells": [x["cell"] for x in v]}
+              for k, v in groups.items() if len(v) > 1]
+    return {"evaluations": sum(len(v) for v in groups.values()), "distinct": len(groups),
+            "shared": shared}
+
+
 def is_evaluation_only(sweep: Sweep) -> bool:
     """No run trained: every run's trainer.max_steps is 0 (fixed weights)."""
     runs = [r for c in sweep.cells for r in c.runs]
     return bool(runs) and all(r.config.get("trainer.max_steps") == 0 for r in runs)
 
 
-def seed_variance(cells, data, pool) -> dict | None:
-    """The pooled seed variance, Bartlett's homogeneity test, and each cell's own
-    estimate (a diagnostic: the intervals use the pooled one)."""
+def seed_variance(cells, data, pool, alpha) -> dict | None:
+    """The pooled seed variance (whether the intervals use it), Bartlett's homogeneity
+    test, and each cell's own estimate (a diagnostic when pooled)."""
+    used = pool is not None
+    pool = pool or st.pool([d.y for d in data])
     if pool is None:
         return None
     per_cell = [{"label": c.label, "n_seeds": d.n_seeds,
                  "sigma2_seed": (st.components(d.y) or {}).get("sigma2_seed")}
                 for c, d in zip(cells, data)]
-    return {"pooled": {"sigma2_seed": float(pool.sigma2_seed), "df": pool.nu},
+    return {"pooled": {"sigma2_seed": float(pool.sigma2_seed), "df": pool.nu, "used": used},
             "homogeneity": st.homogeneity([d.y for d in data]), "per_cell": per_cell}
 
 
