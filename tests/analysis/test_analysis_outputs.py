@@ -20,7 +20,7 @@ from analysis.synthetic import base_config, write_run, write_sweep
 from analysis.report import p_is
 from analysis.tables import COLUMN_CHARS, cell_width, fmt, fmt_ci, stacked, tex_minus
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIGURES = ["learning_curves", "change", "seeds", "forest", "hops", "behaviour",
            "factor_intervals",
            "training"]

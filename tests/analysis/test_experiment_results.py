@@ -14,7 +14,7 @@ from analysis import cli
 from analysis.collect import read_config
 from analysis.publish import BEGIN, END, headline, headline_behaviour
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = REPO / "experiments"
 PUBLISHED = [p.parents[2] for p in sorted(EXPERIMENTS.glob("*/results/report/summary.json"))]
 
