@@ -38,6 +38,7 @@ class Design:
     n_cells: int = 2
     base: float = 0.0
     effect: float = 0.0          # true accuracy difference of cell 1 vs cell 0 (others 0)
+    seeds: str = "gauss"         # seed effects: gauss, bimodal (two-point), t3 (SEED_DISTS)
 
 
 def _total_sd(p: dict) -> float:
@@ -58,25 +59,47 @@ def logit_shift(effect: float, base: float, sd: float) -> float:
     return optimize.brentq(lambda d: true_mean(base + d, sd) - target, -10, 10)
 
 
+def seed_effects(rng, dist: str, sd: float, shape) -> np.ndarray:
+    """Seed effects with variance sd^2: normal; bimodal, a two-point mixture +-sd with
+    probability 1/2 each (a seed either takes off or does not); t3, sd t_3 / sqrt(3)
+    (heavy tails: Var t_3 = 3)."""
+    if dist == "gauss":
+        return rng.normal(0, sd, shape)
+    if dist == "bimodal":
+        return sd * rng.choice([-1.0, 1.0], shape)
+    if dist == "t3":
+        return sd * rng.standard_t(3, shape) / math.sqrt(3)
+    raise ValueError(f"seed distribution {dist!r}: one of {SEED_DISTS}")
+
+
+SEED_DISTS = ("gauss", "bimodal", "t3")
+
+
 def simulate(rng: np.random.Generator, R: int, d: Design, regime: dict) -> np.ndarray:
-    """y of shape (R, n_cells, Q, S)."""
+    """y of shape (R, n_cells, Q, S). A non-normal seed distribution needs effect 0 (the
+    truth of a difference of exchangeable cells is then exactly 0)."""
+    if d.seeds != "gauss" and d.effect != 0:
+        raise ValueError("a non-normal seed distribution is simulated at effect 0 only")
     sd = _total_sd(regime)
     shift = np.zeros(d.n_cells)
     if d.n_cells > 1:
         shift[1] = logit_shift(d.effect, d.base, sd)
     b = rng.normal(0, regime["sd_question"], (R, 1, d.Q, 1))
     u = rng.normal(0, regime["sd_cellq"], (R, d.n_cells, d.Q, 1))
-    a = rng.normal(0, regime["sd_seed"], (R, d.n_cells, 1, d.S))
+    a = seed_effects(rng, d.seeds, regime["sd_seed"], (R, d.n_cells, 1, d.S))
     w = rng.normal(0, regime["sd_resid"], (R, d.n_cells, d.Q, d.S))
     logit = d.base + shift[None, :, None, None] + a + b + u + w
     return rng.binomial(d.K, expit(logit)) / d.K
 
 
-def difference_study(rng, R: int, d: Design, regime: dict, alpha: float = 0.05) -> dict:
+def difference_study(rng, R: int, d: Design, regime: dict, alpha: float = 0.05,
+                     pooled: bool = False) -> dict:
     """Coverage, SE calibration and power of the cell 1 - cell 0 difference, and of the
-    oracle z-test that knows the true SD (the SD of the estimates over the R sweeps)."""
+    oracle z-test that knows the true SD (the SD of the estimates over the R sweeps);
+    `pooled`: the seed variance pooled over the design's n_cells cells (stats.pool)."""
     y = simulate(rng, R, d, regime)
-    e = st.contrast([y[:, 1], y[:, 0]], [1.0, -1.0])
+    pl = st.pool([y[:, k] for k in range(d.n_cells)]) if pooled else None
+    e = st.contrast([y[:, 1], y[:, 0]], [1.0, -1.0], pooled=pl)
     truth = d.effect
     lo, hi = st.interval(e.estimate, e.se, e.df, alpha)
     p = st.p_value(e.estimate, e.se, e.df)

@@ -59,7 +59,8 @@ def experiment_spec(sweep) -> Path | None:
 
 # keys an analysis.yaml may hold (analysis.publish reads the last two)
 SPEC_KEYS = ("metric", "baseline", "B", "rng_seed", "sesoi", "alpha", "step", "all_pairs",
-             "lower_is_better", "include", "headline_behaviour")
+             "lower_is_better", "evaluation_only", "exploratory", "include",
+             "headline_behaviour")
 
 
 def settings(args, spec: dict, spec_path) -> tuple[dict | None, str, bool]:
@@ -105,7 +106,9 @@ def run(argv=None) -> Path:
     summary = analyse(sweep, metric=args.metric, step=args.step, B=args.B,
                       rng_seed=args.rng_seed, baseline=baseline, alpha=args.alpha,
                       sesoi=float(args.sesoi), all_pairs=all_pairs, baseline_source=source,
-                      lower_is_better=bool(args.lower_is_better))
+                      lower_is_better=bool(args.lower_is_better),
+                      evaluation_only=spec.get("evaluation_only"))
+    summary["exploratory"] = spec.get("exploratory")
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     # everything below renders from the JSON just written, so its numbers are the same

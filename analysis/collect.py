@@ -11,13 +11,15 @@ from pathlib import Path
 
 import yaml
 
-# Keys that never define a cell: bookkeeping, paths, the experiment preset's name.
+from analysis import validate
+from analysis.errors import AnalysisError  # noqa: F401  (re-exported)
+
+# Keys that never define a cell, named one by one (never by the shape of a name: a key
+# ending in `path` or `dir` such as model.path or env.emails_path changes the result):
+# bookkeeping groups (hydra, run: logging, device, wandb; paths), the preset's name, the
+# seed, and the two cache locations (a cache holds results computed from the other keys).
 EXCLUDED_PREFIXES = ("hydra", "run", "experiment", "paths", "seed")
-EXCLUDED_SUFFIXES = ("path", "_path", "_dir", "dir", "output_dir", "cache_dir")
-
-
-class AnalysisError(RuntimeError):
-    """Input that cannot be analysed; the message names the file."""
+EXCLUDED_KEYS = ("env.cache_dir", "judge.cache_dir")
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Run:
             rows, cut = read_jsonl(self.eval_file, required=("step", "task_id"),
                                    partial_tail=not self.complete)
             self.truncated |= cut
+            validate.check_eval_rows(self.eval_file, rows)
             self._greedy = [r for r in rows if r.get("decoding") == "greedy"]
             # a greedy-only evaluation (eval.temperature=0) is the primary one
             self._eval = [r for r in rows if r.get("decoding") != "greedy"] or self._greedy
@@ -63,6 +66,7 @@ class Run:
                                              partial_tail=not self.complete)
                                   if self.metrics_file.exists() else ([], False))
             self.truncated |= cut
+            validate.check_metrics_rows(self.metrics_file, self._metrics)
         return self._metrics
 
 
@@ -163,9 +167,7 @@ def flatten(cfg: dict, prefix: str = "") -> dict:
 
 
 def _excluded(key: str) -> bool:
-    first = key.split(".")[0]
-    last = key.split(".")[-1]
-    return first in EXCLUDED_PREFIXES or last in EXCLUDED_SUFFIXES or last.endswith("_path")
+    return key.split(".")[0] in EXCLUDED_PREFIXES or key in EXCLUDED_KEYS
 
 
 def find_run_dirs(root: Path) -> list[tuple[Path, Path]]:
@@ -290,8 +292,13 @@ def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
                             "is left out")
         key = tuple(json.dumps(fac[k], sort_keys=True, default=str) for k in factors)
         cell = cells.setdefault(key, Cell(factors=fac))
-        if any(x.seed == r.seed for x in cell.runs):
-            duplicates.append(info)
+        first = next((x for x in cell.runs if x.seed == r.seed), None)
+        if first is not None:
+            same = _rows_key(first) == _rows_key(r)
+            duplicates.append({**info, "first": str(first.path), "identical_rows": same})
+            warnings.append(f"{r.path}: the same cell and seed {r.seed} as {first.path} "
+                            f"({'identical rows' if same else 'different rows'}); the first "
+                            "is analysed, this one is listed under duplicates")
             continue
         cell.runs.append(r)
     ordered = sorted(cells.values(), key=lambda c: [_sort_key(c.factors[k]) for k in factors])
@@ -313,6 +320,12 @@ def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
                                 else "no run in the grid"})
     return Sweep(cells=ordered, factors=factors, incomplete=incomplete, failed=failed,
                  missing=missing, duplicates=duplicates, levels=levels, warnings=warnings)
+
+
+def _rows_key(run: Run) -> str:
+    """The run's evaluation rows without line numbers, as one comparable string."""
+    return json.dumps([{k: v for k, v in r.items() if k != "_line"} for r in run.eval_rows()],
+                      sort_keys=True, default=str)
 
 
 def config_warnings(runs: list[Run]) -> list[str]:

@@ -25,26 +25,30 @@ def rows_of(d: CellData, questions: list) -> np.ndarray:
 
 
 def evaluate(data: list[CellData], coefs: dict, alpha: float = 0.05,
-             questions: list | None = None) -> dict:
+             questions: list | None = None, pooled: st.Pool | None = None) -> dict:
     """Estimate, SE, df, 1 - alpha t interval and p of sum_k c_k mean_k on the shared
-    questions (or on `questions`); inferential=False when a cell has one seed (then p
-    is None and the interval is question-only)."""
+    questions (or on `questions`), the seed term from the design's `pooled` seed
+    variance when given; inferential=False when a cell has one seed (then p is None and
+    the interval is question-only), unless every cell's replicate is the question (an
+    evaluation-only design: CellData.unit)."""
     idx = list(coefs)
     qs = shared(data, idx) if questions is None else questions
     if not qs:
         return {"estimate": None, "n_questions": 0, "inferential": False}
     ys = [rows_of(data[k], qs) for k in idx]
-    e = st.contrast(ys, [coefs[k] for k in idx])
+    e = st.contrast(ys, [coefs[k] for k in idx], pooled=pooled)
     est, se, df = float(e.estimate), float(e.se), float(e.df)
     lo, hi = st.interval(est, se, df, alpha)
-    p = float(st.p_value(est, se, df)) if e.inferential else None
+    inferential = e.inferential or all(data[k].unit == "question" for k in idx)
+    p = float(st.p_value(est, se, df)) if inferential else None
     return {"estimate": est, "se": se, "df": df, "ci": [float(lo), float(hi)],
             "p": None if p is None or math.isnan(p) else p, "n_questions": len(qs),
-            "inferential": e.inferential, "seed_df": e.seed_df}
+            "inferential": inferential, "seed_df": e.seed_df}
 
 
 def simultaneous(results: list[dict], data: list[CellData], base: int, alpha: float,
-                 B: int, rng_seed: int) -> list[list[float]] | None:
+                 B: int, rng_seed: int, pooled: st.Pool | None = None
+                 ) -> list[list[float]] | None:
     """Single-step max-|t| simultaneous intervals for comparisons cell_i - base on one
     shared question set (Hothorn, Bretz & Westfall 2008, Biom. J. 50:346, sec. 3): the
     critical value is the 1 - alpha quantile of max_i |T_i| with T ~ multivariate t
@@ -60,8 +64,11 @@ def simultaneous(results: list[dict], data: list[CellData], base: int, alpha: fl
     dq = np.column_stack([rows_of(data[r["ia"]], qs).mean(axis=1) - yb.mean(axis=1)
                           for r in results])
     cov = np.atleast_2d(np.cov(dq, rowvar=False)) / len(qs)
-    ms_s, ms_e = st.mean_squares(yb)
-    cov += max(float(ms_s - ms_e), 0.0) / (len(qs) * yb.shape[1])
+    if pooled is not None:
+        cov += float(pooled.sigma2_seed) / yb.shape[1]
+    elif yb.shape[1] > 1:
+        ms_s, ms_e = st.mean_squares(yb)
+        cov += max(float(ms_s - ms_e), 0.0) / (len(qs) * yb.shape[1])
     se = np.array([r["se"] for r in results])
     np.fill_diagonal(cov, se ** 2)
     d = np.sqrt(np.diag(cov))

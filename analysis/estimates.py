@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.collect import AnalysisError, Cell, Run
+from analysis.validate import is_missing, kind
 
 # behaviour table: name -> (words, eval field, transform); the fields are those of
 # ablate/harness/episode.py Episode.behaviour() (generic) and of each environment's
@@ -47,19 +48,47 @@ class CellData:
     samples: int = 1                 # K: samples per question (max over seeds)
     steps: tuple = ()
     hops: dict = field(default_factory=dict)
+    unit: str = "seed"               # the replicate: "seed", or "question" (fixed weights)
 
     @property
     def n_seeds(self) -> int:
         return self.y.shape[1]
 
+    def per_question(self) -> "CellData":
+        """An evaluation-only cell (fixed weights): the seeds are sampling streams of one
+        policy, replicates within a question; y[q] is the mean over all of them and the
+        question is the unit of replication."""
+        return CellData(y=self.y.mean(axis=1, keepdims=True), questions=self.questions,
+                        seeds=self.seeds, samples=self.samples * self.y.shape[1],
+                        steps=self.steps, hops=self.hops, unit="question")
+
+
+def field_kind(name: str) -> str | None:
+    """"rate" (a mean of 0/1 outcomes or of fractions: bounded intervals), "count" (a
+    mean of counts: non-negative intervals) or None, for a metric or BEHAVIOUR name."""
+    if name in RATES:
+        return "rate"
+    key = BEHAVIOUR[name][1] if name in BEHAVIOUR else name
+    k = kind(key) if key else None
+    return "rate" if k in ("binary", "rate") else k
+
 
 NUMBER_TYPES = {bool, int, float, type(None)}
 
 
-def _column(rows: list[dict], key: str, run: Run) -> np.ndarray:
+def _column(rows: list[dict], key: str, run: Run, required: bool = False) -> np.ndarray:
     """Field `key` of every row as float (NaN where missing or non-finite); a value that
-    is not a number or boolean is an error naming file:line."""
+    is not a number or boolean is an error naming file:line, and so is a missing, null or
+    NaN value when `required` (the analysed metric: leaving its row out would change
+    what the mean estimates)."""
     vals = [r.get(key) for r in rows]
+    if required:
+        for r, v in zip(rows, vals):
+            if is_missing(v):
+                what = "missing" if key not in r else f"{v!r}"
+                raise AnalysisError(f"{run.eval_file}:{r.get('_line', '?')}: '{key}' is "
+                                    f"{what}; the analysed metric needs a value in every "
+                                    "row (a row left out would change the estimate)")
     if not set(map(type, vals)) <= NUMBER_TYPES:
         for r, v in zip(rows, vals):
             if type(v) not in NUMBER_TYPES:
@@ -71,7 +100,7 @@ def _column(rows: list[dict], key: str, run: Run) -> np.ndarray:
     return x
 
 
-def _field(rows: list[dict], key, transform, run: Run) -> np.ndarray:
+def _field(rows: list[dict], key, transform, run: Run, required: bool = False) -> np.ndarray:
     if key is None:      # "I don't know": ended with a final answer that is an abstention
                          # (ablate/harness/episode.py is_abstention), or an `idk` field
         ended = np.array([r.get("end_reason") == "answer" for r in rows])
@@ -81,7 +110,7 @@ def _field(rows: list[dict], key, transform, run: Run) -> np.ndarray:
         x = np.where(ended, (answered == 0).astype(float), 0.0)
         x[np.isnan(answered) | np.array(["end_reason" not in r for r in rows])] = np.nan
         return x
-    x = _column(rows, key, run)
+    x = _column(rows, key, run, required)
     if transform is not float:
         ok = ~np.isnan(x)
         x[ok] = transform(x[ok])
@@ -104,9 +133,11 @@ def select_step(run: Run, step: int | None):
     return step if step in steps else None
 
 
-def per_question(run: Run, step, fields: dict) -> tuple[list, dict, dict, int]:
+def per_question(run: Run, step, fields: dict, required=()) -> tuple:
     """Task ids at `step`, {name: per-task mean over samples (NaN: no value)} for fields
-    {name: (key, transform)}, task_id -> hops, and the most samples of a task."""
+    {name: (key, transform)}, task_id -> hops, the most samples of a task, and
+    {name: (rows without a value, rows with one)}; fields in `required` must have a
+    value in every row."""
     rows = [r for r in run.eval_rows() if r["step"] == step]
     tasks, idx, counts = np.unique(np.array([str(r["task_id"]) for r in rows]),
                                    return_inverse=True, return_counts=True)
@@ -116,20 +147,30 @@ def per_question(run: Run, step, fields: dict) -> tuple[list, dict, dict, int]:
         first.setdefault(str(r["task_id"]), (r["task_id"], r.get("hops")))
     ids = [first[t][0] for t in tasks]
     hops = {first[t][0]: first[t][1] for t in tasks}
-    means = {name: _means(idx, len(tasks), _field(rows, key, tr, run))
-             for name, (key, tr) in fields.items()}
-    return ids, means, hops, int(counts.max()) if counts.size else 0
+    means, missing = {}, {}
+    for name, (key, tr) in fields.items():
+        x = _field(rows, key, tr, run, name in required)
+        means[name] = _means(idx, len(tasks), x)
+        missing[name] = (int(np.isnan(x).sum()), int((~np.isnan(x)).sum()))
+    return ids, means, hops, int(counts.max()) if counts.size else 0, missing
 
 
-def cell_matrices(cell: Cell, steps: dict, fields: dict, warnings: list) -> dict:
+def cell_matrices(cell: Cell, steps: dict, fields: dict, warnings: list,
+                  required=(), exclusions: list | None = None) -> dict:
     """{name: CellData} for one cell: per-question means of every field, on the
-    questions all of the cell's seeds evaluated (others dropped, with a warning)."""
-    per_run, K, hops = [], 0, {}
+    questions all of the cell's seeds evaluated (others dropped, with a warning). Rows
+    without a value of a field that other rows of the cell have are left out of that
+    field only, counted in `exclusions` and named in a warning."""
+    per_run, K, hops, missing = [], 0, {}, defaultdict(lambda: [0, 0])
     for run in cell.runs:
-        ids, m, h, k = per_question(run, steps[str(run.path)], fields)
+        ids, m, h, k, miss = per_question(run, steps[str(run.path)], fields, required)
         per_run.append((ids, m))
         hops.update(h)
         K = max(K, k)
+        for name, (n_miss, n_have) in miss.items():
+            missing[name][0] += n_miss
+            missing[name][1] += n_have
+    _count_exclusions(cell, missing, warnings, exclusions)
     out = {}
     run_steps = tuple(sorted({steps[str(r.path)] for r in cell.runs}))
     if len(run_steps) > 1:
@@ -160,6 +201,17 @@ def cell_matrices(cell: Cell, steps: dict, fields: dict, warnings: list) -> dict
     return out
 
 
+def _count_exclusions(cell: Cell, missing: dict, warnings: list, exclusions) -> None:
+    for name, (n_miss, n_have) in missing.items():
+        if n_miss and n_have:          # absent from every row: a field the env lacks
+            if exclusions is not None:
+                exclusions.append({"cell": cell.label, "field": name, "excluded": n_miss,
+                                   "rows": n_miss + n_have})
+            warnings.append(f"{cell.label}: '{name}' has no value (missing, null or NaN) in "
+                            f"{n_miss} of {n_miss + n_have} rows; those rows are left out "
+                            f"of '{name}' only")
+
+
 def reward_fields(cells: list[Cell], steps: dict) -> list[str]:
     names = set()
     for c in cells:
@@ -173,7 +225,7 @@ def reward_fields(cells: list[Cell], steps: dict) -> list[str]:
 def _step_task_means(run: Run, metric: str):
     """(steps, task ids, means[step, task]) of the metric over samples, NaN if absent."""
     rows = run.eval_rows()
-    x = _column(rows, metric, run)
+    x = _column(rows, metric, run, required=True)
     steps, si = np.unique(np.array([r["step"] for r in rows]), return_inverse=True)
     tasks, ti = np.unique(np.array([str(r["task_id"]) for r in rows]), return_inverse=True)
     m = _means(si.ravel() * len(tasks) + ti.ravel(), len(steps) * len(tasks), x)

@@ -5,7 +5,7 @@
 For every run below SWEEP_DIR (the runs `python -m analysis` finds): its config file,
 eval.jsonl, metrics.jsonl and COMPLETE / FAILED markers go to DEST/<run's path relative to
 SWEEP_DIR>. Checkpoints, trajectories and logs are left behind. `python -m analysis DEST`
-then gives the same numbers as on SWEEP_DIR (tests/test_analysis_export.py).
+then gives the same numbers as on SWEEP_DIR (tests/analysis/test_analysis_export.py).
 """
 from __future__ import annotations
 

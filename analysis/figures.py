@@ -16,7 +16,10 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.tables import factor_name, has_curves, has_training, is_pct  # noqa: E402
+from analysis.estimates import field_kind  # noqa: E402
+from analysis.labels import behaviour_words, env_word  # noqa: E402
+from analysis.tables import (factor_name, has_change, has_curves, has_training,  # noqa: E402
+                             is_pct)
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9",
              "#F0E442", "#000000"]
@@ -45,17 +48,48 @@ def _scale(summary):
     return 100.0 if is_pct(summary) else 1.0
 
 
+def _kind(summary):
+    """The analysed metric's kind: "rate", "count" or None (estimates.field_kind)."""
+    return field_kind(summary.get("metric", "correct"))
+
+
 def _ylabel(summary):
     words = summary.get("metric_words", summary.get("metric", ""))
     return f"{words} (%)" if is_pct(summary) else words
 
 
-def _save(fig, out: Path, name: str) -> list[Path]:
-    paths = [out / f"{name}.png", out / f"{name}.pdf"]
-    for p in paths:
-        fig.savefig(p)
+def _save(fig, out: Path, name: str) -> list[dict]:
+    """PNG and vector PDF; returns what each visible axis shows (its texts, whether it
+    has data, its quantity's kind and the intervals drawn: `note`), for the checks of
+    tests/analysis/test_figures.py."""
+    axes = [_describe(ax) for ax in fig.axes if ax.get_visible() and ax.axison]
+    for p in (out / f"{name}.png", out / f"{name}.pdf"):   # no creation date: the same
+        fig.savefig(p, metadata={"CreationDate": None} if p.suffix == ".pdf" else None)
     plt.close(fig)
-    return paths
+    return axes
+
+
+def note(ax, kind: str | None, lo, hi) -> None:
+    """Record the intervals an axis draws and their quantity's kind ("rate" in [0, 1],
+    "count" >= 0, None: a difference or an unbounded mean)."""
+    rec = ax.__dict__.setdefault("_ablate_intervals", {"kind": kind, "lo": [], "hi": []})
+    rec["lo"] += [float(v) for v in np.atleast_1d(lo)]
+    rec["hi"] += [float(v) for v in np.atleast_1d(hi)]
+
+
+def _describe(ax) -> dict:
+    texts = [ax.get_title(), ax.get_title(loc="left"), ax.get_xlabel(), ax.get_ylabel()]
+    texts += [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels()]
+    leg = ax.get_legend()
+    texts += [t.get_text() for t in leg.get_texts()] if leg else []
+    rec = ax.__dict__.get("_ablate_intervals", {"kind": None, "lo": [], "hi": []})
+    return {"texts": [t for t in texts if t], "has_data": ax.has_data(), **rec}
+
+
+def _drop_unused(axes, used: int) -> None:
+    """No empty panels: the grid positions past `used` are removed."""
+    for ax in list(axes.flat)[used:]:
+        ax.remove()
 
 
 def _nothing_to_draw(out: Path, name: str) -> dict:
@@ -88,7 +122,8 @@ def _within(summary: dict, c: dict) -> str:
 
 def learning_curves(summary: dict, out: Path) -> dict:
     """Metric vs step, one panel per level of the first factor, each cell's mean with the
-    same 95% interval as the tables; not drawn without two evaluation steps."""
+    same 95% interval as the tables; drawn only with three or more evaluation steps (two
+    are a change: `change`)."""
     k = _scale(summary)
     plotted = {}
     if not has_curves(summary):
@@ -110,6 +145,7 @@ def learning_curves(summary: dict, out: Path) -> dict:
                 ax.fill_between(cur["steps"], [v * k for v in cur["lo"]],
                                 [v * k for v in cur["hi"]], color=st["color"], alpha=0.18,
                                 lw=0)
+                note(ax, _kind(summary), cur["lo"], cur["hi"])
                 ax.plot(cur["steps"], [v * k for v in cur["mean"]], marker="o", ms=2.5,
                         label=_within(summary, c), **st)
                 plotted[c["label"]] = {"steps": cur["steps"], "mean": cur["mean"],
@@ -120,10 +156,9 @@ def learning_curves(summary: dict, out: Path) -> dict:
             ax.legend(loc="best")
         for ax in axes[:, 0]:
             ax.set_ylabel(_ylabel(summary))
-        for ax in list(axes.flat)[len(panels):]:
-            ax.axis("off")
+        _drop_unused(axes, len(panels))
         fig.tight_layout()
-        _save(fig, out, "learning_curves")
+        plotted["_axes"] = _save(fig, out, "learning_curves")
     return plotted
 
 
@@ -155,13 +190,17 @@ def forest(summary: dict, out: Path) -> dict:
         unit = " (points)" if is_pct(summary) else ""
         ax.set_xlabel(f"difference to {summary['baseline_short']}{unit}")
         ax.set_title("grey band: ±SESOI; filled: better/worse (Holm)", loc="left")
-        _save(fig, out, "forest")
+        note(ax, None, [c["ci"][0] for c in comps], [c["ci"][1] for c in comps])
+        plotted["_axes"] = _save(fig, out, "forest")
     return plotted
 
 
 def hops(summary: dict, out: Path) -> dict:
+    """The metric by the tasks' `hops` (a difficulty level in the environment's words)."""
     k = _scale(summary)
     hop_keys = summary.get("hops", [])
+    if not hop_keys:
+        return _nothing_to_draw(out, "hops")
     cells = summary["cells"]
     n = max(len(cells), 1)
     plotted = {}
@@ -184,19 +223,20 @@ def hops(summary: dict, out: Path) -> dict:
                         fmt="o", ms=3, capsize=0, lw=1, color=colour(i),
                         label=c["short_label"])
             plotted[c["label"]] = {"mean": ys, "lo": lo, "hi": hi}
+            note(ax, _kind(summary), lo, hi)
         ax.set_xticks(range(len(hop_keys)))
         ax.set_xticklabels(hop_keys)
-        ax.set_xlabel("hops")
+        ax.set_xlabel(env_word("hops", summary.get("env")))
         ax.set_ylabel(_ylabel(summary))
         ax.grid(True, axis="y")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
-        _save(fig, out, "hops")
+        plotted["_axes"] = _save(fig, out, "hops")
     return plotted
 
 
 def behaviour(summary: dict, out: Path) -> dict:
     """The behaviour metrics of each cell with 95% intervals, one panel per metric."""
-    from analysis.estimates import BEHAVIOUR, RATES
+    from analysis.estimates import RATES
     from analysis.tables import BEHAVIOUR_TABLE
     names = [n for n in BEHAVIOUR_TABLE if any(n in c.get("behaviour", {})
                                                for c in summary["cells"])]
@@ -216,16 +256,17 @@ def behaviour(summary: dict, out: Path) -> dict:
                 if v is None:
                     continue
                 a.plot([v["ci"][0] * kk, v["ci"][1] * kk], [y, y], color=colour(0), lw=1.4)
+                note(a, field_kind(nme), v["ci"][0], v["ci"][1])
                 a.plot([v["mean"] * kk], [y], "o", color=colour(0), ms=3)
                 plotted.setdefault(nme, {})[c["label"]] = v["mean"]
-            a.set_title(BEHAVIOUR[nme][0] + (" (%)" if nme in RATES else ""))
+            a.set_title(behaviour_words(nme, summary.get("env"))
+                        + (" (%)" if nme in RATES else ""))
             a.set_yticks(range(len(cells)))
             a.set_yticklabels([c["short_label"] for c in reversed(cells)])
             a.grid(True, axis="x")
-        for a in list(axes.flat)[len(names):]:
-            a.axis("off")
+        _drop_unused(axes, len(names))
         fig.tight_layout()
-        _save(fig, out, "behaviour")
+        plotted["_axes"] = _save(fig, out, "behaviour")
     return plotted
 
 
@@ -248,6 +289,7 @@ def factor_intervals(summary: dict, out: Path) -> dict:
                 a.plot([r["ci"][0] * k, r["ci"][1] * k], [y, y], color=colour(y), lw=4,
                        alpha=0.6, solid_capstyle="butt")
                 a.plot([r["mean"] * k], [y], "|", color="k", ms=8)
+                note(a, _kind(summary), r["ci"][0], r["ci"][1])
             a.set_yticks(range(len(rows)))
             a.set_yticklabels([str(r["level"]) for r in rows])
             a.set_title(factor_name(f, summary))
@@ -255,38 +297,162 @@ def factor_intervals(summary: dict, out: Path) -> dict:
             a.grid(True, axis="x")
             plotted[f] = {str(r["level"]): (r["mean"], r["ci"]) for r in rows}
         fig.tight_layout()
-        _save(fig, out, "factor_intervals")
+        plotted["_axes"] = _save(fig, out, "factor_intervals")
     return plotted
 
 
-TRAINING_PANELS = (("accuracy", "training accuracy"), ("answered", "training answer rate"),
-                   ("reward/mean", "training reward"))
+TRAINING_PANELS = (("accuracy", "training accuracy", "rate"),
+                   ("answered", "training answer rate", "rate"),
+                   ("reward/mean", "training reward", None))
+
+
+def _reward_groups(summary: dict) -> list[tuple[str, list[int]]]:
+    """Cells grouped by reward (`reward.name` when it is a factor): rewards of different
+    schemes have different ranges, so each gets its own axis."""
+    cells = summary["cells"]
+    key = next((f for f in summary["factors"] if f == "reward.name"), None)
+    if key is None:
+        return [("", list(range(len(cells))))]
+    levels = list(dict.fromkeys(str(c["factors"][key]) for c in cells))
+    return [(f" ({lv})", [i for i, c in enumerate(cells) if str(c["factors"][key]) == lv])
+            for lv in levels]
+
+
+def _band(m, se, kind):
+    """Mean +- one SE over seeds; for a rate on the logit scale (delta method), so that
+    the band stays inside [0, 1] (Agresti 2013, Categorical Data Analysis, sec. 1.4)."""
+    m, se = np.asarray(m, float), np.asarray(se, float)
+    if kind != "rate":
+        return m - se, m + se
+    mc = np.clip(m, 1e-6, 1 - 1e-6)
+    h = se / (mc * (1 - mc))
+    lo, hi = [1 / (1 + np.exp(-(np.log(mc / (1 - mc)) + s * h))) for s in (-1, 1)]
+    flat = (m <= 0) | (m >= 1)
+    return np.where(flat, m, lo), np.where(flat, m, hi)
+
+
+def _training_panels(summary: dict) -> list[tuple]:
+    env = summary.get("env")
+    out = []
+    for key, title, kind in TRAINING_PANELS:
+        members = [i for i, c in enumerate(summary["cells"]) if key in c.get("train_curves", {})]
+        if not members:
+            continue
+        groups = _reward_groups(summary) if key == "reward/mean" else [("", members)]
+        out += [(key, env_word(title, env) + tail, kind, [i for i in g if i in members])
+                for tail, g in groups if any(i in members for i in g)]
+    return out
 
 
 def training(summary: dict, out: Path) -> dict:
     """The sampled training episodes per optimizer step (metrics.jsonl): accuracy, answer
-    rate and reward, mean over seeds with a band of one SE over seeds."""
-    panels = [(k, t) for k, t in TRAINING_PANELS
-              if any(k in c.get("train_curves", {}) for c in summary["cells"])]
+    rate and each reward scheme's reward on its own axis, mean over seeds with a band of
+    one SE over seeds (logit scale for rates)."""
+    panels = _training_panels(summary)
     plotted = {}
     if not panels or not has_training(summary):
         return _nothing_to_draw(out, "training")
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, len(panels), figsize=(DOUBLE, 2.2), squeeze=False)
-        for ax, (key, title) in zip(axes[0], panels):
-            for i, c in enumerate(summary["cells"]):
-                cur = c.get("train_curves", {}).get(key)
-                if cur is None:
-                    continue
-                m, se = np.array(cur["mean"]), np.array(cur.get("se", [0.0] * len(cur["mean"])))
-                ax.plot(cur["steps"], m, label=c["short_label"], **style(i))
-                ax.fill_between(cur["steps"], m - se, m + se, alpha=0.2, color=colour(i))
+        fig, axes = plt.subplots(rows, cols, figsize=(DOUBLE, 2.0 * rows + 0.5), squeeze=False)
+        for ax, (key, title, kind, members) in zip(axes.flat, panels):
+            for i in members:
+                c = summary["cells"][i]
+                cur = c["train_curves"][key]
+                lo, hi = _band(cur["mean"], cur.get("se", [0.0] * len(cur["mean"])), kind)
+                ax.plot(cur["steps"], cur["mean"], label=c["short_label"], **style(i))
+                ax.fill_between(cur["steps"], lo, hi, alpha=0.2, color=colour(i), lw=0)
+                note(ax, kind, lo, hi)
                 plotted.setdefault(key, {})[c["label"]] = cur["mean"]
             ax.set_title(title)
             ax.set_xlabel("optimizer step")
             ax.grid(True, axis="y")
-        axes[0][0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
-        _save(fig, out, "training")
+        _drop_unused(axes, len(panels))
+        handles, labels = _legend_entries(fig)
+        fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)),
+                   bbox_to_anchor=(0.5, -0.02))
+        fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(labels) > 4), 1, 1))
+        plotted["_axes"] = _save(fig, out, "training")
+    return plotted
+
+
+def _legend_entries(fig):
+    seen = {}
+    for ax in fig.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    return list(seen.values()), list(seen)
+
+
+def change(summary: dict, out: Path) -> dict:
+    """Each cell's change from its first evaluation as a paired difference (per seed and
+    question, analysis.summary) with its 95% interval: one axis per quantity (the metric,
+    then the behaviour fields of the tables that changed), not a line between two points."""
+    from analysis.estimates import RATES
+    from analysis.tables import BEHAVIOUR_TABLE
+    metric, env = summary["metric"], summary.get("env")
+    cells = [c for c in summary["cells"] if (c.get("change") or {}).get(metric)]
+    if not has_change(summary) or not cells:
+        return _nothing_to_draw(out, "change")
+    names = [metric] + [n for n in BEHAVIOUR_TABLE if n != metric
+                        and all(n in c["change"] for c in cells)][:5]
+    cols = min(3, len(names))
+    rows = math.ceil(len(names) / cols)
+    plotted = {}
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(rows, cols, figsize=(DOUBLE, (0.2 * len(cells) + 0.9) * rows),
+                                 squeeze=False, sharey=True)
+        for ax, name in zip(axes.flat, names):
+            pct = (name == metric and is_pct(summary)) or name in RATES
+            kk = 100.0 if pct else 1.0
+            for y, c in enumerate(reversed(cells)):
+                v = c["change"][name]
+                ax.plot([v["ci"][0] * kk, v["ci"][1] * kk], [y, y], color=colour(0), lw=1.4)
+                ax.plot([v["mean"] * kk], [y], "o", color=colour(0), ms=3)
+                plotted.setdefault(name, {})[c["label"]] = (v["mean"], v["ci"])
+            note(ax, None, [c["change"][name]["ci"][0] for c in cells],
+                 [c["change"][name]["ci"][1] for c in cells])
+            ax.axvline(0, color="0.2", lw=0.6)
+            words = summary["metric_words"] if name == metric else behaviour_words(name, env)
+            ax.set_title(words)
+            ax.set_xlabel("change (points)" if pct else "change")
+            ax.set_yticks(range(len(cells)))
+            ax.set_yticklabels([c["short_label"] for c in reversed(cells)])
+            ax.grid(True, axis="x")
+        steps = "/".join(map(str, cells[0]["change"][metric]["from_step"]))
+        _drop_unused(axes, len(names))
+        fig.suptitle(f"change from step {steps} to the analysed step, paired by seed and "
+                     "question (95% intervals)", fontsize=8)
+        fig.tight_layout()
+        plotted["_axes"] = _save(fig, out, "change")
+    return plotted
+
+
+def seeds(summary: dict, out: Path) -> dict:
+    """Per-seed dot plot: each seed's mean (dots), the cell mean (bar) and the
+    interquartile mean (diamond, Agarwal et al. 2021), so that bimodal seeds show."""
+    k = _scale(summary)
+    cells = summary["cells"]
+    plotted = {}
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(SINGLE, 0.25 * len(cells) + 0.9))
+        for y, c in enumerate(reversed(cells)):
+            sm = c["seed_means"]
+            ax.plot([v * k for v in sm], [y] * len(sm), "o", color=colour(0), ms=3.5,
+                    alpha=0.75, mfc="none")
+            ax.plot([c["mean"] * k], [y], "|", color="k", ms=10)
+            if c.get("iqm") is not None:
+                ax.plot([c["iqm"] * k], [y], "D", color=colour(1), ms=3)
+            note(ax, _kind(summary), min(sm), max(sm))
+            plotted[c["label"]] = {"seed_means": sm, "mean": c["mean"], "iqm": c.get("iqm")}
+        ax.set_yticks(range(len(cells)))
+        ax.set_yticklabels([c["short_label"] for c in reversed(cells)])
+        ax.set_xlabel(_ylabel(summary))
+        unit = "sampling stream" if summary.get("evaluation_only") else "seed"
+        ax.set_title(f"circles: one {unit} each; bar: mean; diamond: IQM", loc="left")
+        ax.grid(True, axis="x")
+        plotted["_axes"] = _save(fig, out, "seeds")
     return plotted
 
 
@@ -296,9 +462,9 @@ def write_all(summary: dict, out: Path, workers: int | None = None) -> dict:
     drawn in forked processes, one per figure; on fewer, sequentially."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    figs = {"learning_curves": learning_curves, "forest": forest, "hops": hops,
-            "behaviour": behaviour, "factor_intervals": factor_intervals,
-            "training": training}
+    figs = {"learning_curves": learning_curves, "change": change, "forest": forest,
+            "seeds": seeds, "hops": hops, "behaviour": behaviour,
+            "factor_intervals": factor_intervals, "training": training}
     if workers is None:
         cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                 else os.cpu_count() or 1)

@@ -11,6 +11,37 @@ def metric_words(metric: str) -> str:
     return METRIC_WORDS.get(metric, metric.replace("_", " ").replace("/", " "))
 
 
+# Words that depend on the environment (the cells' `env.name`): what a task's `hops` is
+# (ablate/envs/coderepair/env.py: a repository's difficulty) and what `reads` read. An
+# environment not listed gets the neutral words of None.
+ENV_WORDS = {
+    None: {"hops": "task level", "reads": "reads", "training accuracy": "training accuracy",
+           "training answer rate": "training submission/answer rate"},
+    "synthetic": {"hops": "hops", "reads": "emails read",
+                  "training answer rate": "training answer rate"},
+    "enronhop": {"hops": "hops", "reads": "emails read",
+                 "training answer rate": "training answer rate"},
+    "coderepair": {"hops": "difficulty", "reads": "files read",
+                   "training accuracy": "training repair rate",
+                   "training answer rate": "training submission rate",
+                   "answer_rate": "submission rate", "held-out accuracy": "repair rate",
+                   "answer rate": "submission rate"},
+}
+# behaviour fields an environment does not have (computed from generic episode fields,
+# they would read as a measurement): left out of its summary
+ENV_SKIPPED = {"coderepair": ("idk_rate",)}
+# words that must not appear in an environment's figures (tests/analysis/test_figures.py)
+FOREIGN_WORDS = {"coderepair": ("hop", "email", "keyword", "search"),
+                 "synthetic": ("test run", "repair", "submission"),
+                 "enronhop": ("test run", "repair", "submission")}
+
+
+def env_word(word: str, env: str | None) -> str:
+    """The environment's word for `word` (ENV_WORDS; the neutral word when unknown)."""
+    table = ENV_WORDS.get(env, ENV_WORDS[None])
+    return table.get(word, ENV_WORDS[None].get(word, word))
+
+
 def short_names(factors: list[str]) -> dict:
     """config key -> shortest unambiguous dotted suffix ('reward.name' -> 'reward')."""
     parts = {f: f.removesuffix(".name").split(".") for f in factors}
@@ -59,3 +90,20 @@ def pair_label(a: dict, b: dict, keys: list, same: list) -> str:
     def vals(f, ks):
         return "/".join(value(f[k]) for k in ks)
     return f"{vals(a, keys)} vs {vals(b, keys)}" + (f" ({vals(a, same)})" if same else "")
+
+
+def behaviour_words(name: str, env: str | None) -> str:
+    """A BEHAVIOUR field's words in the environment's terms (analysis/estimates.py)."""
+    from analysis.estimates import BEHAVIOUR
+    table = ENV_WORDS.get(env, ENV_WORDS[None])
+    if name in table:
+        return table[name]
+    return env_word(BEHAVIOUR[name][0], env) if name in BEHAVIOUR else name
+
+
+def hop_words(h: str, env: str | None) -> str:
+    """'2 hops' / 'difficulty 2': a level of a task's `hops` in the environment's terms."""
+    word = env_word("hops", env)
+    if word == "hops":
+        return f"{h} hop{'' if str(h) == '1' else 's'}"
+    return f"{word} {h}"

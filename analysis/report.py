@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from analysis.estimates import BEHAVIOUR, RATES
-from analysis.labels import legend
+from analysis.labels import behaviour_words, env_word, hop_words, legend
 from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, fmt, fmt_ci, fmt_est,
-                             fmt_p, has_curves, has_training, is_pct)
+                             fmt_p, has_change, has_curves, has_training,
+                             is_pct)
 
 def p_is(p) -> str:
     s = fmt_p(p)
@@ -30,7 +31,11 @@ def _sentence(c: dict, pct: bool, sesoi: str, lower_is_better: bool = False) -> 
             f"{c['n_questions']} shared questions")
     if c["verdict"] is None:
         return f"- {core}) — {'; '.join(c['warnings']) or 'no test'}."
-    core += f"; {p_is(c['p'])}, {adj}-adjusted {p_is(c['p_adj'])})"
+    core += f"; {p_is(c['p'])}, {adj}-adjusted {p_is(c['p_adj'])}"
+    if c.get("p_perm") is not None:
+        core += (f"; exact permutation over seeds {p_is(c['p_perm'])}, smallest attainable "
+                 f"{fmt_p(c['p_perm_min'])}")
+    core += ")"
     signs = ("negative (lower is better)", "positive") if lower_is_better else (
         "positive", "negative")
     words = VERDICT_WORDS[c["verdict"]].replace("SESOI", sesoi + u).format(
@@ -42,6 +47,11 @@ def _sentence(c: dict, pct: bool, sesoi: str, lower_is_better: bool = False) -> 
         need = c.get("seeds_needed")
         text += (f"; detecting ±{sesoi}{u} needs about {need} seeds per cell." if need
                  else f"; detecting ±{sesoi}{u} needs more than 50 seeds per cell.")
+    if c.get("equivalence_reachable") is False:
+        need = c.get("equivalence_seeds")
+        text += (f" Equivalence within ±{sesoi}{u} is out of this design's reach (so never "
+                 "claimed); it would need "
+                 + (f"about {need} seeds per cell." if need else "more than 200 seeds per cell."))
     if c["warnings"]:
         text += " **Warning: " + "; ".join(c["warnings"]) + ".**"
     return text
@@ -53,31 +63,77 @@ def _intro(summary: dict, pct: bool) -> list[str]:
     n_q = sorted({c["n_questions"] for c in cells})
     factors = ", ".join(f"`{f}`" for f in summary["factors"]) or "(none)"
     src = summary["baseline_source"]
-    return [
-        f"# Results: {summary['metric_words']}", "",
-        f"We analyse {len(cells)} cell(s) over the factor(s) {factors}, with "
-        f"{'/'.join(map(str, n_seeds))} seed(s) per cell and {'/'.join(map(str, n_q))} "
-        f"held-out questions per cell, at step(s) "
-        f"{', '.join(map(str, summary['steps']))}. Each question's score is first averaged "
-        "over its samples; a seed's score is the mean over questions and a cell's score "
-        "the mean over its seeds. Intervals are 95% t intervals whose variance adds the "
-        "seed, question and seed × question residual components once each (method of "
-        "moments for the crossed seeds × questions design), with degrees of freedom that "
-        "do not grow when seeds agree by chance; p-values use the same t reference, so a "
-        "comparison is significant exactly when its interval excludes 0 "
-        "(docs/statistics.md).", "",
-        *([f"Factors are named by their shortest unambiguous key: "
-           f"{legend(summary['short_names'])}.", ""] if legend(summary["short_names"]) else []),
+    L = [f"# Results: {summary['metric_words']}", "",
+         f"We analyse {len(cells)} cell(s) over the factor(s) {factors}, with "
+         f"{'/'.join(map(str, n_seeds))} seed(s) per cell and {'/'.join(map(str, n_q))} "
+         f"held-out questions per cell, at step(s) "
+         f"{', '.join(map(str, summary['steps']))}. " + _method_words(summary), ""]
+    if legend(summary["short_names"]):
+        L += [f"Factors are named by their shortest unambiguous key: "
+              f"{legend(summary['short_names'])}.", ""]
+    return L + [
         f"Baseline: **{summary['baseline_short']}** (from {src}). Smallest effect of "
         f"interest (SESOI): ±{fmt(summary['sesoi'], pct)}{' points' if pct else ''}. "
         "Every comparison uses only the questions both cells evaluated.", ""]
 
 
+def _method_words(summary: dict) -> str:
+    if summary.get("evaluation_only"):
+        return ("No cell trained (fixed weights): the seeds are sampling streams of one "
+                "policy, so they are replicates within a question, not training seeds. Each "
+                "question's score is averaged over all its samples of every stream, and the "
+                "question is the unit: a cell's interval is over questions (Wilson for a "
+                "rate), a comparison is paired by question (t on Q - 1 df) "
+                "(docs/statistics.md).")
+    return ("Each question's score is first averaged over its samples; a seed's score is "
+            "the mean over questions and a cell's score the mean over its seeds. Intervals "
+            "are 95% t intervals whose variance adds the seed, question and seed × question "
+            "residual components once each (method of moments for the crossed seeds × "
+            "questions design), the seed variance pooled over the cells of the design, with "
+            "degrees of freedom that do not grow when seeds agree by chance; p-values use "
+            "the same t reference, so a comparison is significant exactly when its interval "
+            "excludes 0. Cell intervals of rates are Wilson intervals (inside [0, 1]), of "
+            "counts log-scale intervals (never below 0); an exact permutation test over the "
+            "seed labels stands beside each t-based p (docs/statistics.md).")
+
+
+def _sci(v) -> str:
+    return "–" if v is None else f"{v:.2e}"
+
+
+def _seed_variance(summary: dict) -> list[str]:
+    sv = summary.get("seed_variance")
+    if not sv:
+        return []
+    pooled, h = sv["pooled"], sv.get("homogeneity")
+    used = pooled.get("used", True)
+    L = ["## Seed variance", "",
+         f"Pooled over the design's cells: σ²_seed = {pooled['sigma2_seed']:.2e} on "
+         f"{pooled['df']} df" + (" (the intervals and tests use it). " if used else ". ")
+         + (f"Homogeneity across the {h['n_cells']} cells with two or more seeds: "
+            f"{h['test']}'s test {p_is(h['p'])}"
+            + (" — **the cells' seed variances differ, so the intervals and tests use each "
+               "cell's own seed variance (not pooled)**."
+               if not used else " (no evidence that they differ).")
+            if h else "Homogeneity not testable (fewer than two cells with varying seeds)."),
+         "", f"Per-cell estimates{' (diagnostic)' if used else ''}: " + "; ".join(
+             f"{c['label']} {_sci(c['sigma2_seed'])} ({c['n_seeds']} seeds)"
+             for c in sv["per_cell"]) + "."]
+    few = min(c["n_seeds"] for c in summary["cells"])
+    if few < 5:
+        L += ["", f"With {few} seeds per cell the t intervals rest on few seed df; in the "
+              "simulation study (docs/statistics.md, sec. 6) pooled intervals cover 0.94-0.96 "
+              "from S = 3 under normal, bimodal and t3 seed effects, but the exact "
+              "permutation p (exact whatever the seeds' distribution) is the one to lean on "
+              "— and it cannot go below its smallest attainable value."]
+    return L + [""]
+
+
 def _cell_table(summary: dict, pct: bool) -> list[str]:
     L = ["## Cell estimates", "",
-         f"| cell | seeds | questions | mean{' (%)' if pct else ''} | 95% CI | "
-         "Δ vs baseline [95% CI] | Holm p | verdict |",
-         "|---|---:|---:|---:|---:|---:|---:|---|"]
+         f"| cell | seeds | questions | mean{' (%)' if pct else ''} | 95% CI | IQM of seeds | "
+         "seed means | Δ vs baseline [95% CI] | Holm p | verdict |",
+         "|---|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     base = baseline_comparisons(summary)
     for c in summary["cells"]:
         comp = base.get(c["label"])
@@ -88,8 +144,14 @@ def _cell_table(summary: dict, pct: bool) -> list[str]:
                     f"{fmt_p(comp['p_adj'])} | {comp['verdict'] or 'no test'} |")
         dagger = " †" if c["question_noise_only"] else ""
         L.append(f"| {c['label']} | {c['n_seeds']} | {c['n_questions']} | "
-                 f"{fmt(c['mean'], pct)} | {fmt_ci(c['ci'], pct)}{dagger} | {tail}")
-    L.append("")
+                 f"{fmt(c['mean'], pct)} | {fmt_ci(c['ci'], pct)}{dagger} | "
+                 f"{fmt(c.get('iqm'), pct)} | "
+                 f"{' '.join(fmt(v, pct) for v in c['seed_means'])} | {tail}")
+    L += ["", "IQM: the interquartile mean of the seed means (Agarwal et al. 2021; with "
+          "under 4 seeds it is their mean); the seed means show bimodal seeds that a mean "
+          "hides (figure seeds)." if not summary.get("evaluation_only") else
+          "Seed means: one per sampling stream (replicates, not units, in this "
+          "evaluation-only design).", ""]
     single = [c["label"] for c in summary["cells"] if c["question_noise_only"]]
     if single:
         L += [f"† One seed only ({', '.join(single)}): these intervals cover question noise "
@@ -102,6 +164,8 @@ def _planning(summary: dict, pct: bool) -> list[str]:
     u = " points" if pct else ""
     L = ["## How many seeds and questions a claim needs", ""]
     plan = summary.get("planning")
+    if plan and plan.get("unit") == "question":
+        return L + _question_planning(plan, summary, pct)
     if not plan:
         return L + ["No cell has two or more seeds, so the seed variance cannot be "
                     "estimated and no planning table can be given.", ""]
@@ -110,18 +174,26 @@ def _planning(summary: dict, pct: bool) -> list[str]:
     unit = f", in{u}" if pct else ""
     L.append(f"Minimum detectable difference between two cells (two-sided α = "
              f"{summary['alpha']}, {int(100 * summary['power'])}% power){unit}, "
-             f"from the variance components of this sweep (seed {vc['sigma2_seed']:.2e}, "
-             f"question × cell {vc['tau2']:.2e}{' (assumed)' if vc['tau2_assumed'] else ''}, "
-             f"residual {vc['sigma2_resid']:.2e}; pooled over the {vc['n_cells']} of "
-             f"{vc['n_cells_total']} cells with two or more seeds), not from the observed "
-             "differences:")
+             f"from the variance components of this sweep (seed {vc['sigma2_seed']:.2e} on "
+             f"{vc['nu_seed']} df, pooled over the {vc['n_cells']} of {vc['n_cells_total']} "
+             f"cells with two or more seeds; question × cell {vc['tau2']:.2e}"
+             f"{' (assumed)' if vc['tau2_assumed'] else ''} on {vc['nu_tau2']} df; residual "
+             f"{vc['sigma2_resid']:.2e} on {vc['nu_resid']} df), not from the observed "
+             "differences. Each value with its 95% range from the uncertainty of the "
+             "components (their df):")
     L += ["", "| seeds per cell | " + " | ".join(f"{q} questions" for q in t["questions"]) + " |",
           "|---:|" + "---:|" * len(t["questions"])]
     for r in t["rows"]:
-        L.append(f"| {r['seeds']} | " + " | ".join(fmt(v, pct) for v in r["mde"]) + " |")
+        L.append(f"| {r['seeds']} | " + " | ".join(
+            fmt(v, pct) + (f" {fmt_ci(g, pct)}" if g else "")
+            for v, g in zip(r["mde"], r.get("range") or [None] * len(r["mde"]))) + " |")
     need = plan["seeds_needed"]
     L.append(f"| seeds for ±{fmt(need['effect'], pct)}{u} | " + " | ".join(
         ">50" if s is None else str(s) for s in need["seeds"]) + " |")
+    eq = plan.get("equivalence_seeds")
+    if eq:
+        L.append(f"| seeds to show equivalence within ±{fmt(eq['margin'], pct)}{u} | "
+                 + " | ".join(">200" if s is None else str(s) for s in eq["seeds"]) + " |")
     qn = plan["questions_needed"]
     L += ["", f"Questions needed for ±{fmt(qn['effect'], pct)}{u}: " + "; ".join(
         f"{s} seeds: {'>10000' if q is None else q}" for s, q in zip(qn["seeds"],
@@ -131,13 +203,32 @@ def _planning(summary: dict, pct: bool) -> list[str]:
     return L
 
 
+def _question_planning(plan: dict, summary: dict, pct: bool) -> list[str]:
+    u = " points" if pct else ""
+    need = plan["questions_needed"]
+    return [f"The unit is the question (fixed weights). Minimum detectable paired "
+            f"difference (two-sided α = {summary['alpha']}, "
+            f"{int(100 * summary['power'])}% power), from the median per-question variance "
+            f"of the compared differences ({plan['var_difference']:.2e}):", "",
+            "| questions | " + " | ".join(str(q) for q in plan["questions"]) + " |",
+            "|---|" + "---:|" * len(plan["questions"]),
+            "| MDE | " + " | ".join(fmt(v, pct) for v in plan["mde"]) + " |", "",
+            f"Questions needed for ±{fmt(plan['effect'], pct)}{u}: "
+            + (f"{need}." if need else f"more than {plan['questions'][-1]}."), ""]
+
+
 def _behaviour(summary: dict) -> list[str]:
     names = [n for n in BEHAVIOUR_TABLE + [b for b in BEHAVIOUR if b not in BEHAVIOUR_TABLE]
              if any(n in c.get("behaviour", {}) for c in summary["cells"])]
     if not names:
         return []
-    L = ["## Behaviour", "", "| cell | " + " | ".join(
-        BEHAVIOUR[n][0] + (" (%)" if n in RATES else "") for n in names) + " |",
+    n = sum(n in c.get("behaviour", {}) for c in summary["cells"] for n in names)
+    L = ["## Behaviour (exploratory)", "",
+         f"{n} intervals (95%, unadjusted for their number): descriptions, not tests; an "
+         "interval that excludes a value here is a lead for a pre-registered experiment, "
+         "not a finding.", "", "| cell | " + " | ".join(
+        behaviour_words(n, summary.get("env")) + (" (%)" if n in RATES else "")
+        for n in names) + " |",
          "|---|" + "---:|" * len(names)]
     for c in summary["cells"]:
         vals = [c["behaviour"].get(n) for n in names]
@@ -156,9 +247,11 @@ def _changes(summary: dict, pct: bool) -> list[str]:
     L = ["## Change from the first evaluation", "",
          "Each seed's last minus first evaluation, per question, then the same seeds x "
          "questions interval as a cell mean (p: two-sided, no change; unadjusted; † one "
-         "seed: question noise only).", "",
+         f"seed: question noise only). The {len(names) * len(cells)} behaviour changes are "
+         "exploratory (unadjusted 95% intervals over the family shown).", "",
          "| " + " | ".join(["cell", "from step", summary["metric_words"]] + [
-             BEHAVIOUR[n][0] + (" (%)" if n in RATES else "") for n in names]) + " |",
+             behaviour_words(n, summary.get("env")) + (" (%)" if n in RATES else "")
+             for n in names]) + " |",
          "|---|---:|" + "---:|" * (len(names) + 1)]
     for c in cells:
         ch = c["change"]
@@ -171,12 +264,25 @@ def _changes(summary: dict, pct: bool) -> list[str]:
     return L + [""]
 
 
+def _warm_start(summary: dict) -> list[str]:
+    w = summary.get("warm_start")
+    if not w or not w["shared"]:
+        return []
+    seeds = ", ".join(str(g["seed"]) for g in w["shared"])
+    return [f"The first evaluations are {w['distinct']} distinct evaluations, not "
+            f"{w['evaluations']}: for seed(s) {seeds} every arm's step "
+            f"{w['shared'][0]['step']} rows are identical (the same weights, evaluation set, "
+            "sampling seed and samples before any update), so each is counted once — a "
+            "shared starting point of the arms, not independent measurements.", ""]
+
+
 def _hops(summary: dict, pct: bool) -> list[str]:
     hops = summary.get("hops", [])
     if not hops:
         return []
-    L = ["## By hop count", "",
-         "| cell | " + " | ".join(f"{h} hop{'' if h == '1' else 's'}" for h in hops) + " |",
+    env = summary.get("env")
+    L = [f"## By {env_word('hops', env)}", "",
+         "| cell | " + " | ".join(hop_words(h, env) for h in hops) + " |",
          "|---|" + "---:|" * len(hops)]
     for c in summary["cells"]:
         vals = [c["by_hops"].get(h) for h in hops]
@@ -188,10 +294,17 @@ def _bookkeeping(summary: dict) -> list[str]:
     problems = [("Incomplete runs (no COMPLETE marker)", summary.get("incomplete", [])),
                 ("Failed runs", summary.get("failed", [])),
                 ("Missing cells of the grid", summary.get("missing", [])),
-                ("Duplicate runs (first kept)", summary.get("duplicates", []))]
-    if not any(v for _, v in problems):
+                ("Duplicate runs: the same cell and seed twice (the first is analysed)",
+                 summary.get("duplicates", []))]
+    excl = summary.get("exclusions", [])
+    if not any(v for _, v in problems) and not excl:
         return []
-    L = ["## Missing, incomplete and failed runs", ""]
+    L = ["## Missing, incomplete, failed and duplicate runs; rows left out", ""]
+    if excl:
+        L += ["Rows left out of a behaviour field (no value: missing, null or NaN; the "
+              "analysed metric needs a value in every row):"]
+        L += [f"- {e['cell']}: '{e['field']}' {e['excluded']} of {e['rows']} rows"
+              for e in excl] + [""]
     for title, items in problems:
         if items:
             L.append(f"{title}:")
@@ -200,6 +313,9 @@ def _bookkeeping(summary: dict) -> list[str]:
                 L.append(f"- {', '.join(f'{k}={v}' for k, v in it['factors'].items())}"
                          + (f", seed {it['seed']}" if "seed" in it else "")
                          + (f" ({it['reason']})" if it.get("reason") else "")
+                         + (f" (repeats `{it['first']}`, "
+                            f"{'identical' if it['identical_rows'] else 'different'} rows)"
+                            if it.get("first") else "")
                          + (f" — `{where}`" if where else ""))
             L.append("")
     return L
@@ -209,9 +325,13 @@ def render(summary: dict) -> str:
     pct = is_pct(summary)
     sesoi = fmt(summary["sesoi"], pct)
     L = _intro(summary, pct)
+    if summary.get("exploratory"):
+        L += [f"**Exploratory, not confirmatory** (the experiment's analysis.yaml): "
+              f"{summary['exploratory']}. Its p-values and verdicts are computed as for a "
+              "confirmatory family but support no confirmatory claim.", ""]
     if summary.get("warnings"):
         L += ["## Warnings", ""] + [f"- **{w}**" for w in summary["warnings"]] + [""]
-    L += _cell_table(summary, pct)
+    L += _cell_table(summary, pct) + _seed_variance(summary)
     conf = [c for c in summary["comparisons"] if c["family"] == "confirmatory"]
     L += [f"## Comparisons against the baseline ({summary['baseline_short']})", ""]
     if conf:
@@ -240,11 +360,12 @@ def render(summary: dict) -> str:
         L += ["## Exploratory: all pairs (Benjamini–Hochberg)", ""]
         L += [_sentence(c, pct, sesoi, bool(summary.get("lower_is_better")))
               for c in pairs] + [""]
-    L += _changes(summary, pct)
+    L += _changes(summary, pct) + _warm_start(summary)
     L += _planning(summary, pct) + _hops(summary, pct) + _behaviour(summary)
     L += _bookkeeping(summary)
-    figs = ["learning_curves"] * has_curves(summary) + [
-        "forest", "hops", "behaviour", "factor_intervals"] + ["training"] * has_training(summary)
+    figs = ["learning_curves"] * has_curves(summary) + ["change"] * has_change(summary) + [
+        "forest", "seeds", "hops", "behaviour", "factor_intervals"] + [
+        "training"] * has_training(summary)
     L += [f"Figures: {', '.join(figs)} (.png, .pdf). Tables: results, comparisons, hops, "
           "behaviour, mde (.tex, .csv).", ""]
     return "\n".join(L)

@@ -2,8 +2,11 @@
 verdicts against a smallest effect of interest), planning tables and warnings."""
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,56 +61,101 @@ def _fields(metric: str, rewards: list[str]) -> dict:
     return f
 
 
-def clip(ci):
-    """A mean of values in [0, 1] cannot leave [0, 1]: the interval is clipped to it."""
-    return [max(0.0, ci[0]), min(1.0, ci[1])] if ci else ci
+@dataclass
+class Ctx:
+    """What every estimate of one analysis shares: alpha, the metric, the design's pooled
+    seed variances (per field at the analysed step, per field of the change, per step of
+    the curve) and whether the design is evaluation-only (the question is the unit)."""
+    alpha: float
+    metric: str
+    pools: dict
+    change_pools: dict
+    curve_pools: dict
+    eval_only: bool
+    env: str | None = None
 
 
-def _cell_summary(c, mats, metric, alpha, names, clip_metric, with_curves,
-                  fields, steps, warnings) -> dict:
-    d = mats[metric]
-    r = evaluate([d], {0: 1.0}, alpha)
-    hops = sorted({h for h in d.hops.values() if h is not None}, key=str)
+def pools_of(mats: list[dict], alpha: float) -> dict:
+    """{field: stats.pool over the cells that have it}; None for a per-question design,
+    and where Bartlett's test rejects one seed variance for the cells at level alpha
+    (then each cell's own seed variance is used, as without pooling)."""
+    out = {}
+    for n in {n for m in mats for n in m}:
+        ys = [m[n].y for m in mats if n in m and m[n].unit == "seed"]
+        h = st.homogeneity(ys) if len(ys) > 1 else None
+        out[n] = None if h is not None and h["p"] < alpha else st.pool(ys)
+    return out
+
+
+def bounded(r: dict, kind: str | None, n_units: int, alpha: float) -> list | None:
+    """A cell mean's interval: Wilson for a rate (inside [0, 1]), log scale for a count
+    (never below 0), else the t interval (stats.wilson, stats.log_interval)."""
+    if r.get("estimate") is None or not r.get("ci"):
+        return r.get("ci")
+    if kind == "rate":
+        return st.wilson(r["estimate"], r["se"], r["df"], n_units, alpha)
+    if kind == "count":
+        return st.log_interval(r["estimate"], r["se"], r["df"], alpha)
+    return r["ci"]
+
+
+def _estimate(d, name: str, ctx: Ctx, questions=None, pool=None) -> dict:
+    """evaluate() of one cell's field with its bounded interval."""
+    pl = ctx.pools.get(name) if pool is None else pool
+    r = evaluate([d], {0: 1.0}, ctx.alpha, questions=questions, pooled=pl)
+    n = (len(questions) if questions is not None else len(d.questions)) * d.y.shape[1]
+    return {**r, "ci": bounded(r, est.field_kind(name), n, ctx.alpha)}
+
+
+def _cell_summary(c, mats, changes, curves, ctx: Ctx, names, with_curves, steps) -> dict:
+    d = mats[ctx.metric]
+    r = _estimate(d, ctx.metric, ctx)
     by_hops = {}
-    for h in hops:
+    for h in sorted({h for h in d.hops.values() if h is not None}, key=str):
         qs = [q for q in d.questions if d.hops[q] == h]
-        rh = evaluate([d], {0: 1.0}, alpha, questions=qs)
-        by_hops[str(h)] = {"mean": rh["estimate"], "ci": clip_metric(rh["ci"]),
-                           "n_questions": len(qs)}
+        rh = _estimate(d, ctx.metric, ctx, questions=qs)
+        by_hops[str(h)] = {"mean": rh["estimate"], "ci": rh["ci"], "n_questions": len(qs)}
     extra = {}
+    skipped = lb.ENV_SKIPPED.get(ctx.env, ())
     for name, dd in mats.items():
-        if name == metric or dd.y.size == 0:
-            continue
-        re = evaluate([dd], {0: 1.0}, alpha)
-        ci = clip(re["ci"]) if name in est.RATES else re["ci"]
-        extra[name] = {"mean": re["estimate"], "ci": ci, "n_questions": re["n_questions"]}
+        if name != ctx.metric and dd.y.size and name not in skipped:
+            re = _estimate(dd, name, ctx)
+            extra[name] = {"mean": re["estimate"], "ci": re["ci"],
+                           "n_questions": re["n_questions"]}
+    seed_means = [float(v) for v in d.y.mean(axis=0)]
     out = {
         "factors": c.factors, "label": c.label, "short_label": lb.cell_name(c.factors, names),
-        "n_seeds": d.n_seeds, "n_questions": len(d.questions), "samples": d.samples,
-        "mean": r["estimate"], "ci": clip_metric(r["ci"]), "se": r["se"], "df": r["df"],
-        "seed_means": [float(v) for v in d.y.mean(axis=0)], "seeds": list(c.seeds),
+        "n_seeds": len(c.seeds), "n_questions": len(d.questions), "samples": d.samples,
+        "mean": r["estimate"], "ci": r["ci"], "se": r["se"], "df": r["df"],
+        "iqm": st.iqm(seed_means) if d.unit == "seed" else None,
+        "seed_means": seed_means, "seeds": list(c.seeds),
         "step": d.steps[0] if len(d.steps) == 1 else list(d.steps),
         "question_noise_only": not r["inferential"],
-        "interval": "seeds and questions" if r["inferential"] else "questions only (one seed)",
+        "interval": _interval_words(d, r),
         "variance_components": st.components(d.y),
         "by_hops": by_hops,
         "behaviour": {n: v for n, v in extra.items() if n in est.BEHAVIOUR},
         "reward": {n: v for n, v in extra.items() if n not in est.BEHAVIOUR},
         "runs": [str(run.path) for run in c.runs],
+        "change": {n: v for n, v in _changes(changes, ctx).items() if n not in skipped},
+        "compute": _compute(c, steps),
     }
-    out["change"] = _changes(c, mats, fields, steps, alpha, warnings)
-    out["compute"] = _compute(c, steps)
     if with_curves:
-        out["curve"] = _curve(c, metric, alpha, clip_metric)
+        out["curve"] = _curve(curves, ctx)
         out["train_curves"] = est.train_curves(c)
     return out
 
 
-def _changes(c, mats: dict, fields: dict, steps: dict, alpha: float,
-             warnings: list) -> dict:
-    """Per field: the within-cell change from each seed's first evaluation to the analysed
-    one, paired by seed and question (y_last - y_first per question and seed, then the
-    same seeds x questions estimate as a cell mean). {} when a seed has one step."""
+def _interval_words(d, r) -> str:
+    if d.unit == "question":
+        return "questions (fixed weights: sampling streams are replicates within a question)"
+    return "seeds and questions" if r["inferential"] else "questions only (one seed)"
+
+
+def change_matrices(c, mats: dict, fields: dict, steps: dict, warnings: list) -> dict:
+    """Per field: each seed's per-question change from its first evaluation to the
+    analysed one (y_last - y_first, paired by seed and question) as CellData, with
+    `from_step`; {} when a seed has one step."""
     first = {str(r.path): min(x["step"] for x in r.eval_rows()) for r in c.runs}
     single = [k for k in first if first[k] == steps[k]]
     if single and len(single) < len(first):
@@ -115,7 +163,7 @@ def _changes(c, mats: dict, fields: dict, steps: dict, alpha: float,
                         "only the analysed step)")
     if single:
         return {}
-    before = est.cell_matrices(c, first, fields, [])
+    before = est.cell_matrices(c, first, fields, [], required=(next(iter(fields)),))
     out = {}
     for name, d1 in mats.items():
         d0 = before.get(name)
@@ -124,12 +172,21 @@ def _changes(c, mats: dict, fields: dict, steps: dict, alpha: float,
         pos0 = {q: i for i, q in enumerate(d0.questions)}
         pos1 = {q: i for i, q in enumerate(d1.questions)}
         qs = [q for q in d1.questions if q in pos0]
-        if not qs:
-            continue
-        y = d1.y[[pos1[q] for q in qs]] - d0.y[[pos0[q] for q in qs]]
-        r = evaluate([est.CellData(y=y, questions=qs, seeds=d1.seeds)], {0: 1.0}, alpha)
-        out[name] = {"from_step": sorted(set(first.values())), "mean": r["estimate"],
-                     "se": r["se"], "df": r["df"], "ci": r["ci"], "p": r["p"],
+        if qs:
+            y = d1.y[[pos1[q] for q in qs]] - d0.y[[pos0[q] for q in qs]]
+            out[name] = est.CellData(y=y, questions=qs, seeds=d1.seeds,
+                                     steps=tuple(sorted(set(first.values()))))
+    return out
+
+
+def _changes(changes: dict, ctx: Ctx) -> dict:
+    """The change of each field as a cell mean (sec. 9 of docs/statistics.md), the seed
+    variance pooled over the cells' changes of that field."""
+    out = {}
+    for name, d in changes.items():
+        r = evaluate([d], {0: 1.0}, ctx.alpha, pooled=ctx.change_pools.get(name))
+        out[name] = {"from_step": list(d.steps), "mean": r["estimate"], "se": r["se"],
+                     "df": r["df"], "ci": r["ci"], "p": r["p"],
                      "inferential": r["inferential"], "n_questions": r["n_questions"]}
     return out
 
@@ -158,16 +215,15 @@ def _compute(c, steps: dict) -> dict:
     return out
 
 
-def _curve(cell, metric: str, alpha: float, clip_metric) -> dict:
+def _curve(curves: dict, ctx: Ctx) -> dict:
     """Per evaluation step: the cell mean with the same interval as the tables."""
     steps, mean, lo, hi = [], [], [], []
-    for s, d in est.curve_matrices(cell, metric).items():
-        r = evaluate([d], {0: 1.0}, alpha)
-        ci = clip_metric(r["ci"])
+    for s, d in curves.items():
+        r = _estimate(d, ctx.metric, ctx, pool=ctx.curve_pools.get(s))
         steps.append(s)
         mean.append(r["estimate"])
-        lo.append(ci[0])
-        hi.append(ci[1])
+        lo.append(r["ci"][0])
+        hi.append(r["ci"][1])
     return {"steps": steps, "mean": mean, "lo": lo, "hi": hi}
 
 
@@ -187,8 +243,8 @@ def _differences(data, i, j) -> list[str]:
     return w
 
 
-def _comparison(data, coefs, alpha, ia, ib, a, b, kind, names, family) -> dict:
-    r = evaluate(data, coefs, alpha)
+def _comparison(data, coefs, alpha, ia, ib, a, b, kind, names, family, pool=None) -> dict:
+    r = evaluate(data, coefs, alpha, pooled=pool)
     keys = lb.differing(a, b) or list(a)
     same = [k for k in a if k not in keys]
     vs = lb.cell_name(b, names, keys)
@@ -216,7 +272,7 @@ def _comparison(data, coefs, alpha, ia, ib, a, b, kind, names, family) -> dict:
     return row
 
 
-def _main_effects(sweep, cells, base, data, alpha, names) -> list[dict]:
+def _main_effects(sweep, cells, base, data, alpha, names, pool=None) -> list[dict]:
     """Each level of each factor against the baseline's level, averaged over the
     combinations of the other factors present at both levels. A level present in one
     pair only, whose partner is the baseline cell, is that cell's own comparison (an
@@ -245,7 +301,7 @@ def _main_effects(sweep, cells, base, data, alpha, names) -> list[dict]:
                 continue
             coefs = {k: v / m for k, v in coefs.items()}
             row = _comparison(data, coefs, alpha, None, None, {f: level}, {f: b_level},
-                              "main_effect", names, "confirmatory")
+                              "main_effect", names, "confirmatory", pool)
             row["n_pairs"] = m
             row["label"] = f"{names[f]}={lb.value(level)} (main effect)"
             row["tex_label"] = f"{names[f]}={lb.value(level)} (main)"
@@ -253,16 +309,17 @@ def _main_effects(sweep, cells, base, data, alpha, names) -> list[dict]:
     return out
 
 
-def planning_components(data, pairs) -> dict | None:
-    """Pooled seed and residual variance (mean of the per-cell moment estimates) and the
-    question x cell variance tau2 of a difference (median over the compared pairs)."""
-    comps = [st.components(d.y) for d in data]
-    comps = [c for c in comps if c is not None]
-    if not comps:
+def planning_components(data, pairs, pool: st.Pool | None) -> dict | None:
+    """The design's pooled seed variance (stats.pool, nu_seed df), the residual variance
+    (the df-weighted mean of the cells' MS_resid, nu_resid df) and the question x cell
+    variance tau2 of a difference (median over the compared pairs, Q - 1 df)."""
+    parts = [(d.n_seeds - 1) * (len(d.questions) - 1) for d in data]
+    res = [(nu, st.components(d.y)) for nu, d in zip(parts, data) if nu > 0]
+    if pool is None or not res:
         return None
-    s2a = float(np.mean([c["sigma2_seed"] for c in comps]))
-    s2e = float(np.mean([c["sigma2_resid"] for c in comps]))
-    taus = []
+    nu_e = sum(nu for nu, _ in res)
+    s2e = sum(nu * c["sigma2_resid"] for nu, c in res) / nu_e
+    taus, qn = [], []
     for i, j in pairs:
         qs = shared(data, [i, j])
         if len(qs) < 2:
@@ -271,20 +328,45 @@ def planning_components(data, pairs) -> dict | None:
         dq = ya.mean(axis=1) - yb.mean(axis=1)
         taus.append(max(0.0, float(np.var(dq, ddof=1))
                         - s2e * (1 / ya.shape[1] + 1 / yb.shape[1])))
+        qn.append(len(qs) - 1)
     assumed = not taus
     tau2 = float(np.median(taus)) if taus else 2 * float(np.mean(
-        [c["sigma2_question"] for c in comps]))
-    return {"sigma2_seed": s2a, "sigma2_resid": s2e, "tau2": tau2, "tau2_assumed": assumed,
-            "n_cells": len(comps), "n_cells_total": len(data)}
+        [c["sigma2_question"] for _, c in res]))
+    return {"sigma2_seed": float(pool.sigma2_seed), "sigma2_resid": float(s2e),
+            "tau2": tau2, "tau2_assumed": assumed, "nu_seed": pool.nu, "nu_resid": nu_e,
+            "nu_tau2": min(qn) if qn else min(len(d.questions) for d in data) - 1,
+            "n_cells": len(res), "n_cells_total": len(data)}
+
+
+def question_planning(data, pairs, sesoi, alpha, power) -> dict | None:
+    """An evaluation-only design (the question is the unit): the MDE of a paired
+    difference over Q questions, (t_{Q-1, 1-alpha/2} + t_{Q-1, power}) sqrt(var_q(d)/Q)
+    (Cohen 1988), var_q(d) the median over the compared pairs."""
+    v = [float(np.var(rows_of(data[i], qs).mean(axis=1) - rows_of(data[j], qs).mean(axis=1),
+                      ddof=1)) for i, j in pairs if len(qs := shared(data, [i, j])) > 1]
+    if not v:
+        return None
+    var = float(np.median(v))
+    grid = sorted(set(st.QUESTION_GRID) | {max(len(d.questions) for d in data)})
+    mdes = [float(st.mde(math.sqrt(var / q), q - 1, alpha, power)) for q in grid]
+    need = next((q for q, m in zip(grid, mdes) if m <= sesoi), None)
+    return {"unit": "question", "var_difference": var, "questions": grid, "mde": mdes,
+            "questions_needed": need, "effect": sesoi}
 
 
 def planning(comps, sesoi, Q_now, alpha, power) -> dict | None:
+    """MDE table over SEED_GRID x QUESTION_GRID, each value with its 95% range from the
+    components' df (stats.mde_range), and the seeds/questions needed for the SESOI."""
     if comps is None:
         return None
     qs = sorted(set(QUESTION_GRID) | {Q_now})
     m = st.mde_grid(SEED_GRID, qs, comps, alpha, power)
-    return {"mde_table": {"questions": qs, "rows": [{"seeds": S, "mde": [float(v) for v in r]}
-                                                     for S, r in zip(SEED_GRID, m)]},
+    rng = [[st.mde_range(S, q, comps, alpha, power) for q in qs] for S in SEED_GRID]
+    return {"mde_table": {"questions": qs, "rows": [{"seeds": S, "mde": [float(v) for v in r],
+                                                      "range": g}
+                                                     for S, r, g in zip(SEED_GRID, m, rng)]},
+            "equivalence_seeds": {"margin": sesoi, "questions": qs, "seeds": [
+                st.equivalence_seeds(sesoi, q, comps, alpha, power) for q in qs]},
             "seeds_needed": {"effect": sesoi, "questions": qs,
                              "seeds": [st.seeds_needed(sesoi, q, comps, alpha, power)
                                        for q in qs]},
@@ -294,22 +376,31 @@ def planning(comps, sesoi, Q_now, alpha, power) -> dict | None:
 
 
 def _family(rows, adjust, correction, alpha, sesoi, lower_is_better=False):
-    tested = [r for r in rows if r.get("p") is not None]
-    padj = adjust([r["p"] for r in tested])
-    for r, pa in zip(tested, padj):
-        r["p_adj"] = float(pa)
+    """Adjusted p (t and, where there is one, permutation) over the family, and each
+    row's verdict; "equivalent" only where the design can reach it."""
+    for key in ("p", "p_perm"):
+        tested = [r for r in rows if r.get(key) is not None]
+        for r, pa in zip(tested, adjust([r[key] for r in tested])):
+            r[f"{key}_adj"] = float(pa)
     for r in rows:
         r.setdefault("p_adj", None)
+        r.setdefault("p_perm_adj", None)
         r["correction"] = correction
         r["verdict"] = (st.verdict(r["delta"], r["se"], r["df"], r["p_adj"], sesoi, alpha,
-                                   lower_is_better) if r["p_adj"] is not None else None)
+                                   lower_is_better, r.get("equivalence_reachable", True))
+                        if r["p_adj"] is not None else None)
 
 
 def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
             B: int = 10_000, rng_seed: int = 0, baseline: dict | None = None,
             alpha: float = 0.05, power: float = 0.8, sesoi: float = DEFAULT_SESOI,
             all_pairs: bool = False, with_curves: bool = True,
-            baseline_source: str = "--baseline", lower_is_better: bool = False) -> dict:
+            baseline_source: str = "--baseline", lower_is_better: bool = False,
+            evaluation_only: bool | None = None) -> dict:
+    """summary.json of a sweep. evaluation_only None: detected (every run has
+    trainer.max_steps 0: fixed weights, the question is the unit)."""
+    if evaluation_only is None:
+        evaluation_only = is_evaluation_only(sweep)
     failed, warnings = list(sweep.failed), list(sweep.warnings)
     steps = _select_steps(sweep, step, failed)
     cells = [c for c in sweep.cells if c.runs]
@@ -317,8 +408,12 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
         raise AnalysisError("no complete runs to analyse (use --include-incomplete to "
                             "analyse runs without a COMPLETE marker)")
     names = lb.short_names(sweep.factors)
+    envs = {r.config.get("env.name") for c in cells for r in c.runs}
+    env = envs.pop() if len(envs) == 1 else None
     fields = _fields(metric, est.reward_fields(cells, steps))
-    mats = [est.cell_matrices(c, steps, fields, warnings) for c in cells]
+    exclusions: list = []
+    mats = [est.cell_matrices(c, steps, fields, warnings, (metric,), exclusions)
+            for c in cells]
     for c, m in zip(cells, mats):
         if metric not in m or m[metric].y.size == 0:
             raise AnalysisError(f"{c.runs[0].eval_file}: no '{metric}' values at step "
@@ -329,29 +424,40 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
         warnings.append("cells differ in evaluation settings (" + ", ".join(eval_keys)
                         + "): their scores are not measured alike")
 
-    finite = np.concatenate([d.y.ravel() for d in data])
-    bounded = finite.size > 0 and finite.min() >= 0.0 and finite.max() <= 1.0
-
-    def clip_metric(ci):
-        return clip(ci) if bounded else ci
-
-    out_cells = [_cell_summary(c, m, metric, alpha, names, clip_metric, with_curves,
-                               fields, steps, warnings) for c, m in zip(cells, mats)]
+    if evaluation_only:
+        mats = [{n: d.per_question() for n, d in m.items()} for m in mats]
+        data = [m[metric] for m in mats]
+    changes = [change_matrices(c, m, fields, steps, warnings) for c, m in zip(cells, mats)]
+    curves = [est.curve_matrices(c, metric) if with_curves else {} for c in cells]
+    if evaluation_only:
+        curves = [{s: d.per_question() for s, d in cv.items()} for cv in curves]
+    ctx = Ctx(alpha=alpha, metric=metric, pools=pools_of(mats, alpha),
+              change_pools=pools_of(changes, alpha),
+              curve_pools=pools_of([{s: d for s, d in cv.items()} for cv in curves], alpha),
+              eval_only=evaluation_only, env=env)
+    out_cells = [_cell_summary(c, m, ch, cv, ctx, names, with_curves, steps)
+                 for c, m, ch, cv in zip(cells, mats, changes, curves)]
 
     if baseline is None and len(cells) > 1:
         raise AnalysisError("no baseline: name it with --baseline KEY=VAL,... or `baseline:` "
                             "in the experiment's analysis.yaml; cells are: "
                             + "; ".join(c.label for c in cells))
     base = match_cell(cells, baseline) if baseline else 0
-    confirm, pairs = _comparisons(sweep, cells, data, base, alpha, names, sesoi, all_pairs,
-                                  lower_is_better)
-    comps = planning_components(data, [(r["ia"], r["ib"]) for r in confirm if r["kind"] == "cell"])
-    _annotate(confirm + pairs, data, comps, base, B, rng_seed, sesoi, alpha, power)
+    pool = ctx.pools.get(metric)
+    confirm, pairs = _comparisons(sweep, cells, data, base, alpha, names, all_pairs, pool)
+    cell_pairs = [(r["ia"], r["ib"]) for r in confirm if r["kind"] == "cell"]
+    comps = planning_components(data, cell_pairs, pool)
+    if comps is not None:
+        comps["pool_cells"] = comps["n_cells"]
+    _annotate(confirm + pairs, data, comps, base, B, rng_seed, sesoi, alpha, power, pool)
+    _family(confirm, st.holm, "holm", alpha, sesoi, lower_is_better)
+    _family(pairs, st.benjamini_hochberg, "bh", alpha, sesoi, lower_is_better)
     warnings += [f"{r['label']} vs {r['vs']}: {w}" for r in confirm + pairs for w in r["warnings"]]
     comparisons = [{k: v for k, v in r.items() if k not in ("ia", "ib")} for r in confirm + pairs]
 
     Q_now = max(len(d.questions) for d in data)
-    plan = planning(comps, sesoi, Q_now, alpha, power)
+    plan = (question_planning(data, cell_pairs, sesoi, alpha, power) if evaluation_only
+            else planning(comps, sesoi, Q_now, alpha, power))
     summary = {
         "cells": out_cells, "comparisons": comparisons,
         "bootstrap": {"B": B, "rng_seed": rng_seed, "method":
@@ -360,7 +466,8 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
                       "(docs/statistics.md)"},
         "method": "method-of-moments variance of the crossed seeds x questions design, t "
                   "interval with bounded-seed Satterthwaite df (docs/statistics.md)",
-        "metric": metric, "metric_words": lb.metric_words(metric), "alpha": alpha,
+        "env": env, "metric": metric,
+        "metric_words": lb.env_word(lb.metric_words(metric), env), "alpha": alpha,
         "power": power, "sesoi": sesoi, "all_pairs": all_pairs,
         "lower_is_better": lower_is_better,
         "factors": sweep.factors, "short_names": names, "levels": sweep.levels,
@@ -369,49 +476,106 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
         "baseline_source": baseline_source if baseline else "only cell",
         "steps": sorted(set(steps.values()), key=str), "n_questions": Q_now,
         "hops": sorted({h for c in out_cells for h in c["by_hops"]}, key=str),
-        "factor_levels": _factor_levels(sweep, cells, data, alpha),
+        "factor_levels": _factor_levels(sweep, cells, data, alpha, pool, metric),
         "variance_components": comps,
-        "mde_table": plan["mde_table"] if plan else None,
+        "evaluation_only": evaluation_only,
+        "warm_start": None if evaluation_only else warm_start(cells),
+        "unit": "question" if evaluation_only else "seed",
+        "seed_variance": None if evaluation_only else seed_variance(cells, data, pool, alpha),
+        "mde_table": plan.get("mde_table") if plan else None,
         "planning": plan, "warnings": warnings,
         "incomplete": sweep.incomplete, "failed": failed, "missing": sweep.missing,
-        "duplicates": sweep.duplicates,
+        "duplicates": sweep.duplicates, "exclusions": exclusions,
     }
     return _clean(summary)
 
 
-def _comparisons(sweep, cells, data, base, alpha, names, sesoi, all_pairs, lower_is_better):
-    """The confirmatory family (cells and main effects vs the baseline, Holm) and, when
-    asked for, all pairs (Benjamini-Hochberg), each row with its verdict."""
+def warm_start(cells) -> dict | None:
+    """The first evaluation of every run (the warm start when it is step 0): runs whose
+    rows at that step are identical (same weights, evaluation set, sampling seed and
+    samples: the arms of a grid before their first update; reward fields aside, which
+    each arm computes with its own scheme) are one evaluation, counted once; None when no run was evaluated before its analysed step."""
+    groups: dict = {}
+    for c in cells:
+        for r in c.runs:
+            rows = r.eval_rows()
+            first = min(x["step"] for x in rows)
+            # the episodes, not the arm's reward of them (each arm scores them its way)
+            key = json.dumps([{k: v for k, v in x.items() if k != "_line"
+                               and not k.startswith("reward")} for x in rows
+                              if x["step"] == first], sort_keys=True, default=str)
+            groups.setdefault((first, hashlib.sha256(key.encode()).hexdigest()), []).append(
+                {"cell": c.label, "seed": r.seed})
+    if len(groups) == sum(len(v) for v in groups.values()):
+        return {"evaluations": len(groups), "distinct": len(groups), "shared": []}
+    shared = [{"step": k[0], "seed": v[0]["seed"], "cells": [x["cell"] for x in v]}
+              for k, v in groups.items() if len(v) > 1]
+    return {"evaluations": sum(len(v) for v in groups.values()), "distinct": len(groups),
+            "shared": shared}
+
+
+def is_evaluation_only(sweep: Sweep) -> bool:
+    """No run trained: every run's trainer.max_steps is 0 (fixed weights)."""
+    runs = [r for c in sweep.cells for r in c.runs]
+    return bool(runs) and all(r.config.get("trainer.max_steps") == 0 for r in runs)
+
+
+def seed_variance(cells, data, pool, alpha) -> dict | None:
+    """The pooled seed variance (whether the intervals use it), Bartlett's homogeneity
+    test, and each cell's own estimate (a diagnostic when pooled)."""
+    used = pool is not None
+    pool = pool or st.pool([d.y for d in data])
+    if pool is None:
+        return None
+    per_cell = [{"label": c.label, "n_seeds": d.n_seeds,
+                 "sigma2_seed": (st.components(d.y) or {}).get("sigma2_seed")}
+                for c, d in zip(cells, data)]
+    return {"pooled": {"sigma2_seed": float(pool.sigma2_seed), "df": pool.nu, "used": used},
+            "homogeneity": st.homogeneity([d.y for d in data]), "per_cell": per_cell}
+
+
+def _comparisons(sweep, cells, data, base, alpha, names, all_pairs, pool):
+    """The confirmatory family (cells and main effects vs the baseline) and, when asked
+    for, all pairs; verdicts come later (_family)."""
     fac = [c.factors for c in cells]
     confirm = [_comparison(data, {i: 1.0, base: -1.0}, alpha, i, base, fac[i], fac[base],
-                           "cell", names, "confirmatory") for i in range(len(cells)) if i != base]
-    confirm += _main_effects(sweep, cells, base, data, alpha, names)
-    _family(confirm, st.holm, "holm", alpha, sesoi, lower_is_better)
+                           "cell", names, "confirmatory", pool)
+               for i in range(len(cells)) if i != base]
+    confirm += _main_effects(sweep, cells, base, data, alpha, names, pool)
     pairs = []
     if all_pairs:
         pairs = [_comparison(data, {i: 1.0, j: -1.0}, alpha, i, j, fac[i], fac[j], "cell",
-                             names, "all_pairs")
+                             names, "all_pairs", pool)
                  for i, j in itertools.combinations(range(len(cells)), 2)]
-        _family(pairs, st.benjamini_hochberg, "bh", alpha, sesoi, lower_is_better)
     return confirm, pairs
 
 
-def _annotate(rows, data, comps, base, B, rng_seed, sesoi, alpha, power) -> None:
-    """Planning MDE, seeds needed for the SESOI, P(A > B) over seeds, and the
-    simultaneous intervals of the tested cell-vs-baseline comparisons."""
+def _annotate(rows, data, comps, base, B, rng_seed, sesoi, alpha, power, pool) -> None:
+    """Planning MDE, seeds needed for the SESOI, whether equivalence is reachable, P(A > B)
+    and the exact permutation p over seeds, and the simultaneous intervals of the tested
+    cell-vs-baseline comparisons."""
     tested = [r for r in rows if r["family"] == "confirmatory" and r["kind"] == "cell"
               and r["delta"] is not None and r["inferential"]]
-    sim = simultaneous(tested, data, base, alpha, B, rng_seed) if tested else None
+    sim = simultaneous(tested, data, base, alpha, B, rng_seed, pool) if tested else None
     for r, ci in zip(tested, sim or []):
         r["ci_simultaneous"] = ci
     for r in rows:
         r["mde"] = _mde(r, data, comps, alpha, power)
-        if r["kind"] == "cell" and r["delta"] is not None:
-            r["p_improvement"] = st.prob_improvement(data[r["ia"]].y.mean(axis=0),
-                                                     data[r["ib"]].y.mean(axis=0))
-        if comps is not None and r["kind"] == "cell":
+        if r["kind"] == "cell" and r["delta"] is not None and data[r["ia"]].unit == "seed":
+            qs = shared(data, [r["ia"], r["ib"]])
+            a, b = (rows_of(data[k], qs).mean(axis=0) for k in (r["ia"], r["ib"]))
+            r["p_improvement"] = st.prob_improvement(a, b)
+            perm = st.permutation_test(a, b) if r["inferential"] else {}
+            r["p_perm"], r["p_perm_min"] = perm.get("p"), perm.get("min_p")
+        if comps is not None and r["kind"] == "cell" and r["delta"] is not None:
             r["seeds_needed"] = st.seeds_needed(sesoi, max(r["n_questions"], 2), comps,
                                                 alpha, power)
+        if comps is not None and r["delta"] is not None and r["n_questions"] >= 2:
+            Sa, Sb = _sizes(r, data)
+            v, df = st.planned(Sa, r["n_questions"], comps, S_b=Sb)
+            r["equivalence_reachable"] = st.tost_reachable(v, df, sesoi, alpha, power)
+            r["equivalence_seeds"] = st.equivalence_seeds(sesoi, r["n_questions"], comps,
+                                                          alpha, power)
 
 
 def _mde(r, data, comps, alpha, power):
@@ -419,26 +583,33 @@ def _mde(r, data, comps, alpha, power):
     and shared questions; a main effect over m pairs counts m x the seeds."""
     if comps is None or r["n_questions"] < 2:
         return None
-    if r["kind"] == "cell":
-        Sa, Sb = data[r["ia"]].n_seeds, data[r["ib"]].n_seeds
-    else:
-        Sa = Sb = r["n_pairs"] * min(d.n_seeds for d in data)
+    Sa, Sb = _sizes(r, data)
     v, df = st.planned(Sa, r["n_questions"], comps, S_b=Sb)
     if not math.isfinite(df):
         return None
     return float(st.mde(math.sqrt(v), df, alpha, power))
 
 
-def _factor_levels(sweep, cells, data, alpha) -> list[dict]:
+def _sizes(r, data) -> tuple[int, int]:
+    """Seeds of the two sides of a comparison; a main effect over m pairs: m x the fewest."""
+    if r["kind"] == "cell":
+        return data[r["ia"]].n_seeds, data[r["ib"]].n_seeds
+    return (r["n_pairs"] * min(d.n_seeds for d in data),) * 2
+
+
+def _factor_levels(sweep, cells, data, alpha, pool, metric) -> list[dict]:
+    """Marginal mean of each factor level (the mean of its cells) with its interval."""
     out = []
     for f in sweep.factors:
         for level in sweep.levels[f]:
             members = [j for j, c in enumerate(cells) if str(c.factors[f]) == str(level)]
             if not members:
                 continue
-            r = evaluate(data, {j: 1.0 / len(members) for j in members}, alpha)
+            r = evaluate(data, {j: 1.0 / len(members) for j in members}, alpha, pooled=pool)
             if r["estimate"] is None:
                 continue
-            out.append({"factor": f, "level": level, "mean": r["estimate"], "ci": r["ci"],
+            n = sum(len(data[j].questions) * data[j].y.shape[1] for j in members)
+            ci = bounded(r, est.field_kind(metric), n, alpha)
+            out.append({"factor": f, "level": level, "mean": r["estimate"], "ci": ci,
                         "n_cells": len(members), "n_questions": r["n_questions"]})
     return out

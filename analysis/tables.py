@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from analysis.estimates import BEHAVIOUR, RATES
+from analysis.labels import env_word, hop_words
 
 PCT_METRICS = {"correct", "answered", "read_after_hit"}
 BEHAVIOUR_TABLE = ["keywords_per_search", "searches", "answer_rate", "idk_rate",
@@ -29,9 +30,14 @@ def is_pct(summary: dict) -> bool:
 
 
 def has_curves(summary: dict) -> bool:
-    """A held-out learning curve needs two evaluation steps in some cell (an
-    evaluation-only sweep has one)."""
-    return any(len((c.get("curve") or {}).get("steps", [])) >= 2 for c in summary["cells"])
+    """A held-out learning curve needs three evaluation steps in some cell (two are a
+    change, drawn as a paired difference: has_change; an evaluation-only sweep has one)."""
+    return any(len((c.get("curve") or {}).get("steps", [])) >= 3 for c in summary["cells"])
+
+
+def has_change(summary: dict) -> bool:
+    """Some cell has a change from its first evaluation (figures.change)."""
+    return any((c.get("change") or {}).get(summary["metric"]) for c in summary["cells"])
 
 
 def has_training(summary: dict) -> bool:
@@ -277,7 +283,7 @@ def behaviour_table(summary: dict, out: Path) -> None:
 def hops_table(summary: dict, out: Path) -> None:
     pct = is_pct(summary)
     hops = summary.get("hops", [])
-    header = ["Cell"] + [f"{h} hop{'s' if h != '1' else ''}" for h in hops]
+    header = ["Cell"] + [hop_words(h, summary.get("env")) for h in hops]
     rows, csv_rows = [], []
     for c in summary["cells"]:
         cells = [c["by_hops"].get(h) for h in hops]
@@ -289,7 +295,8 @@ def hops_table(summary: dict, out: Path) -> None:
             row += [None, None, None] if v is None else [v["mean"], *v["ci"]]
         csv_rows.append(row)
     words = summary.get("metric_words", summary["metric"])
-    caption = f"{words.capitalize()} by number of hops, {_interval_words(summary)}."
+    caption = (f"{words.capitalize()} by {env_word('hops', summary.get('env'))}, "
+               f"{_interval_words(summary)}.")
     (out / "hops.tex").write_text(_tabular(header, rows, caption, "tab:hops",
                                            "l" + "r" * len(hops), wide=len(hops) > 2))
     _write_csv(out / "hops.csv", ["cell"] + [f"{x}_{h}" for h in hops

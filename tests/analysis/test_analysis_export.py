@@ -9,6 +9,7 @@ import json
 import numpy as np
 
 from analysis import cli
+from analysis import stats as st
 from analysis.compare import evaluate
 from analysis.estimates import CellData
 from analysis.export import export, main
@@ -78,15 +79,21 @@ def test_change_from_first_evaluation_is_paired_by_seed_and_question(tmp_path):
     sweep = write_sweep(tmp_path / "sweep", rewards=("naive", "shaped"), algos=("grpo",),
                         seeds=(0, 1, 2), n_questions=20, steps=(0, 5, 10))
     summary = _summary(sweep, tmp_path / "o")
+    hand_y, wrong_y = [], []
     for cell in summary["cells"]:
         first = [_per_question(run, 0) for run in cell["runs"]]
         last = [_per_question(run, 10) for run in cell["runs"]]
         qs = sorted(first[0])
-        y = np.array([[la[q] - fi[q] for fi, la in zip(first, last)] for q in qs])
-        hand = evaluate([CellData(y=y, questions=qs, seeds=(0, 1, 2))], {0: 1.0})
-        misaligned = np.array([[la[q] - fi[p] for fi, la in zip(first, last)]
-                               for q, p in zip(qs, np.roll(qs, 1))])
-        wrong = evaluate([CellData(y=misaligned, questions=qs, seeds=(0, 1, 2))], {0: 1.0})
+        hand_y.append(np.array([[la[q] - fi[q] for fi, la in zip(first, last)] for q in qs]))
+        wrong_y.append(np.array([[la[q] - fi[p] for fi, la in zip(first, last)]
+                                 for q, p in zip(qs, np.roll(qs, 1))]))
+    # the seed variance of the change is pooled over the design's cells (stats.pool)
+    pool, wrong_pool = st.pool(hand_y), st.pool(wrong_y)
+    for cell, y, w in zip(summary["cells"], hand_y, wrong_y):
+        qs = list(range(y.shape[0]))
+        hand = evaluate([CellData(y=y, questions=qs, seeds=(0, 1, 2))], {0: 1.0}, pooled=pool)
+        wrong = evaluate([CellData(y=w, questions=qs, seeds=(0, 1, 2))], {0: 1.0},
+                         pooled=wrong_pool)
         ch = cell["change"]["correct"]
         assert ch["from_step"] == [0] and ch["inferential"]
         assert abs(ch["mean"] - hand["estimate"]) < 1e-12
@@ -101,7 +108,7 @@ def test_change_from_first_evaluation_is_paired_by_seed_and_question(tmp_path):
 
 def _two_reward_sweep(root):
     return write_sweep(root, rewards=("naive", "shaped"), algos=("grpo",), seeds=(0, 1),
-                       n_questions=10, steps=(0, 10),
+                       n_questions=40, steps=(0, 10),
                        effects={("naive", "grpo"): 1.0, ("shaped", "grpo"): 1.0})
 
 
@@ -130,10 +137,12 @@ def test_publish_regenerates_report_and_readme_headline(tmp_path, capsys):
         change = c["change"]["correct"]["mean"]
         row = next(x for x in readme.splitlines()
                    if x.startswith(f"| {c['short_label']} | 10,000 | 1.0 | "))
-        if change > 0:
+        if c["change"]["correct"]["ci"][0] > 0:     # a gain whose interval excludes 0
             positive += 1
             assert row.endswith(f"| {fmt(change, True, True)} | {1e4 / (100 * change):,.0f} | "
                                 f"{1 / (100 * change):.2f} |")
+        else:                                         # no ratio to a gain that may be 0
+            assert row.endswith(f"| {fmt(change, True, True)} | – | – |")
     assert positive >= 1
     assert publish_main([str(exp), "--no-figures"]) == 0      # from the committed copy
     assert (exp / "README.md").read_text() == readme

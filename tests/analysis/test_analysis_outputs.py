@@ -20,8 +20,9 @@ from analysis.synthetic import base_config, write_run, write_sweep
 from analysis.report import p_is
 from analysis.tables import COLUMN_CHARS, cell_width, fmt, fmt_ci, stacked, tex_minus
 
-REPO = Path(__file__).resolve().parents[1]
-FIGURES = ["learning_curves", "forest", "hops", "behaviour", "factor_intervals",
+REPO = Path(__file__).resolve().parents[2]
+FIGURES = ["learning_curves", "change", "seeds", "forest", "hops", "behaviour",
+           "factor_intervals",
            "training"]
 TABLES = ["results", "comparisons", "hops", "behaviour", "mde"]
 BASE = {"reward": "naive", "algo": "dapo"}
@@ -58,7 +59,7 @@ def test_factors_follow_group_names_and_skip_bookkeeping():
         for seed in (0, 1):
             c = base_config(seed, "shaped", algo)
             c["run"]["device"] = f"cpu{seed}"              # bookkeeping, ignored
-            c["env"]["emails_path"] = f"/data/{seed}.jsonl"  # a path, ignored
+            c["env"]["cache_dir"] = f"/cache/{seed}"        # a cache location, ignored
             cfgs.append(c)
     from analysis.collect import flatten
     flat = [flatten(c) for c in cfgs]
@@ -69,6 +70,8 @@ def test_factors_follow_group_names_and_skip_bookkeeping():
     for f in flat:
         f["trainer.lr"] = 1e-4 if f["seed"] == 0 else 3e-4
     assert "trainer.lr" in infer_factors(flat) and "seed" not in infer_factors(flat)
+    flat[0]["env.emails_path"] = "/data/other.jsonl"   # a path that differs: a factor
+    assert "env.emails_path" in infer_factors(flat)
 
 
 def test_a_key_written_only_by_a_newer_ablate_is_not_a_factor():
@@ -268,8 +271,9 @@ def test_report_numbers_equal_summary(cli_out, summary):
         assert f"Δ = {fmt(c['delta'], True, True)}" in s
         assert f"95% CI {fmt(c['ci'][0], True, True)} to {fmt(c['ci'][1], True, True)}" in s
         assert f"adjusted {p_is(c['p_adj'])}" in s and f"— {c['verdict']}:" in s
-    for r in summary["mde_table"]["rows"]:
-        assert f"| {r['seeds']} | " + " | ".join(fmt(v) for v in r["mde"]) + " |" in text
+    for r in summary["mde_table"]["rows"]:      # each MDE with its 95% range
+        assert f"| {r['seeds']} | " + " | ".join(
+            f"{fmt(v)} {fmt_ci(g)}" for v, g in zip(r["mde"], r["range"])) + " |" in text
     assert "## Behaviour" in text and "\"I don't know\" rate (%)" in text
 
 

@@ -1,0 +1,54 @@
+"""Every published figure, rendered again from its committed summary.json, is one a paper
+can use: no empty axis, no rate interval outside [0, 1], no count interval below 0, and
+no label of another environment (issue 27, item 2)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from analysis import figures
+from analysis.labels import FOREIGN_WORDS
+
+REPO = Path(__file__).resolve().parents[2]
+PUBLISHED = sorted(REPO.glob("experiments/*/results/report/summary.json"))
+
+
+def check(summary: dict, drawn: dict) -> list[str]:
+    """The problems of the figures `drawn` (figures.write_all's records) of `summary`."""
+    bad = []
+    foreign = FOREIGN_WORDS.get(summary.get("env"), ())
+    for name, plotted in drawn.items():
+        for i, ax in enumerate(plotted.get("_axes", [])):
+            where = f"{name} axis {i} ({' / '.join(ax['texts'][:2])})"
+            if not ax["has_data"]:
+                bad.append(f"{where}: empty")
+            if ax["kind"] == "rate" and any(v < 0 or v > 1 for v in ax["lo"] + ax["hi"]):
+                bad.append(f"{where}: a rate interval outside [0, 1]")
+            if ax["kind"] == "count" and any(v < 0 for v in ax["lo"]):
+                bad.append(f"{where}: a count interval below 0")
+            for t in ax["texts"]:
+                if any(w in t.lower() for w in foreign):
+                    bad.append(f"{where}: '{t}' is not a word of {summary['env']}")
+    return bad
+
+
+@pytest.mark.parametrize("path", PUBLISHED, ids=[p.parents[2].name for p in PUBLISHED])
+def test_published_figures_are_paper_ready(path, tmp_path):
+    summary = json.loads(path.read_text())
+    drawn = figures.write_all(summary, tmp_path, workers=1)
+    assert check(summary, drawn) == []
+    made = {p.stem for p in tmp_path.glob("*.png")}
+    assert made == {p.stem for p in tmp_path.glob("*.pdf")}          # PDF beside PNG
+    assert made == {p.stem for p in path.parent.glob("*.png")}        # as published
+    if len(summary["steps"]) and all(len(c.get("curve", {}).get("steps", [])) == 2
+                                     for c in summary["cells"]):
+        assert "learning_curves" not in made and "change" in made     # a paired change
+
+
+def test_the_check_fails_on_each_defect():
+    summary = {"env": "coderepair"}
+    ax = {"texts": ["hops"], "has_data": False, "kind": "rate", "lo": [-0.1], "hi": [0.5]}
+    cnt = {"texts": ["x"], "has_data": True, "kind": "count", "lo": [-1.78], "hi": [5.6]}
+    bad = check(summary, {"f": {"_axes": [ax, cnt]}})
+    assert len(bad) == 4 and "empty" in bad[0] and "outside [0, 1]" in bad[1]
+    assert "not a word of coderepair" in bad[2] and "below 0" in bad[3]
