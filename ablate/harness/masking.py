@@ -543,20 +543,3 @@ class ActionMask:
         """Advance over a whole completion; returns the allowed sets by position."""
         self._sync(ids)
         return self.allowed
-
-
-class HFLogitsProcessor:
-    """transformers LogitsProcessor adapter: one ActionMask (or None) per batch row, for
-    use with `model.generate(..., logits_processor=LogitsProcessorList([...]))`;
-    `prompt_len` is the (padded) prompt length, so row r's generated ids are
-    input_ids[r, prompt_len:]."""
-
-    def __init__(self, masks: Sequence[ActionMask | None], prompt_len: int):
-        self.masks, self.prompt_len = list(masks), prompt_len
-
-    def __call__(self, input_ids, scores):
-        out = scores.clone()
-        for r, m in enumerate(self.masks):
-            if m is not None:
-                out[r] = m(input_ids[r, self.prompt_len:].tolist(), scores[r])
-        return out
