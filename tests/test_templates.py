@@ -1,5 +1,5 @@
-"""Chat conventions from the model's own template (ablate/harness/templates.py): the
-incremental pieces a rollout concatenates equal, token for token, one render of the
+"""Chat conventions from the model's own template (ablate/harness/chat/conventions.py):
+the incremental pieces a rollout concatenates equal, token for token, one render of the
 whole conversation, for the tiny model's template, Qwen3's (the repository's copy,
 ablate/models/tokenizer.py) and SmolLM2-135M-Instruct's (when the extra is installed)."""
 import json
@@ -8,8 +8,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from ablate.envs.email.tools import TOOL_SCHEMAS
-from ablate.harness.templates import (TOOL_FORMATS, ChatConventions, ChatTemplateError,
-                                      check_incremental, detect_tool_format)
+from ablate.harness.chat import (TOOL_FORMATS, ChatConventions, ChatTemplateError,
+                                 check_incremental, detect_tool_format)
 from ablate.models.tokenizer import QWEN3_CHAT_TEMPLATE
 
 from test_harness_util import smollm_installed
@@ -120,7 +120,7 @@ def test_missing_template_names_the_key(tiny):
 
 
 def test_demonstration_mask_covers_exactly_the_turns(tiny):
-    from ablate.harness.templates import demonstration
+    from ablate.harness.chat import demonstration
     conv = ChatConventions.from_tokenizer(tiny, enable_thinking=True)
     turns = _turns(conv)
     ids, mask = demonstration(conv, SYSTEM, USER, TOOL_SCHEMAS, turns)
