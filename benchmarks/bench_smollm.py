@@ -5,7 +5,7 @@
 
 1. Tool-call habit with the harness masks OFF, on a small synthetic mailbox, through the
    real rollout (ablate.harness.rollout) with the chat conventions of the model's own
-   template (ablate.harness.templates): the rate of turns whose first call is
+   template (ablate.harness.chat): the rate of turns whose first call is
    well-formed (parses; `valid_tool` also needs a known tool name), for each tool format
      json_text    the one detected from SmolLM2's template (tools described in the
                   system turn, the call a JSON object)

@@ -8,6 +8,7 @@ nowhere else (Ω = 1), in the Ω following attempts otherwise; success@k counts 
 run a 2-step cell and resume after SIGKILL (tests/test_algos_rft.py's helper)."""
 from __future__ import annotations
 
+import json
 import random
 import re
 from types import SimpleNamespace
@@ -20,7 +21,7 @@ from test_algos_rft import cell_resumes_after_sigkill
 from test_harness import _recompute
 from ablate.agents import AGENTS, LATS, Reflexion, agent_for, build_agent, run_rollout
 from ablate.agents.lats import RATE_ASK, Node, ReplayError, Tree, siblings
-from ablate.agents.reflexion import MEMORY_HEAD, REFLECTION_ASK
+from ablate.agents.reflexion import MEMORY_HEAD, REFLECTION_ASK, REFLECTION_SYSTEM
 from ablate.agents.replay import turn_actions
 from ablate.loop.cell import eval_rows, score
 from ablate.apps.cli import compose_config, normalise_overrides
@@ -332,6 +333,27 @@ def test_reflexion_with_one_attempt_is_react(tmp_path):
     for g, p in zip(eps, run_rollout(pol, U.TASKS, 2, temperature=1.0, seed=0)):
         same_episode(g, p)
     assert not sampler.reflections
+
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_reflexion_uses_the_models_template_and_tool_format(tmp_path):
+    """model.chat_template (a plain ChatML template: no think block, no tool support, so
+    the json_text tool format) reaches every attempt and every reflection prompt."""
+    (tmp_path / "chatml.jinja").write_text(CHATML)
+    wrong = json.dumps({"name": "return_final_answer",
+                        "arguments": {"answer": "nobody", "sources": []}})
+    sampler = Recorder(lambda p, t: wrong)
+    pol, sc = policy_for(U.make_db(tmp_path), sampler,
+                         [f"model.chat_template={tmp_path / 'chatml.jinja'}"])
+    eps = Reflexion(max_attempts=2).act(pol, U.TASKS, 1, temperature=1.0, seed=0, score=sc)
+    assert len(sampler.reflections) == 2 and all(e.final_answer == "nobody" for e in eps)
+    assert all("<think>" not in p for p in sampler.prompts)     # not the tiny template
+    assert all("You can call these tools (JSON schemas)" in p for p in attempt_prompts(sampler))
+    assert all(p.startswith("<|im_start|>system\n" + REFLECTION_SYSTEM)
+               for _, p in sampler.reflections)
 
 
 # --- the registry and the config group -------------------------------------------------------

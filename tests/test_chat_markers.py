@@ -1,7 +1,7 @@
 """Markers that are no single token of a vocabulary (SmolLM2's 49k BPE writes <think>,
 </think> and <tool_call> as plain text pieces) are found in the bytes, never mapped to
 the unknown token's id 0; the action mask follows the model's tool-call syntax
-(ablate.harness.templates.ToolFormat.mask_spec)."""
+(ablate.harness.chat.ToolFormat.mask_spec)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import pytest
 
 from ablate.harness.chat import strip_thinking_ids
 from ablate.harness.masking import ActionMask, TokenBytes, marker_positions, strip_thinking
-from ablate.harness.templates import TOOL_FORMATS, ChatConventions, marker_id
+from ablate.harness.chat import TOOL_FORMATS, ChatConventions, marker_id
 
 from test_templates import smollm, tiny  # noqa: F401  (fixtures)
 GRAMMAR = {"id_key": "message_id", "after_name": {"read_email": ', "arguments": {"message_id": "'},

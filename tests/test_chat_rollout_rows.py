@@ -1,5 +1,5 @@
 """The rollout builds its ids from the model's own chat template (ablate/harness/
-templates.py): for the tiny model (its template, instruct and thinking, masks on and
+chat/conventions.py): for the tiny model (its template, instruct and thinking, masks on and
 off) and for Qwen3's template (the repository's copy, on the tiny model's weights) the
 episodes are row for row those of the Qwen3-only harness it replaced, recorded in
 tests/fixtures/chat_rollout_rows.json (ids, masks, allowed sets exactly; logprobs to

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ablate.apps.cli import compose_config
-from ablate.harness.templates import ChatConventions
+from ablate.harness.chat import ChatConventions
 from test_harness_util import masked_logprobs, smollm_installed
 
 INSTALLED = smollm_installed()

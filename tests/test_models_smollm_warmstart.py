@@ -30,7 +30,7 @@ def test_demonstrations_are_the_rollout_pieces(tmp_path):
     from transformers import AutoTokenizer
 
     from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
-    from ablate.harness.templates import ChatConventions
+    from ablate.harness.chat import ChatConventions
     tok = AutoTokenizer.from_pretrained(smollm.converted_dir("smollm2_135m"))
     conv = ChatConventions.from_tokenizer(tok)
     demos = demonstrations(conv, Recipe(demos=3), tmp_path)

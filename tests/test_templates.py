@@ -1,15 +1,18 @@
-"""Chat conventions from the model's own template (ablate/harness/templates.py): the
-incremental pieces a rollout concatenates equal, token for token, one render of the
+"""Chat conventions from the model's own template (ablate/harness/chat/conventions.py):
+the incremental pieces a rollout concatenates equal, token for token, one render of the
 whole conversation, for the tiny model's template, Qwen3's (the repository's copy,
 ablate/models/tokenizer.py) and SmolLM2-135M-Instruct's (when the extra is installed)."""
 import json
+from types import SimpleNamespace
 
 import pytest
 from transformers import AutoTokenizer
 
 from ablate.envs.email.tools import TOOL_SCHEMAS
-from ablate.harness.templates import (TOOL_FORMATS, ChatConventions, ChatTemplateError,
-                                      check_incremental, detect_tool_format)
+from ablate.harness.chat import (TOOL_FORMATS, ChatConventions, ChatTemplateError,
+                                 check_incremental, detect_tool_format, observation_ids,
+                                 render_prompt)
+from ablate.harness.config import ModeConfig
 from ablate.models.tokenizer import QWEN3_CHAT_TEMPLATE
 
 from test_harness_util import smollm_installed
@@ -120,7 +123,7 @@ def test_missing_template_names_the_key(tiny):
 
 
 def test_demonstration_mask_covers_exactly_the_turns(tiny):
-    from ablate.harness.templates import demonstration
+    from ablate.harness.chat import demonstration
     conv = ChatConventions.from_tokenizer(tiny, enable_thinking=True)
     turns = _turns(conv)
     ids, mask = demonstration(conv, SYSTEM, USER, TOOL_SCHEMAS, turns)
@@ -135,3 +138,15 @@ def test_from_config_reads_the_model_keys(tiny):
     conv = ChatConventions.from_config(tiny, cfg.model, cfg.mode)
     assert conv.fmt.name == "json_text" and conv.enable_thinking and not conv.renders_tools
     _assert_exact(conv)                 # tools in the system prompt, Qwen3 template: exact
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_qwen3_written_out_equals_the_conventions(tiny, thinking):
+    """ablate.harness.chat.qwen3 (Qwen3's template by hand, the tiny model's SFT data)
+    gives the ids ChatConventions renders from the tiny model's own template."""
+    mode = ModeConfig(name="thinking" if thinking else "instruct", enable_thinking=thinking)
+    conv = ChatConventions.from_tokenizer(tiny, enable_thinking=thinking)
+    prompt = render_prompt(tiny, SimpleNamespace(prompt=USER), TOOL_SCHEMAS, mode, SYSTEM)
+    assert prompt == conv.prompt_ids(SYSTEM, USER, TOOL_SCHEMAS)
+    for obs in (["x"], [READ, "Error: unknown message_id"]):
+        assert observation_ids(tiny, obs, mode) == conv.observation_ids(obs)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ablate.envs.coderepair.env import CodeRepairEnv
-from ablate.harness.templates import ChatConventions
+from ablate.harness.chat import ChatConventions
 from ablate.models.tiny import load_tiny
 from ablate.recipes.tiny_warmstart import RECIPE_FILE, Recipe, build, demonstrations
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from ablate.agents.registry import AGENTS
-from ablate.harness import chat
+from ablate.harness.chat import ChatConventions
 from ablate.harness.rollout import rollout
 
 Score = Callable[[list], list]
@@ -24,20 +24,25 @@ Score = Callable[[list], list]
 
 def run_rollout(policy, tasks: Sequence, group_size: int, *, temperature: float, seed: int,
                 sampler=None) -> list:
-    """The harness's rollout with the policy's settings (as the cell's ModelPolicy.act),
+    """The harness's rollout with the policy's settings: the one path from a policy to
+    episodes (the cell's ModelPolicy.act, agent=react, every attempt of the other
+    agents), with the cell's harness, mode, model.tool_format and model.chat_template;
     optionally through another sampler (LATS's replaying wrapper)."""
     c = policy.cfg
     return rollout(tasks, group_size=group_size, sampler=sampler or policy.sampler,
                    tokenizer=policy.tokenizer, env=policy.env, harness_cfg=c.harness,
                    mode_cfg=c.mode, max_turns=c.env.max_turns, temperature=temperature,
-                   top_p=c.sampler.top_p, seed=seed)
+                   top_p=c.sampler.top_p, seed=seed, model_cfg=c.model)
 
 
-def stop_ids(tokenizer) -> list[int]:
-    """The ids that end a turn (as the harness's rollout stops on)."""
-    ids = [tokenizer.convert_tokens_to_ids(chat.IM_END),
-           tokenizer.convert_tokens_to_ids(chat.ENDOFTEXT), tokenizer.eos_token_id]
-    return list(dict.fromkeys(i for i in ids if isinstance(i, int) and i >= 0))
+def conventions(policy) -> ChatConventions:
+    """The chat conventions the policy's rollouts use (its template, tool format, mode)."""
+    return ChatConventions.from_config(policy.tokenizer, policy.cfg.model, policy.cfg.mode)
+
+
+def stop_ids(policy) -> list[int]:
+    """The ids that end a turn of the policy's model (as the harness's rollout stops on)."""
+    return conventions(policy).stop_ids
 
 
 class Agent:

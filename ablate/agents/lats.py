@@ -204,7 +204,7 @@ class LATS(Agent):
             prompts, max_new_tokens=[max(1, min(self.rating_tokens, cap - len(p)))
                                      if cap else self.rating_tokens for p in prompts],
             temperature=temperature, top_p=policy.cfg.sampler.top_p,
-            stop_token_ids=stop_ids(policy.tokenizer), seed=seed)
+            stop_token_ids=stop_ids(policy), seed=seed)
         for i, o in zip(todo, outs):
             found = re.search(r"\d+", policy.tokenizer.decode(list(o.ids),
                                                             skip_special_tokens=True))

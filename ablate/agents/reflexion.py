@@ -21,10 +21,9 @@ trained on.
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 
 from ablate.core.seeding import derived_seed
-from ablate.agents.base import Agent, run_rollout, stop_ids
+from ablate.agents.base import Agent, conventions, run_rollout, stop_ids
 from ablate.agents.registry import AGENTS
 from ablate.harness import chat
 
@@ -45,32 +44,35 @@ def with_memory(task, memory: list[str]):
     return dataclasses.replace(task, **{field: block + getattr(task, field)})
 
 
-def visible(text: str) -> str:
-    """A completion without its thinking and end tokens, whitespace collapsed."""
+def visible(text: str, end_of_turn: str = "") -> str:
+    """A completion without its thinking and end tokens (the model's `end_of_turn`, and
+    ChatML's), whitespace collapsed."""
     _, text = chat.split_thinking(text)
-    for tok in (chat.IM_END, chat.ENDOFTEXT):
+    for tok in filter(None, (end_of_turn, chat.IM_END, chat.ENDOFTEXT)):
         text = text.replace(tok, "")
     return " ".join(text.split())
 
 
-def transcript(episode, limit: int) -> str:
+def transcript(episode, limit: int, end_of_turn: str = "") -> str:
     """The attempt as text: each turn's visible text and its tool results, its last
     `limit` characters."""
     lines = []
     for t in episode.turns:
-        lines.append(f"Assistant: {visible(t.text)}")
+        lines.append(f"Assistant: {visible(t.text, end_of_turn)}")
         lines += [f"Result: {c.observation[:300]}" for c in t.calls]
     return "\n".join(lines)[-limit:] if limit else ""
 
 
 def episode_prompt(policy, episode, system: str, ask: str, limit: int = 1500) -> list[int]:
     """A prompt showing the policy one of its episodes (the task, the end of the
-    transcript, the final answer) and asking `ask` (a reflection, a rating)."""
+    transcript, the final answer) and asking `ask` (a reflection, a rating), through the
+    policy's own chat template (the conventions its rollouts use)."""
+    conv = conventions(policy)
     answer = episode.final_answer if episode.final_answer is not None else "(none)"
     user = (f"Question:\n{episode.task.prompt}\n\nThe attempt:\n"
-            f"{transcript(episode, limit)}\n\nFinal answer: {answer}\n\n{ask}")
-    return chat.render_prompt(policy.tokenizer, SimpleNamespace(prompt=user), None,
-                              policy.cfg.mode, system_prompt=system)
+            f"{transcript(episode, limit, conv.end_of_turn)}\n\nFinal answer: {answer}"
+            f"\n\n{ask}")
+    return conv.prompt_ids(system, user)
 
 
 def outcome(episode) -> str:
@@ -147,9 +149,11 @@ class Reflexion(Agent):
             budgets.append(max(0, min(self.max_reflection_tokens,
                                       (cap - len(ids)) if cap else self.max_reflection_tokens)))
         outs = sampler.generate(prompts, max_new_tokens=budgets, temperature=temperature,
-                                top_p=policy.cfg.sampler.top_p, stop_token_ids=stop_ids(tok),
+                                top_p=policy.cfg.sampler.top_p, stop_token_ids=stop_ids(policy),
                                 seed=seed)
-        texts = [visible(tok.decode(list(o.ids), skip_special_tokens=False)) for o in outs]
+        eot = conventions(policy).end_of_turn
+        texts = [visible(tok.decode(list(o.ids), skip_special_tokens=False), eot)
+                 for o in outs]
         return texts, [len(o.ids) for o in outs]
 
     def prompt(self, policy, episode, limit: int) -> list[int]:

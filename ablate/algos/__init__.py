@@ -38,7 +38,7 @@ from ablate.algos.correction import correction_weights
 from ablate.algos.dynamic_sampling import DynamicSampler, dynamic_sampling_filter
 from ablate.algos.objective import Objective, build_objective
 from ablate.algos.overlong import overlong_penalty
-from ablate.algos.protocol import (Algorithm, Needs, PolicyGradient, TrainingBatch,
+from ablate.algos.protocol import (Algorithm, PolicyGradient, TrainingBatch,
                                    build_algorithm)
 from ablate.algos.gigpo import GiGPO, enronhop_state_keys
 from ablate.algos.ppo import PPO
@@ -47,7 +47,7 @@ from ablate.algos.dpo import DPO
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS", "ALGORITHMS", "LOSS_AGGREGATIONS", "PAIR_RULES", "POLICY_LOSSES",
-    "ROLLOUT_CORRECTIONS", "Algorithm", "DynamicSampler", "GiGPO", "Needs", "Objective",
+    "ROLLOUT_CORRECTIONS", "Algorithm", "DynamicSampler", "GiGPO", "Objective",
     "DPO", "PPO", "RFT", "STaR",
     "PolicyGradient", "Registry", "TrainingBatch", "aggregate", "batch_counts",
     "build_algorithm", "build_objective", "cispo_loss", "compute_advantages",

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from ablate.algos.protocol import Needs, TrainingBatch, flatten_segments, loss_index
+from ablate.algos.protocol import TrainingBatch, flatten_segments, loss_index
 from ablate.algos.registry import ALGORITHMS, PAIR_RULES
 
 
@@ -116,8 +116,6 @@ class PairBatch(TrainingBatch):
 @ALGORITHMS.register("dpo")
 class DPO:
     """algo.dpo.{beta, pairs, reference}."""
-
-    needs = Needs()   # the reference is the algorithm's own (see module docstring)
 
     def __init__(self, reference: torch.nn.Module, *, beta: float = 0.1, pairs: str = "first",
                  temperature: float = 1.0, micro_batch_tokens: int = 4096,

@@ -89,7 +89,7 @@ def remask(episode, tokenizer, harness_cfg, mode_cfg, env) -> Optional[list[dict
     replayed through its calls so far (the mask candidates come from that state); None
     when the harness builds none."""
     from ablate.harness.rollout import _mask_for
-    from ablate.harness.templates import ChatConventions
+    from ablate.harness.chat import ChatConventions
     conv = ChatConventions.from_tokenizer(tokenizer, enable_thinking=mode_cfg.enable_thinking)
     out: list[dict] = [{} for _ in episode.segments]
     vocab, any_mask = None, False

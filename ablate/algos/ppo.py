@@ -22,7 +22,7 @@ import torch
 
 from ablate.algos.critic import gae, value_loss
 from ablate.algos.objective import build_objective
-from ablate.algos.protocol import Needs, PolicyGradient, TrainingBatch
+from ablate.algos.protocol import PolicyGradient, TrainingBatch
 from ablate.algos.registry import ALGORITHMS
 
 
@@ -63,10 +63,6 @@ class PPO(PolicyGradient):
     def __init__(self, objective, critic: Critic, *, gamma=1.0, lam=0.95, value_clip=0.5,
                  critic_lr=1e-5, critic_epochs=1, whiten=True, micro_batch_tokens=4096):
         super().__init__(objective)
-        self.needs = Needs(reference=objective.needs_reference,
-                           entropy=objective.needs_entropy,
-                           learner_old_logprobs=objective.needs_learner_old_logprobs,
-                           value_head=True)
         self.critic = critic
         self.gamma, self.lam, self.whiten = float(gamma), float(lam), bool(whiten)
         self.value_clip = None if value_clip is None else float(value_clip)

@@ -7,7 +7,8 @@
 
 An algorithm owns how scored episodes become a `TrainingBatch` (advantages per episode,
 per turn or per token; any extra learner pass it needs) and the loss on one micro-batch;
-it declares what it needs (`Needs`) before anything is loaded. Algorithms are registered
+what it loads beyond the policy (DPO's reference, PPO's critic) it loads itself in
+`from_config`. Algorithms are registered
 in ALGORITHMS (`algo.algorithm`); the policy-gradient family (GRPO, DAPO, Dr.GRPO,
 GRPO-TCR, RLOO, REINFORCE++, GSPO, CISPO) is one of them, `pg`, configured by the
 estimator / loss / aggregation / correction registries.
@@ -28,15 +29,6 @@ from ablate.algos.correction import correction_weights
 from ablate.algos.objective import Objective, build_objective
 from ablate.algos.registry import ALGORITHMS
 from ablate.algos.curriculum import Experience, WithExperience
-
-
-@dataclass(frozen=True)
-class Needs:
-    """What an algorithm needs from the learner, declared before anything is loaded."""
-    reference: bool = False             # a frozen reference model (KL term)
-    entropy: bool = False               # the token entropy in the loss
-    learner_old_logprobs: bool = False  # a learner forward pass before the update
-    value_head: bool = False            # a critic
 
 
 @dataclass
@@ -96,8 +88,6 @@ class StepContext:
 
 
 class Algorithm(Protocol):
-    needs: Needs
-
     def describe(self) -> dict[str, Any]: ...
     def shape_rewards(self, rewards, episodes) -> torch.Tensor: ...
     def prepare(self, episodes, rewards, group_ids, learner) -> TrainingBatch: ...
@@ -137,9 +127,6 @@ class PolicyGradient:
 
     def __init__(self, objective: Objective):
         self.objective = objective
-        self.needs = Needs(reference=objective.needs_reference,
-                           entropy=objective.needs_entropy,
-                           learner_old_logprobs=objective.needs_learner_old_logprobs)
 
     def describe(self) -> dict[str, Any]:
         return {"algorithm": "pg", **self.objective.describe()}
@@ -154,7 +141,7 @@ class PolicyGradient:
                               episode_of, tokens)
         batch.metrics.update({"adv/abs_mean": float(adv.abs().mean()),
                               "adv/max": float(adv.max()), "adv/min": float(adv.min())})
-        if self.needs.learner_old_logprobs:
+        if self.objective.needs_learner_old_logprobs:
             self._correct(batch, learner)
         return batch
 

@@ -44,7 +44,7 @@ import torch
 from ablate.algos.config import STaRConfig
 from ablate.algos.hints import (hinted_task, masks_admit, remask, same_masks, strip_hint,
                                 unhinted_prompt)
-from ablate.algos.protocol import Needs, TrainingBatch, flatten_segments
+from ablate.algos.protocol import TrainingBatch, flatten_segments
 from ablate.algos.registry import ALGORITHMS
 
 KEEP_RULES = ("correct", "reward")
@@ -80,8 +80,6 @@ def sft_loss(logprobs: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor,
 @ALGORITHMS.register("rft")
 class RFT:
     """algo.rft.{keep, threshold, max_per_task}; the loss is the token-mean NLL."""
-
-    needs = Needs()
 
     def __init__(self, *, keep: str = "correct", threshold: float = 1.0,
                  max_per_task: int = 0):

@@ -1,4 +1,4 @@
-"""The agent harness (part of the policy; docs/architecture.md): chat conventions (chat.py), the
+"""The agent harness (part of the policy; docs/architecture.md): chat templates (chat/), the
 rollout engine (rollout.py), action masking (masking.py), episode records (episode.py).
 
     from ablate.harness.rollout import rollout

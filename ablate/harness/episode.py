@@ -80,10 +80,6 @@ class Episode:
         return self.final_answer is not None and not is_abstention(self.final_answer)
 
     @property
-    def tools_used(self) -> set[str]:
-        return {c.name for c in self.calls if c.error is None}
-
-    @property
     def response_tokens(self) -> int:
         return sum(t.completion_tokens for t in self.turns)
 

@@ -1,7 +1,7 @@
 """Action masking: constrained decoding of tool calls (docs/cpu.md, "Why the tiny model needs action masking").
 
 Inside a tool call the model may only complete a value with a candidate string. Where a
-call is depends on the model's tool-call syntax (ablate.harness.templates.ToolFormat
+call is depends on the model's tool-call syntax (ablate.harness.chat.ToolFormat
 .mask_spec): between <tool_call> and </tool_call> (hermes, Qwen3), or anywhere for calls
 written as bare JSON objects (json_text, llama3_json, whose arguments key "parameters"
 replaces "arguments" in what a tool name forces).
@@ -311,7 +311,7 @@ class ActionMask:
     `]`. With an empty id list, a tool that needs an id should be left out of tool_names
     (the environment's mask_candidates does), since no id could be written. The keywords list:
     `[` then `"<kw>"`, then `, "<kw>"` or `]}}`, at most max_keywords keywords (>= 1).
-    The tool-call syntax (ablate.harness.templates.ToolFormat.mask_spec): values are
+    The tool-call syntax (ablate.harness.chat.ToolFormat.mask_spec): values are
     constrained between `call_open` and `call_close` (None: anywhere, for calls written
     as bare JSON objects), and `arguments_key` names the arguments object."""
 
@@ -543,20 +543,3 @@ class ActionMask:
         """Advance over a whole completion; returns the allowed sets by position."""
         self._sync(ids)
         return self.allowed
-
-
-class HFLogitsProcessor:
-    """transformers LogitsProcessor adapter: one ActionMask (or None) per batch row, for
-    use with `model.generate(..., logits_processor=LogitsProcessorList([...]))`;
-    `prompt_len` is the (padded) prompt length, so row r's generated ids are
-    input_ids[r, prompt_len:]."""
-
-    def __init__(self, masks: Sequence[ActionMask | None], prompt_len: int):
-        self.masks, self.prompt_len = list(masks), prompt_len
-
-    def __call__(self, input_ids, scores):
-        out = scores.clone()
-        for r, m in enumerate(self.masks):
-            if m is not None:
-                out[r] = m(input_ids[r, self.prompt_len:].tolist(), scores[r])
-        return out

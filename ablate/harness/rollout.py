@@ -3,7 +3,7 @@
 One turn = one batched `sampler.generate` over every episode still running, then each
 episode's tool calls, then its next prompt. The records are token-exact (docs/architecture.md).
 Every id sequence fed to the sampler comes from the model's own chat template through
-ablate.harness.templates.ChatConventions (prompt, observation turns, generation header,
+ablate.harness.chat.ChatConventions (prompt, observation turns, generation header,
 end-of-turn and stop ids, the tool-call syntax the calls are parsed and masked in):
 
 * instruct mode: ONE Segment per episode, prompt + completion + observation ids + ...,
@@ -51,7 +51,7 @@ from omegaconf import DictConfig, OmegaConf
 from ablate.harness import chat, parser
 from ablate.harness.episode import Episode, Segment, Turn
 from ablate.harness.masking import ActionMask, marker_positions, strip_thinking, token_bytes
-from ablate.harness.templates import ChatConventions
+from ablate.harness.chat import ChatConventions
 from ablate.envs.base import Environment, ToolResult   # after the harness: envs imports it
 
 
@@ -126,7 +126,7 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
     its reset takes that has a `.prompt`); returns them in (task, sample) order.
     `system_prompt` overrides the environment's; `model_cfg` (model.tool_format,
     model.chat_template; None: auto-detected from the tokenizer's own template) selects
-    the chat conventions (ablate.harness.templates)."""
+    the chat conventions (ablate.harness.chat)."""
     harness_cfg, mode_cfg = _plain(harness_cfg), _plain(mode_cfg)
     tools_schema = env.tool_schemas()
     if system_prompt is None:
@@ -292,7 +292,7 @@ def _act(s: _Live, env: Environment, turn: Turn, text: str, harness_cfg,
     predict = bool(getattr(harness_cfg, "predict", False))
     if conv.fmt.name == "hermes":   # strict|lenient, predictions: ablate/harness/parser.py
         parsed = parser.parse_actions(rest, getattr(harness_cfg, "parser", "strict"), predict)
-    else:                           # the model's own syntax: ablate/harness/templates.py
+    else:                           # the model's own syntax: ablate/harness/chat/conventions.py
         parsed = [parser.Action(pc, 0, 0) for pc in conv.parse_calls(rest)]
     if harness_cfg.calls_per_turn == "first":
         parsed = parsed[:1]

@@ -5,11 +5,10 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from ablate.agents import agent_for
+from ablate.agents import agent_for, run_rollout
 from ablate.core.seeding import derived_seed
 from ablate.envs import run_episode
 from ablate.harness.episode import scripted_episode
-from ablate.harness.rollout import rollout
 from ablate.loop.scoring import score
 
 
@@ -74,11 +73,7 @@ class ModelPolicy:
         if agent is not None:
             return agent.act(self, tasks, group_size, temperature=temperature, seed=seed,
                              score=lambda eps: score(eps, self.env, c.reward))
-        return rollout(tasks, group_size=group_size, sampler=self.sampler,
-                       tokenizer=self.tokenizer, env=self.env,
-                       harness_cfg=c.harness, mode_cfg=c.mode, max_turns=c.env.max_turns,
-                       temperature=temperature, top_p=c.sampler.top_p, seed=seed,
-                       model_cfg=c.model)
+        return run_rollout(self, tasks, group_size, temperature=temperature, seed=seed)
 
 
 class SamplerPolicy(ModelPolicy):

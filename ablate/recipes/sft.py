@@ -1,7 +1,7 @@
 """Supervised fine-tuning on demonstrations with the ordinary learner (the warm starts of
 ablate/recipes/smollm_warmstart.py and ablate/recipes/tiny_warmstart.py).
 
-A demonstration is (ids, loss_mask) as ablate.harness.templates.demonstration renders a
+A demonstration is (ids, loss_mask) as ablate.harness.chat.demonstration renders a
 scripted episode: token-identical to what a rollout feeds the model, loss on the turns.
 Loss: the token-mean negative log-likelihood of the demonstrated turns (supervised
 fine-tuning, Ouyang et al. 2022, "Training language models to follow instructions with

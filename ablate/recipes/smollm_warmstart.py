@@ -1,5 +1,5 @@
 """SFT warm start of SmolLM2-135M-Instruct on scripted email-agent demonstrations
-rendered with its OWN chat template (ablate.harness.templates: json_text tool format,
+rendered with its OWN chat template (ablate.harness.chat: json_text tool format,
 tools in the system turn), so that it writes tool calls before RL starts. Without it the
 model answers in prose: 0 well-formed calls in 10 masks-off turns (benchmarks/bench_smollm.py).
 
@@ -8,7 +8,7 @@ model answers in prose: 0 well-formed calls in 10 masks-off turns (benchmarks/be
 
 Demonstrations: the scripted agent (ablate.envs.email.scripted.ScriptedAgent, no
 thinking) on a synthetic mailbox, kept when it answers correctly; each rendered by
-ablate.harness.templates.demonstration (prompt + Σ turn + <|im_end|> + observation
+ablate.harness.chat.demonstration (prompt + Σ turn + <|im_end|> + observation
 piece, loss on the turns), i.e. token-identical to what a rollout feeds the model.
 Training: the ordinary torch learner (full weights, AdamW), loss the token-mean negative
 log-likelihood of the demonstrated turns (supervised fine-tuning, Ouyang et al. 2022,
@@ -37,7 +37,7 @@ def demonstrations(conv, recipe: Recipe, work: Path) -> list[tuple[list[int], li
     from ablate.envs.email.scripted import ScriptedAgent
     from ablate.envs.email.synthetic import generate
     from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS, ToolBox
-    from ablate.harness.templates import demonstration
+    from ablate.harness.chat import demonstration
     p = generate(work, seed=1000 + recipe.seed, num_inboxes=max(4, recipe.demos // 3),
                  emails_per_inbox=40, train_tasks=2 * recipe.demos, test_tasks=2,
                  max_hops=recipe.max_hops)
@@ -58,7 +58,7 @@ def demonstrations(conv, recipe: Recipe, work: Path) -> list[tuple[list[int], li
 
 def train(model, tok, learner_cfg, recipe: Recipe, work: Path, log=print):
     """Fine-tune `model` in place on the demonstrations; returns the merged state dict."""
-    from ablate.harness.templates import ChatConventions
+    from ablate.harness.chat import ChatConventions
     from ablate.recipes.sft import fit
     demos = demonstrations(ChatConventions.from_tokenizer(tok), recipe, work / "demos")
     log(f"warmstart: {len(demos)} demonstrations, "

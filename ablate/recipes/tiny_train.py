@@ -575,17 +575,3 @@ def save_checkpoint(model, tok, out: Path, cfg: BuildConfig, history, partial: b
     info = {"build_config": asdict(cfg), "history": history, "partial": partial,
             "stored_dtype": dtype}
     (out / "build_info.json").write_text(json.dumps(info, indent=2))
-
-
-def export_from_work(work_dir, out_dir) -> Path:
-    """Write the HF checkpoint of a (running or stopped) build's latest ckpt.pt."""
-    import torch
-    from transformers import AutoTokenizer
-    work, out = Path(work_dir), Path(out_dir)
-    cfg = BuildConfig(**json.loads((work / "build_config.json").read_text()))
-    tok = AutoTokenizer.from_pretrained(str(work / "tokenizer"))
-    model = make_model(cfg, tok)
-    state = torch.load(work / "ckpt.pt", weights_only=False)
-    model.load_state_dict(state["model"])
-    save_checkpoint(model, tok, out, cfg, state["history"], partial=state["step"] < cfg.steps)
-    return out

@@ -5,7 +5,7 @@ second world (env=coderepair) it writes the email tools' arguments after the oth
 world's tool names. This is a short SFT from that checkpoint on the environment's own
 scripted baseline (Environment.baseline, e.g. the code-repair HonestFixer that reads,
 edits and tests), its episodes rendered with the harness's chat functions so that SFT
-and RL see token-identical text (ablate/harness/templates.py `demonstration`).
+and RL see token-identical text (ablate/harness/chat/conventions.py `demonstration`).
 
     python -m ablate.recipes.tiny warmstart --env coderepair [--out DIR] [--demos N] ...
     then: model=tiny_coderepair (conf/model/tiny_coderepair.yaml loads the shipped result)
@@ -42,7 +42,7 @@ class Recipe:
 def demonstrations(env, conv, n: int) -> list[tuple[list[int], list[int]]]:
     """(ids, loss_mask) of the first `n` correct episodes of env's scripted baseline."""
     from ablate.envs.base import run_episode
-    from ablate.harness.templates import demonstration
+    from ablate.harness.chat import demonstration
     out = []
     for task in env.tasks("train"):
         policy = env.baseline(task)
@@ -67,7 +67,7 @@ def build(recipe: Recipe = Recipe(), out: str | Path | None = None, log=print) -
     a killed build leaves the previous checkpoint in place)."""
     from ablate.apps.cli import compose_config
     from ablate.envs.registry import make_env
-    from ablate.harness.templates import ChatConventions
+    from ablate.harness.chat import ChatConventions
     from ablate.recipes.sft import fit
     final = Path(out) if out else WARM_ASSETS[recipe.env]
     cfg = compose_config([f"env={recipe.env}", "learner=torch",

@@ -1,4 +1,4 @@
-"""Chat conventions read from a model's own chat template, and tool-call formats.
+"""Chat conventions read from a model's own chat template: any template, Qwen3's included.
 
 The rollout builds each episode incrementally: the prompt, then per turn the generated
 ids (closed by the model's end-of-turn token), then an observation piece that ends with
@@ -7,15 +7,6 @@ the next generation header. Every piece here is rendered by the model's chat tem
 and cut at those sentinels, so nothing assumes ChatML or Qwen3. `check_incremental`
 verifies the pieces token-exactly against one render of the whole conversation.
 
-API
----
-    TOOL_FORMATS: name -> ToolFormat       the registry of tool-call syntaxes
-        hermes       Qwen3 / Hermes: <tool_call>\\n{"name", "arguments"}\\n</tool_call>
-        llama3_json  Llama 3.1/3.2: {"name": …, "parameters": {…}} as the whole turn,
-                     results in "ipython" turns
-        json_text    fallback for templates without tool support: tools described in the
-                     system prompt, the call a JSON object anywhere in the text
-    detect_tool_format(template) -> str    "hermes" | "llama3_json" | "json_text"
     ChatConventions.from_tokenizer(tokenizer, tool_format="auto", chat_template=None,
                                    enable_thinking=False)
     ChatConventions.from_config(tokenizer, model_cfg, mode_cfg)   the same, from a cell config
@@ -42,56 +33,23 @@ API
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import jinja2
 from jinja2 import meta
 
-# _parse_one: the JSON-body validation of a call (same errors as the hermes parser)
-from ablate.harness.chat import (CALL_CLOSE, CALL_OPEN, ENDOFTEXT, THINK_CLOSE, THINK_OPEN,
-                                 ParsedCall, _parse_one, format_tool_call, parse_tool_calls)
+from ablate.harness.chat.calls import (ENDOFTEXT, THINK_CLOSE, THINK_OPEN, TOOL_FORMATS,
+                                       ToolFormat, detect_tool_format)
 
 SENTINEL = "\u2063ABLATE{}\u2063"      # an invisible separator no template writes itself
 
 
 class ChatTemplateError(ValueError):
     """The tokenizer has no usable chat template; the message names the key to set."""
-
-
-# ------------------------------------------------------------------ tool-call formats
-def _json_objects(text: str):
-    """Every top-level JSON object in `text`, in order, with its span."""
-    dec, i = json.JSONDecoder(), 0
-    while (i := text.find("{", i)) >= 0:
-        try:
-            obj, end = dec.raw_decode(text, i)
-        except (json.JSONDecodeError, RecursionError):
-            i += 1
-            continue
-        yield obj, text[i:end]
-        i = end
-
-
-def _parse_json_text(text: str) -> list[ParsedCall]:
-    """Calls written as bare JSON objects with a "name" (json_text, llama3_json)."""
-    body = text.replace("<|python_tag|>", "")
-    calls = [_parse_one(raw) for obj, raw in _json_objects(body)
-             if isinstance(obj, dict) and "name" in obj]
-    return calls or [ParsedCall("", None, 'Error: no tool call found. Call a tool with a '
-                                          'JSON object {"name": ..., "arguments": {...}}.',
-                                text)]
-
-
-def _format_llama3(name: str, arguments: dict) -> str:
-    # Llama 3.1 model card, "JSON based tool calling": {"name": ..., "parameters": ...}
-    return json.dumps({"name": name, "parameters": arguments}, ensure_ascii=False)
-
-
-def _format_json_text(name: str, arguments: dict) -> str:
-    return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
 
 
 def _json_text_system(system: str, tools: Sequence[dict], fmt=None) -> str:
@@ -109,45 +67,7 @@ def _json_text_system(system: str, tools: Sequence[dict], fmt=None) -> str:
     return "\n".join(lines).lstrip("\n")
 
 
-@dataclass(frozen=True)
-class ToolFormat:
-    name: str
-    format_call: Callable[[str, dict], str]
-    parse_calls: Callable[[str], list]
-    observation_role: str = "tool"
-    detect_marks: tuple = ()            # template substrings that select this format
-    tools_in_system: bool = False       # True: we describe tools in the system prompt
-    call_open: str | None = None        # the text opening a call (None: a bare JSON object)
-    call_close: str | None = None       # the text closing it
-    arguments_key: str = "arguments"    # the JSON key holding the call's arguments
-
-    def mask_spec(self) -> dict:
-        """The action mask's view of this syntax (ablate.harness.masking.ActionMask):
-        empty for hermes, the layout the masks were written for."""
-        out = dict(call_open=self.call_open, call_close=self.call_close,
-                   arguments_key=self.arguments_key)
-        hermes = dict(call_open=CALL_OPEN, call_close=CALL_CLOSE, arguments_key="arguments")
-        return {} if out == hermes else out
-
-
-TOOL_FORMATS = {
-    "hermes": ToolFormat("hermes", format_tool_call, parse_tool_calls, "tool",
-                         ("<tool_call>",), call_open=CALL_OPEN, call_close=CALL_CLOSE),
-    "llama3_json": ToolFormat("llama3_json", _format_llama3, _parse_json_text, "ipython",
-                              ("<|python_tag|>", "ipython"), arguments_key="parameters"),
-    "json_text": ToolFormat("json_text", _format_json_text, _parse_json_text, "user",
-                            (), tools_in_system=True),
-}
-
-
-def detect_tool_format(template: str) -> str:
-    """The first registered format whose marks appear in the template; else json_text."""
-    for fmt in TOOL_FORMATS.values():
-        if fmt.detect_marks and any(m in template for m in fmt.detect_marks):
-            return fmt.name
-    return "json_text"
-
-
+@functools.lru_cache(maxsize=16)
 def _template_renders_tools(template: str) -> bool:
     """Does the template read the `tools` variable (else tools go in the system prompt)?"""
     return "tools" in meta.find_undeclared_variables(jinja2.Environment().parse(template))
