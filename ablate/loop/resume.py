@@ -4,7 +4,7 @@ runs under the first one's name, with the optimizer state of the first.
 
 `config_changes(stored, cfg)` lists the keys whose value differs, except the keys that
 cannot change a result (ALLOW_CHANGE: display, logging, threads, cache directories,
-the judge's transport settings). `run.allow_config_change=true` lets a resume go on
+the judge's transport settings, trainer.max_steps to extend a cell). `run.allow_config_change=true` lets a resume go on
 anyway; the change is then recorded in <cell>/config_changes.jsonl and in the next
 metrics row (`resume/config_changes`)."""
 from __future__ import annotations
@@ -22,7 +22,10 @@ from ablate.core.errors import ConfigError
 ALLOW_CHANGE = ("run.quiet", "run.wandb_mode", "run.wandb_project", "run.num_threads",
                 "run.num_trajectories", "run.allow_config_change", "env.cache_dir",
                 "judge.cache_dir", "judge.api_key_env", "judge.timeout_s",
-                "judge.max_retries")
+                "judge.max_retries",
+                # every random choice is a function of (seed, step, round) and no schedule
+                # reads it: a longer run repeats a shorter one's steps (extending a cell)
+                "trainer.max_steps")
 CHANGES_FILE = "config_changes.jsonl"
 
 
