@@ -11,18 +11,23 @@ import pytest
 from ablate.envs.email import JudgeError, LLMJudge
 
 
+def listen(server) -> None:
+    """Bind `server.sock` to a free loopback port, set `server.url`, serve in a thread."""
+    server.sock = socket.socket()
+    server.sock.bind(("127.0.0.1", 0))
+    server.sock.listen(8)
+    server.url = f"http://127.0.0.1:{server.sock.getsockname()[1]}/v1"
+    threading.Thread(target=server._serve, daemon=True).start()
+
+
 class Trickle:
     """A raw HTTP server on 127.0.0.1 that answers every request one byte a second:
     `headers=True` trickles the status line and headers too, else only the body."""
 
     def __init__(self, headers: bool):
         self.headers = headers
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
         self.stop = False
-        threading.Thread(target=self._serve, daemon=True).start()
+        listen(self)
 
     def _serve(self):
         while not self.stop:
@@ -76,11 +81,7 @@ class Echo:
 
     def __init__(self, status: int):
         self.status = status
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
-        threading.Thread(target=self._serve, daemon=True).start()
+        listen(self)
 
     def _serve(self):
         while True:
