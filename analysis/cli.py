@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from analysis import figures, report, tables
+from analysis import figures, hypotheses, report, tables
 from analysis.collect import AnalysisError, collect, parse_assignments, read_config
 from analysis.summary import DEFAULT_SESOI, analyse
 
@@ -60,7 +60,7 @@ def experiment_spec(sweep) -> Path | None:
 # keys an analysis.yaml may hold (analysis.publish reads the last two)
 SPEC_KEYS = ("metric", "baseline", "B", "rng_seed", "sesoi", "alpha", "step", "all_pairs",
              "lower_is_better", "evaluation_only", "exploratory", "include",
-             "headline_behaviour")
+             "headline_behaviour", "hypotheses")
 
 
 def settings(args, spec: dict, spec_path) -> tuple[dict | None, str, bool]:
@@ -109,6 +109,8 @@ def run(argv=None) -> Path:
                       lower_is_better=bool(args.lower_is_better),
                       evaluation_only=spec.get("evaluation_only"))
     summary["exploratory"] = spec.get("exploratory")
+    summary["hypotheses"] = hypotheses.evaluate(spec.get("hypotheses"), summary,
+                                                str(spec_path))
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     # everything below renders from the JSON just written, so its numbers are the same

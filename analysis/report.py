@@ -360,6 +360,7 @@ def render(summary: dict) -> str:
         L += ["## Exploratory: all pairs (Benjamini–Hochberg)", ""]
         L += [_sentence(c, pct, sesoi, bool(summary.get("lower_is_better")))
               for c in pairs] + [""]
+    L += _hypotheses(summary, pct)
     L += _changes(summary, pct) + _warm_start(summary)
     L += _planning(summary, pct) + _hops(summary, pct) + _behaviour(summary)
     L += _bookkeeping(summary)
@@ -367,5 +368,35 @@ def render(summary: dict) -> str:
         "forest", "seeds", "hops", "behaviour", "factor_intervals"] + [
         "training"] * has_training(summary)
     L += [f"Figures: {', '.join(figs)} (.png, .pdf). Tables: results, comparisons, hops, "
-          "behaviour, mde (.tex, .csv).", ""]
+          "behaviour, mde" + (", hypotheses" if summary.get("hypotheses") else "")
+          + " (.tex, .csv).", ""]
     return "\n".join(L)
+
+
+JOIN_WORDS = {"all": "every part must hold (intersection-union test: p = the largest part p)",
+              "any": "one part suffices (union-intersection, Bonferroni: p = k x the "
+                     "smallest part p in the predicted direction)"}
+
+
+def _hypotheses(summary: dict, pct: bool) -> list[str]:
+    hyps = summary.get("hypotheses") or []
+    if not hyps:
+        return []
+    u = " points" if pct else ""
+    L = ["## Pre-registered hypotheses (analysis.yaml)", "",
+         f"{len(hyps)} hypothesis(es), one family: joint p-values Holm-adjusted across them "
+         f"at α = {summary['alpha']}; a part counts only in its predicted direction.", ""]
+    for h in hyps:
+        perm = (f"; exact permutation {p_is(h['p_perm'])}, Holm {p_is(h['p_perm_holm'])}"
+                if h.get("p_perm_holm") is not None else "")
+        joint = (f"joint {p_is(h['p'])}, Holm {p_is(h['p_holm'])}{perm}"
+                 if h["p"] is not None else "no test")
+        L.append(f"- **{h['name']}** ({JOIN_WORDS[h['join']]}): {joint} — "
+                 f"**{h['verdict'] or 'no verdict'}**.")
+        for q in h["parts"]:
+            est = ("not compared" if q["delta"] is None else
+                   f"Δ = {fmt(q['delta'], pct, True)}{u} {fmt_ci(q['ci'], pct, True)}, "
+                   f"{p_is(q['p']) if q['p'] is not None else 'no test'}")
+            L.append(f"  - {q['label']} vs {q['vs']}, predicted {q['expect']}: {est}"
+                     + ("" if q["direction_ok"] else " (not in the predicted direction)"))
+    return L + [""]

@@ -310,20 +310,57 @@ def mde_tables(summary: dict, out: Path) -> None:
     pct = is_pct(summary)
     plan = summary["planning"]
     header = ["Seeds"] + [f"$Q={q}$" for q in t["questions"]]
-    rows = [[str(r["seeds"])] + [fmt(v, pct) for v in r["mde"]] for r in t["rows"]]
+    ranges = [r.get("range") or [None] * len(r["mde"]) for r in t["rows"]]
+    rows = [[str(r["seeds"])] + [fmt(v, pct) + (f" {fmt_ci(g, pct)}" if g else "")
+                                 for v, g in zip(r["mde"], rg)]
+            for r, rg in zip(t["rows"], ranges)]
     need = plan["seeds_needed"]["seeds"]
     rows.append([f"Seeds for {fmt(summary['sesoi'], pct)}"]
                 + [">50" if s is None else str(s) for s in need])
     unit = " (points)" if pct else ""
     caption = (f"Minimum detectable difference{unit} between two cells (two-sided "
                f"$\\alpha={summary['alpha']}$, {int(100 * summary['power'])}\\% power) by "
-               "seeds per cell and questions, from the variance components of this sweep; "
-               "last row: seeds per cell needed to detect the smallest effect of interest.")
+               "seeds per cell and questions, from the variance components of this sweep, "
+               "with its 95\\% range from the components' uncertainty (their df); last row: seeds per cell needed to detect the smallest effect of interest.")
     (out / "mde.tex").write_text(_tabular(header, rows, caption, "tab:mde",
                                           "l" + "r" * len(t["questions"]),
                                           wide=len(t["questions"]) > 4))
-    _write_csv(out / "mde.csv", ["seeds"] + [f"q{q}" for q in t["questions"]],
-               [[r["seeds"]] + r["mde"] for r in t["rows"]])
+    _write_csv(out / "mde.csv", ["seeds"] + [f"q{q}{x}" for q in t["questions"]
+                                             for x in ("", "_lo", "_hi")],
+               [[r["seeds"]] + [x for v, g in zip(r["mde"], rg) for x in (v, *(g or (None,) * 2))]
+                for r, rg in zip(t["rows"], ranges)])
+
+
+def hypotheses_tables(summary: dict, out: Path) -> None:
+    hyps = summary.get("hypotheses")
+    if not hyps:
+        return
+    pct = is_pct(summary)
+    rows, csv_rows = [], []
+    for h in hyps:
+        for i, q in enumerate(h["parts"]):
+            first = i == 0
+            rows.append([h["name"] if first else "", h["join"] if first else "",
+                         tex_escape(f"{q['label']} vs {q['vs']} ({q['expect']})"),
+                         fmt(q["delta"], pct, True), fmt_ci(q["ci"], pct, True),
+                         fmt_p(q["p"]), fmt_p(h["p"]) if first else "",
+                         fmt_p(h["p_holm"]) if first else "",
+                         (h["verdict"] or "") if first else ""])
+            csv_rows.append([h["name"], h["join"], q["label"], q["vs"], q["expect"],
+                             q["delta"], *(q["ci"] or [None, None]), q["p"], q["p_perm"],
+                             q["direction_ok"], h["p"], h["p_holm"], h["p_perm"],
+                             h["p_perm_holm"], h["verdict"]])
+    unit = " (points)" if pct else ""
+    caption = ("Pre-registered hypotheses: each part's difference" + unit + " with its 95\\% "
+               "interval and p; joint p by the stated rule (all: intersection-union, any: "
+               "Bonferroni), Holm-adjusted across the hypotheses.")
+    (out / "hypotheses.tex").write_text(_tabular(
+        ["Hypothesis", "Join", "Part", "$\\Delta$", "95\\% CI", "$p$", "Joint $p$",
+         "Holm $p$", "Verdict"], rows, caption, "tab:hypotheses", "lllrrrrrl", wide=True))
+    _write_csv(out / "hypotheses.csv",
+               ["hypothesis", "join", "part", "vs", "expect", "delta", "ci_lo", "ci_hi", "p",
+                "p_perm", "direction_ok", "joint_p", "joint_p_holm", "joint_p_perm",
+                "joint_p_perm_holm", "verdict"], csv_rows)
 
 
 def write_all(summary: dict, out: Path) -> list[Path]:
@@ -334,4 +371,5 @@ def write_all(summary: dict, out: Path) -> list[Path]:
     behaviour_table(summary, out)
     hops_table(summary, out)
     mde_tables(summary, out)
+    hypotheses_tables(summary, out)
     return sorted(out.glob("*.tex")) + sorted(out.glob("*.csv"))

@@ -299,8 +299,11 @@ def test_tables_numbers_equal_summary(cli_out, summary):
         assert [float(r["ci_lo"]), float(r["ci_hi"])] == c["ci"] and r["family"] == c["family"]
     with open(cli_out / "mde.csv") as fh:
         m = list(csv.reader(fh))[1:]
-    assert [[float(x) for x in r[1:]] for r in m] == [r["mde"] for r in
-                                                     summary["mde_table"]["rows"]]
+    # each MDE followed by its 95% range (the components' df)
+    assert [[float(x) for x in r[1::3]] for r in m] == [r["mde"] for r in
+                                                       summary["mde_table"]["rows"]]
+    assert [[[float(x) for x in r[i:i + 2]] for i in range(2, len(r), 3)] for r in m] == \
+        [r["range"] for r in summary["mde_table"]["rows"]]
 
 
 def test_latex_tables_are_well_formed_and_fit_a_column(cli_out, summary):

@@ -1,0 +1,118 @@
+"""Pre-registered hypotheses over a summary's comparisons, each with a stated joining rule.
+
+A hypothesis names one or more comparisons (its parts) and the direction each predicts;
+`join` says how the parts make one verdict:
+
+    all   every part must hold: an intersection-union test (Berger 1982, Technometrics
+          24:295; Berger & Hsu 1996, Stat. Sci. 11:283): the joint null is the union of
+          the parts' nulls, rejected at level alpha when every part is rejected at alpha
+          in its predicted direction; p = the largest part p. No adjustment within.
+    any   at least one part must hold: a union-intersection test with Bonferroni's bound,
+          p = k * (smallest part p in the predicted direction), capped at 1.
+
+A one-part hypothesis is `all` with k = 1. The hypotheses listed form one family:
+their joint p-values are Holm-adjusted (Holm 1979) across it. The same is done with the
+exact permutation p where every part has one. Directions use the two-sided test of each
+part and its sign (a directional decision; Shaffer 1972).
+
+analysis.yaml:
+
+    hypotheses:
+      - name: H1
+        join: all
+        parts:
+          - {cell: {reward.name: shaped}, expect: greater}     # vs the baseline
+          - {cell: {reward.name: outcome}, vs: {reward.name: shaped}, expect: less}
+"""
+from __future__ import annotations
+
+from analysis.errors import AnalysisError
+from analysis.stats import holm
+
+JOINS = ("all", "any")
+EXPECT = {"greater": 1, "less": -1}
+
+
+def _matches(values: dict, wanted: dict) -> bool:
+    return all(str(values.get(k)) == str(v) for k, v in wanted.items())
+
+
+def _find(part: dict, comparisons: list[dict], baseline: dict, where: str) -> tuple:
+    """(comparison, sign): sign -1 when the comparison is stored the other way round."""
+    a, b = part["cell"], part.get("vs") or baseline
+    found = [(c, 1) for c in comparisons if _matches(c["a"], a) and _matches(c["b"], b)]
+    found += [(c, -1) for c in comparisons if _matches(c["a"], b) and _matches(c["b"], a)]
+    if len(found) != 1:
+        have = "; ".join(f"{c['label']} vs {c['vs']}" for c in comparisons) or "none"
+        what = "no comparison" if not found else f"{len(found)} comparisons"
+        raise AnalysisError(f"{where}: {what} of {a} vs {b} in this analysis (those it "
+                            f"has: {have}); set all_pairs: true for pairs without the "
+                            "baseline")
+    return found[0]
+
+
+def _check(spec, where: str) -> list[dict]:
+    if not isinstance(spec, list):
+        raise AnalysisError(f"{where}: hypotheses must be a list of "
+                            "{name, join, parts} mappings")
+    for i, h in enumerate(spec):
+        w = f"{where}: hypotheses[{i}]"
+        if not isinstance(h, dict) or not h.get("name") or not h.get("parts"):
+            raise AnalysisError(f"{w}: needs a name and a non-empty list of parts")
+        if h.get("join", "all") not in JOINS:
+            raise AnalysisError(f"{w}.join is {h.get('join')!r}; allowed: {', '.join(JOINS)}")
+        for j, p in enumerate(h["parts"]):
+            if not isinstance(p, dict) or not isinstance(p.get("cell"), dict):
+                raise AnalysisError(f"{w}.parts[{j}]: needs cell: {{key: value}}")
+            if p.get("expect") not in EXPECT:
+                raise AnalysisError(f"{w}.parts[{j}].expect is {p.get('expect')!r}; "
+                                    f"allowed: {', '.join(EXPECT)}")
+    return spec
+
+
+def _part(p: dict, comparisons, baseline, where: str) -> dict:
+    c, sign = _find(p, comparisons, baseline, where)
+    delta = None if c["delta"] is None else sign * c["delta"]
+    ci = None if c["ci"] is None else sorted(sign * x for x in c["ci"])
+    right = delta is not None and delta * EXPECT[p["expect"]] > 0
+    return {"label": c["label"] if sign > 0 else c["vs"],
+            "vs": c["vs"] if sign > 0 else c["label"], "expect": p["expect"],
+            "delta": delta, "ci": ci, "p": c["p"], "p_perm": c.get("p_perm"),
+            "direction_ok": right}
+
+
+def joint_p(parts: list[dict], join: str, key: str = "p") -> float | None:
+    """The hypothesis' p from its parts' two-sided p-values (module docstring)."""
+    ps = [q[key] for q in parts]
+    if any(v is None for v in ps):
+        return None
+    if join == "all":   # intersection-union: every part significant in its direction
+        return 1.0 if not all(q["direction_ok"] for q in parts) else float(max(ps))
+    ok = [v for q, v in zip(parts, ps) if q["direction_ok"]]   # union-intersection
+    return 1.0 if not ok else float(min(1.0, len(ps) * min(ok)))
+
+
+def evaluate(spec, summary: dict, where: str, alpha: float | None = None) -> list[dict]:
+    """Each hypothesis with its parts, joint p (t and permutation), the Holm-adjusted p
+    across the listed hypotheses, and "supported" / "not supported"."""
+    if not spec:
+        return []
+    alpha = summary["alpha"] if alpha is None else alpha
+    out = []
+    for i, h in enumerate(_check(spec, where)):
+        join = h.get("join", "all")
+        parts = [_part(p, summary["comparisons"], summary["baseline"] or {},
+                       f"{where}: hypotheses[{i}].parts[{j}]")
+                 for j, p in enumerate(h["parts"])]
+        out.append({"name": str(h["name"]), "join": join, "parts": parts,
+                    "p": joint_p(parts, join), "p_perm": joint_p(parts, join, "p_perm")})
+    for key in ("p", "p_perm"):
+        tested = [h for h in out if h[key] is not None]
+        for h, pa in zip(tested, holm([h[key] for h in tested])):
+            h[f"{key}_holm"] = float(pa)
+    for h in out:
+        h.setdefault("p_holm", None)
+        h.setdefault("p_perm_holm", None)
+        h["verdict"] = (None if h["p_holm"] is None else
+                        "supported" if h["p_holm"] < alpha else "not supported")
+    return out
