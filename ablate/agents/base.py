@@ -23,14 +23,15 @@ Score = Callable[[list], list]
 
 
 def run_rollout(policy, tasks: Sequence, group_size: int, *, temperature: float, seed: int,
-                sampler=None) -> list:
+                sampler=None, env=None) -> list:
     """The harness's rollout with the policy's settings: the one path from a policy to
     episodes (the cell's ModelPolicy.act, agent=react, every attempt of the other
     agents), with the cell's harness, mode, model.tool_format and model.chat_template;
-    optionally through another sampler (LATS's replaying wrapper)."""
+    optionally through another sampler (LATS's replaying wrapper) or in a wrapped
+    environment (Voyager's use_skill)."""
     c = policy.cfg
     return rollout(tasks, group_size=group_size, sampler=sampler or policy.sampler,
-                   tokenizer=policy.tokenizer, env=policy.env, harness_cfg=c.harness,
+                   tokenizer=policy.tokenizer, env=env or policy.env, harness_cfg=c.harness,
                    mode_cfg=c.mode, max_turns=c.env.max_turns, temperature=temperature,
                    top_p=c.sampler.top_p, seed=seed, model_cfg=c.model)
 
@@ -46,8 +47,12 @@ def stop_ids(policy) -> list[int]:
 
 
 class Agent:
-    """Base class: `act` as the module docstring says; `from_config` reads `agent.*`."""
+    """Base class: `act` as the module docstring says; `from_config` reads `agent.*`.
+    A `persistent` agent (agent=voyager) is built once per cell and keeps its state
+    across calls; `experience(env)` then gives the ablate.algos.curriculum.Experience
+    that samples its training tasks and saves / loads its state with the checkpoints."""
     name = ""
+    persistent = False
 
     @classmethod
     def from_config(cls, agent_cfg: Any) -> "Agent":
@@ -75,12 +80,30 @@ def build_agent(agent_cfg: Any) -> Agent:
     return agent
 
 
-def agent_for(cfg: Any, evaluation: bool) -> Agent | None:
+def _agent_cfg(cfg: Any):
+    return cfg.get("agent") if hasattr(cfg, "get") else getattr(cfg, "agent", None)
+
+
+def agent_for(cfg: Any, evaluation: bool, cache: dict | None = None) -> Agent | None:
     """The agent a cell uses for this purpose, or None for the harness's plain rollout
-    (agent=react, or a training rollout when `agent.train` is false)."""
-    a = cfg.get("agent") if hasattr(cfg, "get") else getattr(cfg, "agent", None)
+    (agent=react, or a training rollout when `agent.train` is false). A persistent
+    agent is taken from (and kept in) `cache`, the policy's, so it lives for the cell."""
+    a = _agent_cfg(cfg)
     if a is None or a.name == "react" or not (evaluation or a.train):
         return None
-    agent = build_agent(a)
+    agent = (cache or {}).get(a.name) or build_agent(a)
+    if cache is not None and agent.persistent:
+        cache[a.name] = agent
     agent.training = not evaluation
     return agent
+
+
+def persistent_agent(cfg: Any, cache: dict) -> Agent | None:
+    """The cell's persistent agent (built now and kept in `cache`), or None when the
+    configured agent keeps no state across calls."""
+    a = _agent_cfg(cfg)
+    if a is None or not getattr(AGENTS.get_checked(a.name), "persistent", False):
+        return None
+    if a.name not in cache:
+        cache[a.name] = build_agent(a)
+    return cache[a.name]

@@ -31,12 +31,29 @@ class LatsConfig:
 
 
 @dataclass
+class VoyagerConfig:
+    top_k: int = 2                       # skills offered per task (BM25 over the library)
+    # retries of a candidate skill that fails verification, each an episode shown the
+    # failed program and the environment's feedback (Wang et al., 2023, §2.3: 4 rounds)
+    max_retries: int = 2
+    doc_chars: int = 160                 # characters of a skill's docstring in the prompt
+    feedback_chars: int = 400            # characters of a retry's feedback in the prompt
+    # automatic curriculum: unsolved tasks nearest the library's solved ones first, within
+    # the promotion curriculum's difficulty level (false: tasks drawn uniformly)
+    curriculum: bool = True
+    start_level: int = 1                 # the first difficulty level (hops) drawn from
+    promote_at: float = 0.5              # training accuracy over `window` steps to level up
+    window: int = 2
+
+
+@dataclass
 class AgentConfig:
-    name: str = "react"                  # react | reflexion | lats (ablate.agents.AGENTS)
+    name: str = "react"                  # react | reflexion | lats | voyager (ablate.agents.AGENTS)
     # also the training rollouts (false: the agent only evaluates; training samples ReAct)
     train: bool = False
     reflexion: ReflexionConfig = field(default_factory=ReflexionConfig)
     lats: LatsConfig = field(default_factory=LatsConfig)
+    voyager: VoyagerConfig = field(default_factory=VoyagerConfig)
 
 
 def check(cfg, need) -> None:
@@ -63,8 +80,27 @@ def check(cfg, need) -> None:
         need(not cfg.algo.dynamic_sampling.enable and not cfg.algo.buffer.enable,
              "agent.lats.train_episodes", t.train_episodes,
              "a sibling group is not a task's group: disable dynamic sampling and the buffer")
+    _check_voyager(cfg, need)
     if a.name != "react" and cfg.model.name == "scripted":
         need(False, "agent.name", a.name, "needs a language model, not model=scripted")
     if a.train and a.name != "react":
         need(cfg.trainer.max_async_level == 0, "agent.train", a.train,
              "the asynchronous producer samples ReAct: set trainer.max_async_level=0")
+
+
+def _check_voyager(cfg, need) -> None:
+    a, v = cfg.agent, cfg.agent.voyager
+    need(v.top_k >= 0, "agent.voyager.top_k", v.top_k, "must be >= 0")
+    need(v.max_retries >= 0, "agent.voyager.max_retries", v.max_retries, "must be >= 0")
+    need(v.doc_chars >= 0 and v.feedback_chars >= 0, "agent.voyager.doc_chars",
+         v.doc_chars, "doc_chars and feedback_chars must be >= 0")
+    need(v.start_level >= 1 and v.window >= 1, "agent.voyager.start_level", v.start_level,
+         "start_level and window must be >= 1")
+    need(0 <= v.promote_at <= 1, "agent.voyager.promote_at", v.promote_at, "in [0, 1]")
+    if a.name != "voyager":
+        return
+    need(a.train, "agent.train", a.train,
+         "agent=voyager learns its library from the training episodes: set agent.train=true")
+    need(not cfg.algo.curriculum.enable and not cfg.algo.buffer.enable,
+         "agent.name", a.name, "agent=voyager samples its own curriculum: disable "
+         "algo.curriculum.enable and algo.buffer.enable")

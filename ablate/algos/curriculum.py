@@ -117,8 +117,12 @@ class TrajectoryBuffer:
 class Experience:
     """The curriculum and/or buffer of a cell (either may be None)."""
 
-    def __init__(self, curriculum: Optional[Curriculum], buffer: Optional[TrajectoryBuffer]):
-        self.curriculum, self.buffer = curriculum, buffer
+    def __init__(self, curriculum: Optional[Curriculum], buffer: Optional[TrajectoryBuffer],
+                 propose=None):
+        """`propose(tasks, rng) -> tasks` (optional) orders the drawable tasks, the ones
+        to train on first (agent=voyager: near the solved ones); without it they are
+        drawn uniformly."""
+        self.curriculum, self.buffer, self.propose = curriculum, buffer, propose
 
     @classmethod
     def from_config(cls, algo_cfg) -> Optional["Experience"]:
@@ -153,8 +157,10 @@ class Experience:
             k = min(int(round(self.buffer.revisit * n)), len(stored))
             chosen = [stored[i] for i in rng.choice(len(stored), size=k, replace=False)]
         rest = [t for t in pool if t not in chosen]
-        idx = rng.choice(len(rest), size=min(n - len(chosen), len(rest)), replace=False)
         self.last = {"pool": len(pool), "revisited": len(chosen)}
+        if self.propose is not None:
+            return chosen + list(self.propose(rest, rng))[: n - len(chosen)]
+        idx = rng.choice(len(rest), size=min(n - len(chosen), len(rest)), replace=False)
         return chosen + [rest[i] for i in idx]
 
     def after_rollout(self, step: int, episodes, rewards, group_ids, row: dict):

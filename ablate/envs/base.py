@@ -244,6 +244,29 @@ class Environment(ABC):
     def close(self) -> None:
         """Release files, connections."""
 
+    # ------------------------------------------------------------------ skills (optional)
+    # agent=voyager's skill library (ablate/envs/skills.py, docs/agents.md); the defaults
+    # mean "this environment has no skills": other agents and environments are unaffected
+    def skill_of(self, task: Task, results: list[ToolResult]) -> Optional[Any]:
+        """A candidate ablate.envs.skills.Skill made from an episode's calls (kept only
+        if it verifies on `task`); None = nothing to keep."""
+        return None
+
+    def skill_query(self, task: Task) -> str:
+        """The text a skill library indexes and searches for `task`."""
+        return task.prompt
+
+    def skill_feedback(self, task: Task, state: Any) -> str:
+        """What a failed verification shows the next attempt ("" = the last call's
+        observation)."""
+        return ""
+
+    def run_call(self, state: Any, name: Any, arguments: Any) -> list[ToolResult]:
+        """The calls one model call runs, each logged with its own observation: `call`
+        alone; a wrapper may expand a macro (agent=voyager's use_skill) into the calls
+        it replays."""
+        return [self.call(state, name, arguments)]
+
     # ------------------------------------------------------------------ provided
     @property
     def train_tasks(self) -> list[Task]:

@@ -300,19 +300,21 @@ def _act(s: _Live, env: Environment, turn: Turn, text: str, harness_cfg,
     for act in parsed:
         pc = act.call
         if pc.error is not None:
-            r = ToolResult(name=pc.name, arguments=None, observation=pc.error, error=pc.error)
-        else:
-            r = env.call(s.state, pc.name, pc.arguments)
-        parser.annotate(r, act, predict, env, s.state)
-        turn.calls.append(r)
-        s.results.append(r)
-        if r.error is not None:
-            bad += 1
-        elif r.done:
-            s.ep.final_answer = r.answer if r.answer is not None else ""
-            s.ep.sources = [str(x) for x in r.extra.get("sources", [])]
-            _end(s, "answer")
-            return                            # calls and text after the answer: ignored
+            rs = [ToolResult(name=pc.name, arguments=None, observation=pc.error,
+                             error=pc.error)]
+        else:   # one call, or the calls a macro replays (Environment.run_call)
+            rs = env.run_call(s.state, pc.name, pc.arguments)
+        for r in rs:
+            parser.annotate(r, act, predict, env, s.state)
+            turn.calls.append(r)
+            s.results.append(r)
+            if r.error is not None:
+                bad += 1
+            elif r.done:
+                s.ep.final_answer = r.answer if r.answer is not None else ""
+                s.ep.sources = [str(x) for x in r.extra.get("sources", [])]
+                _end(s, "answer")
+                return                        # calls and text after the answer: ignored
     s.malformed += bad
     if bad and (harness_cfg.on_malformed == "end" or s.malformed > harness_cfg.max_malformed):
         _end(s, "malformed")

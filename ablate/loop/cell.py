@@ -38,6 +38,7 @@ from ablate.loop.outputs import CellDir
 from ablate.loop.resume import check_resume, config_changes, describe, record_changes, \
     stored_config
 from ablate.loop.policy import ModelPolicy, SamplerPolicy, ScriptedPolicy  # noqa: F401
+from ablate.loop.policy import with_agent_state
 from ablate.loop.scoring import (eval_history, eval_rows, eval_subset, eval_summary,  # noqa: F401
                                  sample_step_tasks, score)
 from ablate.harness.parser import step_metrics as harness_step_metrics
@@ -199,6 +200,7 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
         return summary
 
     algorithm = build_algorithm(cfg.algo, max_len=cfg.harness.max_tokens_per_episode, cfg=cfg)
+    algorithm = with_agent_state(policy, algorithm)   # agent=voyager's library, curriculum
     if start > 0:   # an algorithm's own state (e.g. PPO's critic) resumes with the learner
         algorithm.load(cell.ckpt, start)
     # every setting of the algorithm, implicit defaults included, beside the config

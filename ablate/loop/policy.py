@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from ablate.agents import agent_for, run_rollout
+from ablate.agents import agent_for, persistent_agent, run_rollout
+from ablate.algos.curriculum import WithExperience
 from ablate.core.seeding import derived_seed
 from ablate.envs import run_episode
 from ablate.harness.episode import scripted_episode
@@ -62,6 +63,8 @@ class ModelPolicy:
                                     ref_model=ref_model)
         self.sampler = make_sampler(cfg.sampler, sampler_model, self.tokenizer,
                                     device=cfg.run.device, dtype=cfg.model.dtype, seed=cfg.seed)
+        self.agents: dict = {}   # a persistent agent (agent=voyager) lives for the cell
+        persistent_agent(cfg, self.agents)
         self.push_weights()
 
     def push_weights(self):
@@ -69,7 +72,8 @@ class ModelPolicy:
 
     def act(self, tasks, group_size, *, temperature, seed, evaluation=False):
         c = self.cfg
-        agent = agent_for(c, evaluation)   # agent=reflexion|lats (ablate/agents); else ReAct
+        # agent=reflexion|lats|voyager (ablate/agents); else ReAct
+        agent = agent_for(c, evaluation, getattr(self, "agents", None))
         if agent is not None:
             return agent.act(self, tasks, group_size, temperature=temperature, seed=seed,
                              score=lambda eps: score(eps, self.env, c.reward))
@@ -88,3 +92,12 @@ class SamplerPolicy(ModelPolicy):
         model, self.tokenizer = load_policy(cfg.model)
         self.sampler = make_sampler(cfg.sampler, model, self.tokenizer,
                                     device=cfg.run.device, dtype=cfg.model.dtype, seed=cfg.seed)
+
+
+def with_agent_state(policy, algorithm):
+    """The algorithm together with a persistent agent's Experience (agent=voyager: its
+    curriculum samples the training tasks, its skill library is saved and loaded with
+    the algorithm's checkpoints); the algorithm itself otherwise."""
+    agents = getattr(policy, "agents", None)
+    agent = persistent_agent(policy.cfg, agents) if agents is not None else None
+    return WithExperience(algorithm, agent.experience(policy.env)) if agent else algorithm

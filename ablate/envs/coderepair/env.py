@@ -20,6 +20,7 @@ from ablate.envs.coderepair.baseline import HonestFixer
 from ablate.envs.coderepair.config import CodeRepairEnvConfig
 from ablate.envs.coderepair.names import LIST, READ, REPLACE, RUN, SUBMIT
 from ablate.envs.coderepair.rewards import REWARDS
+from ablate.envs.skills import Skill, parameterise
 MAX_EDIT_CHARS = 200
 MAX_FAILURES_SHOWN = 12
 
@@ -196,6 +197,34 @@ class CodeRepairEnv(Environment):
     def baseline(self, task: Task, seed: int = 0):
         return HonestFixer()
 
+    # ------------------------------------------------------------------ skills (agent=voyager)
+    def skill_of(self, task: Task, results: list[ToolResult]) -> Optional[Skill]:
+        """A patch program: read each edited file, its edits that changed the code (in
+        order), run the tests, submit; path, line and text of each edit are parameters.
+        None without such an edit or a submission."""
+        ok = [r for r in results if r.error is None]
+        edits = [r for r in ok if r.name == REPLACE and r.state_changed]
+        if not edits or not any(r.name == SUBMIT for r in ok):
+            return None
+        paths = list(dict.fromkeys(r.arguments["path"] for r in edits))
+        calls = [(READ, {"path": p}) for p in paths] + \
+            [(REPLACE, dict(r.arguments)) for r in edits] + [(RUN, {}), (SUBMIT, {})]
+        calls, params = parameterise(calls, ("path", "line", "text"))
+        what = "; ".join(f"{r.arguments['path']} line {r.arguments['line']} -> "
+                         f"{r.arguments['text']}" for r in edits)
+        name = "fix_" + "_".join(f"{p.split('.')[0]}{r.arguments['line']}"
+                                 for r in edits for p in [r.arguments["path"]])
+        return Skill(name=name, doc=f"Patch {what}. Fixes: {self.skill_query(task)}",
+                     calls=calls, params=params)
+
+    def skill_query(self, task: Task) -> str:
+        """The repository as a reader sees it: its files, functions and failing tests."""
+        return _describe(task.payload)
+
+    def skill_feedback(self, task: Task, state: CodeState) -> str:
+        """The tests as they stand after the replayed patch (run_tests' observation)."""
+        return _run(self.snapshot(state), {}).observation
+
     def snapshot(self, state: CodeState) -> CodeState:
         return CodeState(repo=state.repo, files=dict(state.files), tested=state.tested,
                          read=state.read)
@@ -247,6 +276,26 @@ def _tokens(line: str) -> list[str]:
         return tokenize(line)
     except CalcError:
         return []
+
+
+_DESCRIPTIONS: dict[str, str] = {}
+
+
+def _describe(repo: gen.Repo) -> str:
+    """skill_query's text, computed once per repository (the curriculum ranks every
+    training task by it each step)."""
+    if repo.id not in _DESCRIPTIONS:
+        _DESCRIPTIONS[repo.id] = _description(repo)
+    return _DESCRIPTIONS[repo.id]
+
+
+def _description(repo: gen.Repo) -> str:
+    prog = build(dict(repo.files))
+    funcs = sorted(prog.funcs)
+    failing = [t.name for t in prog.tests if t.path == gen.TESTS_PATH
+               and not run_test(prog, t).passed] if not prog.errors else ["build"]
+    return (f"Files {' '.join(repo.sources)}. Functions {' '.join(funcs)}. "
+            f"Failing tests {' '.join(failing)}.")
 
 
 def all_pass(files: dict, extra_tests: str = "") -> bool:

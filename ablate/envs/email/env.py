@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Optional
@@ -26,6 +27,8 @@ from ablate.envs.email.judge import ExactJudge, make_judge, normalize_answer
 from ablate.envs.email.masking import GRAMMAR, episode_candidates
 from ablate.envs.email.rewards import SCHEMES
 from ablate.envs.email.scripted import ScriptedAgent
+from ablate.envs.skills import Skill, parameterise
+from ablate.harness.episode import is_abstention
 from ablate.envs.email.tools import (ANSWER, READ, SEARCH, SYSTEM_PROMPT, TOOL_SCHEMAS,
                                      ToolBox, ToolCall)
 
@@ -202,6 +205,31 @@ class EmailEnv(Environment):
         calls = [(s.name, s.arguments) for s in steps]
         return lambda results: calls[len(results)] if len(results) < len(calls) else None
 
+    # ------------------------------------------------------------------ skills (agent=voyager)
+    def skill_of(self, task, results: list[ToolResult]) -> Optional[Skill]:
+        """A search-and-read plan: the searches that found new emails, the first reads of
+        emails, then the answer with its sources (keywords, ids, answer and sources are
+        parameters). None without an answer ("I don't know" is none)."""
+        ok = [r for r in results if r.error is None]
+        done = [r for r in ok if r.done]
+        if not done or is_abstention(done[-1].answer or ""):
+            return None
+        plan = [r for r in ok if (r.name == SEARCH and r.extra.get("new_hits")) or
+                (r.name == READ and r.extra.get("new_read"))]
+        calls = [(r.name, dict(r.arguments or {})) for r in plan + done[-1:]]
+        calls, params = parameterise(calls, ("keywords", "message_id", "answer", "sources"))
+        words = [w for w in re.findall(r"[A-Za-z0-9]+", email_task(task).question)
+                 if w.lower() not in _PLAN_STOP][:4]
+        steps = "; ".join(f"{n} {json.dumps(a, ensure_ascii=False)}"
+                          for n, a in self_bound(calls, params))
+        return Skill(name="answer_" + "_".join(w.lower() for w in words),
+                     doc=f"Answers: {email_task(task).question} Plan: {steps}",
+                     calls=calls, params=params)
+
+    def skill_query(self, task) -> str:
+        """The question alone (the prompt's inbox and date lines are in every task)."""
+        return email_task(task).question
+
     def snapshot(self, state: EmailState) -> tuple:
         tb = state.toolbox
         return (state.task, frozenset(tb.seen_hits), frozenset(tb.read_ids),
@@ -217,6 +245,15 @@ class EmailEnv(Environment):
         close = getattr(self.bundle.db, "close", None)
         if close is not None:
             close()
+
+
+_PLAN_STOP = {"what", "is", "the", "of", "a", "an", "was", "which", "then", "to", "in",
+              "last", "another", "project", "did", "who", "when", "where", "how"}
+
+
+def self_bound(calls: tuple, params: dict) -> list[tuple[str, dict]]:
+    """A parameterised plan's calls with their defaults (for its description)."""
+    return Skill(name="", doc="", calls=calls, params=params).bind()
 
 
 def _check_files(env_cfg) -> None:

@@ -1,0 +1,189 @@
+"""agent=voyager (ablate/agents/voyager.py): a skill is stored only after it verifies; the
+library retrieves a solved task's skill for a paraphrase (FTS5/BM25); use_skill replays
+through Environment.call (the tool log and state changes of the same calls made
+directly); a cell killed mid-step resumes with the library of the uninterrupted run, row
+for row."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import test_harness_util as U
+from ablate.agents import Voyager, agent_for, build_agent
+from ablate.agents.library import SkillLibrary
+from ablate.agents.voyager import RETRY_HEAD, SKILLS_HEAD, USE_SKILL, SkillEnv
+from ablate.apps.cli import compose_config, normalise_overrides
+from ablate.envs import run_episode, scripted
+from ablate.envs.coderepair.env import CodeRepairEnv
+from ablate.envs.email import EmailEnv
+from ablate.envs.skills import verify
+from ablate.harness import chat
+from ablate.loop.config import ConfigError, validate
+from ablate.loop.scoring import score
+
+torch.set_num_threads(1)
+CODE = ["env=coderepair", "env.max_turns=14", "reward.name=outcome",
+        "harness.action_masking=false", "harness.answer_masking=false",
+        "harness.keyword_masking=false", "harness.max_new_tokens_per_turn=400",
+        "harness.max_tokens_per_episode=6000"]
+
+
+class RowScript(U.ScriptedSampler):
+    """Plays `scripts[row]` turn by turn (row: the prompt's place in the call, which is
+    the episode's while all run equally long); a prompt holding `retry_marker` plays
+    `retry` instead."""
+
+    def __init__(self, scripts, retry=None, retry_marker=RETRY_HEAD):
+        super().__init__(U.tokenizer(), None)
+        self.scripts, self.retry, self.marker = scripts, retry, retry_marker
+
+    def generate(self, prompts, *, max_new_tokens, seed=None, **kw):
+        limits = max_new_tokens if isinstance(max_new_tokens, list) else \
+            [max_new_tokens] * len(prompts)
+        outs = []
+        for row, (p, lim) in enumerate(zip(prompts, limits)):
+            text = self.tok.decode(p)
+            steps = self.retry if self.retry is not None and self.marker in text \
+                else self.scripts[row]
+            self.script = lambda _t, turn, s=steps: s[min(turn, len(s) - 1)]
+            outs += super().generate([p], max_new_tokens=[lim], seed=seed)
+        return outs
+
+
+def code_policy(sampler, env, overrides=()):
+    cfg = compose_config(normalise_overrides([*CODE, *overrides]))
+    return SimpleNamespace(sampler=sampler, tokenizer=U.tokenizer(), env=env, cfg=cfg), \
+        (lambda eps: score(eps, env, cfg.reward))
+
+
+def fixed(env, task):
+    traj = run_episode(env, task, env.baseline(task, 0), 30)
+    assert traj.correct
+    return [(n, a) for n, a, _ in traj.steps()]
+
+
+def texts(calls):
+    return [chat.format_tool_call(n, a) for n, a in calls]
+
+
+def test_only_the_verified_patch_becomes_a_skill():
+    """Two samples of one task: one plays the baseline's correct patch, the other a wrong
+    one (the code changes, the tests fail). One skill is stored; the wrong candidate is
+    retried once (max_retries=1) with the failed program and the failing tests in its
+    prompt, and fails again."""
+    env = CodeRepairEnv(gen_seed=0, train_tasks=3, test_tasks=1, max_turns=14)
+    task = env.tasks("train")[0]
+    good = fixed(env, task)
+    path, line, _, buggy = task.payload.bugs[0]
+    wrong = [("list_files", {})] * (len(good) - 2) + \
+        [("replace_line", {"path": path, "line": line, "text": buggy + " + 7"}), ("submit", {})]
+    sampler = RowScript([texts(good), texts(wrong)], retry=texts(wrong))
+    pol, judge = code_policy(sampler, env)
+    agent = Voyager(max_retries=1, top_k=2)
+    agent.training = True
+    eps = agent.act(pol, [task], 2, temperature=1.0, seed=0, score=judge)
+    assert [e.correct for e in eps] == [True, False]
+    assert len(agent.library) == 1
+    (row,) = agent.library.rows()["skills"]
+    assert row[6] == task.id and json.loads(row[3])["name"] == row[1]
+    assert [e.env_metrics["voyager_attempts"] for e in eps] == [1, 2]
+    retried = [p for p in sampler.prompts if RETRY_HEAD in p]
+    assert retried and "FAILED" in retried[0] and buggy in retried[0]
+    stored = agent.library.get(row[1])
+    assert verify(env, task, stored).ok
+    m = agent.step_metrics()
+    assert m["voyager/library_size"] == 1 and m["voyager/skills_added"] == 1
+    assert m["voyager/verify_failed"] == 2 and m["voyager/retries"] == 1
+
+
+def email_skills(db):
+    env = EmailEnv.over_db(db)
+    plans = {"t1": [("search_inbox", {"keywords": ["budget"]}),
+                    ("read_email", {"message_id": "m0"}),
+                    ("return_final_answer", {"answer": "$5,000", "sources": ["m0"]})],
+             "t2": [("search_inbox", {"keywords": ["Falcon"]}),
+                    ("read_email", {"message_id": "m2"}),
+                    ("return_final_answer", {"answer": "Maria Lopez", "sources": ["m2"]})]}
+    lib = SkillLibrary()
+    for t in U.TASKS:
+        traj = run_episode(env, t, scripted(plans[t.id]), 5)
+        skill = env.skill_of(t, traj.results)
+        assert traj.correct and verify(env, t, skill).ok
+        lib.add(skill, t.id, env.skill_query(t), 1)
+    return env, lib
+
+
+def test_retrieval_finds_the_solved_tasks_skill_for_a_paraphrase(tmp_path):
+    env, lib = email_skills(U.make_db(tmp_path))
+    names = {t.id: lib.rows()["skills"][i][1] for i, t in enumerate(U.TASKS)}
+    for query, want in [("How large were the Houston office's project budgets in Q3?", "t1"),
+                        ("Which person is leading the Falcon project?", "t2")]:
+        ranked = lib.search(query, 2)
+        assert len(ranked) == 2, ranked               # both match a word of the query
+        assert ranked[0][0].name == names[want], ranked
+        assert ranked[0][1] < ranked[1][1]          # bm25(): lower is a better match
+    assert lib.search("parking", 2) == []             # no shared word, nothing offered
+
+
+def test_use_skill_replays_the_calls_through_the_environment():
+    """An episode that calls use_skill logs the skill's calls, each with the observation
+    and state change the same calls made directly give, and ends in the same world."""
+    env = CodeRepairEnv(gen_seed=0, train_tasks=2, test_tasks=1, max_turns=14)
+    task = env.tasks("train")[1]
+    traj = run_episode(env, task, env.baseline(task, 0), 30)
+    skill = env.skill_of(task, traj.results)
+    direct_calls = skill.bind()
+    use = [chat.format_tool_call(USE_SKILL, {"skill": skill.name})]
+    sampler = RowScript([use, texts(direct_calls)])
+    pol, judge = code_policy(sampler, env)
+    agent = Voyager()
+    agent.training = False
+    offers = {task.id: [skill]}
+    (via,) = agent.rollout(pol, [task], 1, offers, temperature=1.0, seed=0)
+    sampler.scripts = [texts(direct_calls)]
+    direct = run_episode(env, task, scripted(direct_calls), len(direct_calls))
+    assert [c.to_json() for c in via.calls] == [r.to_json() for r in direct.results]
+    assert [c.state_changed for c in via.calls] == [r.state_changed for r in direct.results]
+    assert via.state.files == direct.state.files and via.final_answer == "submitted"
+    assert via.num_turns == 1 and via.env_metrics["voyager_skills_used"] == 1
+    score([via], env, pol.cfg.reward)
+    assert via.correct
+    prompt = sampler.prompts[0]
+    assert SKILLS_HEAD in prompt and skill.name in prompt and USE_SKILL in prompt
+    # every replayed observation is in the tokens the model reads next: none was
+    # (the episode ended with the replayed submit); a bad skill name is an error result
+    bad = SkillEnv(env, offers).run_call(SkillEnv(env, offers).reset(task), USE_SKILL,
+                                         {"skill": "nope"})
+    assert len(bad) == 1 and "no offered skill" in bad[0].error
+
+
+def test_use_skill_is_in_the_schema_the_action_masks_read():
+    env = CodeRepairEnv(gen_seed=0, train_tasks=2, test_tasks=1, max_turns=14)
+    task = env.tasks("train")[1]
+    skill = env.skill_of(task, run_episode(env, task, env.baseline(task, 0), 30).results)
+    wrapped = SkillEnv(env, {task.id: [skill]})
+    ctx = wrapped.mask_candidates(wrapped.reset(task), answer_masking=True)
+    assert USE_SKILL in ctx["tool_names"] and USE_SKILL in wrapped.tool_names()
+    forced = ctx["grammar"]["after_name"][USE_SKILL]
+    assert json.loads('{"name": "use_skill"' + forced) == {
+        "name": USE_SKILL, "arguments": {"skill": skill.name}}
+    none = SkillEnv(env, {})
+    assert USE_SKILL not in none.mask_candidates(none.reset(task))["tool_names"]
+
+
+def test_voyager_config_checks_and_one_agent_per_cell():
+    with pytest.raises(ConfigError, match="agent.train"):
+        validate(compose_config(normalise_overrides(["agent=voyager", "agent.train=false"])))
+    with pytest.raises(ConfigError, match="algo.curriculum"):
+        validate(compose_config(normalise_overrides(["agent=voyager",
+                                                     "algo.curriculum.enable=true"])))
+    cfg = compose_config(normalise_overrides(["agent=voyager"]))
+    validate(cfg)
+    cache: dict = {}
+    a, b = agent_for(cfg, False, cache), agent_for(cfg, True, cache)
+    assert a is b and not b.training and isinstance(a, Voyager)
+    assert agent_for(cfg, True) is not a                     # no cache: a fresh one
+    assert build_agent(cfg.agent).max_retries == 2
