@@ -187,3 +187,55 @@ def test_voyager_config_checks_and_one_agent_per_cell():
     assert a is b and not b.training and isinstance(a, Voyager)
     assert agent_for(cfg, True) is not a                     # no cache: a fresh one
     assert build_agent(cfg.agent).max_retries == 2
+
+
+def test_library_rows_survive_a_checkpoint_exactly(tmp_path):
+    env, lib = email_skills(U.make_db(tmp_path))
+    lib.record_eval("sampled", {"t1": True, "t2": False})
+    lib.set_meta("last_eval_sampled", {"heldout_solved": 0.5, "forgotten": 0})
+    lib.save(tmp_path / "ckpt", 3)
+    again = SkillLibrary()
+    again.load(tmp_path / "ckpt", 3)
+    assert again.rows() == lib.rows() and len(again) == 2
+    q = "Which person is leading the Falcon project?"
+    assert [(s, r) for s, r in again.search(q, 2)] == lib.search(q, 2)
+    assert again.record_eval("sampled", {"t1": False}) == {"t1": True}   # forgotten
+    with pytest.raises(FileNotFoundError, match="step-4 checkpoint"):
+        again.load(tmp_path / "ckpt", 4)
+
+
+# --- a cell, killed in its second step and resumed ---------------------------------------------
+VOYAGER_CELL = ["agent=voyager", "trainer.tasks_per_step=4", "eval.greedy=false",
+                "env.max_turns=4", "harness.max_tokens_per_episode=300"]
+
+
+@pytest.mark.heavy     # three short cells in process: ~2-3 min on 2 busy cores
+def test_killed_cell_resumes_with_the_uninterrupted_library(tmp_path, monkeypatch):
+    """A cell killed after step 2's rollout and update (its library already grown by
+    step 2, the checkpoint not yet written) resumes from step 1's checkpoint: its library
+    at the end equals the uninterrupted run's row for row, as do its metric rows."""
+    import ablate.loop.cell as cell_mod
+    from test_hardening_resume import TINY
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    cfg = compose_config(normalise_overrides([*TINY, *VOYAGER_CELL]))
+    cell_mod.run_cell(cfg, tmp_path / "ref")
+    real = cell_mod.train_step
+
+    def killed(cfg, policy, env, judge, algorithm, step):
+        row = real(cfg, policy, env, judge, algorithm, step)
+        if step == 2:
+            raise KeyboardInterrupt("killed")
+        return row
+    monkeypatch.setattr(cell_mod, "train_step", killed)
+    with pytest.raises(KeyboardInterrupt):
+        cell_mod.run_cell(cfg, tmp_path / "cell")
+    monkeypatch.setattr(cell_mod, "train_step", real)
+    cell_mod.run_cell(cfg, tmp_path / "cell")
+    lib = (lambda d, s: json.loads((tmp_path / d / "ckpt" / "voyager" /
+                                    f"step_{s:08d}.json").read_text()))
+    assert lib("cell", 2) == lib("ref", 2) and lib("cell", 1) == lib("ref", 1)
+    assert lib("ref", 2)["skills"], "the tiny model verified no skill: nothing compared"
+    rows = (lambda d: [{k: v for k, v in json.loads(x).items() if k.startswith("voyager/")
+                        or k in ("step", "accuracy", "curriculum/level")}
+                       for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()])
+    assert rows("cell") == rows("ref") and len(rows("ref")) == 2
