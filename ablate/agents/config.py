@@ -43,7 +43,7 @@ class VoyagerConfig:
     curriculum: bool = True
     start_level: int = 1                 # the first difficulty level (hops) drawn from
     promote_at: float = 0.5              # training accuracy over `window` steps to level up
-    window: int = 2
+    window: int = 2                      # steps whose training accuracy is averaged
 
 
 @dataclass

@@ -183,7 +183,10 @@ def program_text(skill: Skill) -> str:
 # ------------------------------------------------------------------ the agent
 @AGENTS.register("voyager")
 class Voyager(Agent):
-    """One instance lives for the whole cell (`persistent`): its library is the state
+    """Voyager: a library of verified skills, retrieved and composed across a cell's
+    episodes (Wang et al., 2023, "Voyager", arXiv:2305.16291, §2).
+
+    One instance lives for the whole cell (`persistent`): its library is the state
     checkpointed beside the learner's (LibraryExperience.save / load)."""
     name = "voyager"
     persistent = True
