@@ -239,3 +239,31 @@ def test_killed_cell_resumes_with_the_uninterrupted_library(tmp_path, monkeypatc
                         or k in ("step", "accuracy", "curriculum/level")}
                        for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()])
     assert rows("cell") == rows("ref") and len(rows("ref")) == 2
+
+
+def test_curriculum_proposes_unsolved_tasks_near_the_solved_ones_first(tmp_path):
+    """LibraryExperience (ablate.algos.curriculum's Experience, promotion curriculum):
+    within the level, unsolved tasks matching a stored skill come first (best BM25),
+    then the other unsolved ones, then the solved ones; harder tasks wait for the level."""
+    import dataclasses
+    import numpy as np
+    from ablate.envs.base import Task
+    env, lib = email_skills(U.make_db(tmp_path))
+    agent = Voyager()
+    agent.library = lib                                   # t1 and t2 are solved
+    raw = U.TASKS[0]
+    near = dataclasses.replace(raw, id="t3", question="What is the Q3 budget of Denver?")
+    far = dataclasses.replace(raw, id="t4", question="Where is the parking?")
+    hard = dataclasses.replace(raw, id="t5", question="Q3 budget of Houston, two hops?",
+                               hops=2)
+    tasks = [Task(t.id, t.question, t.answer, {"hops": t.hops, "difficulty": t.hops}, t)
+             for t in (U.TASKS[1], far, hard, near, U.TASKS[0])]
+    exp = agent.experience(env)
+    got = exp.sample(tasks, 4, 1, np.random.default_rng(0))
+    assert [t.id for t in got][:2] == ["t3", "t4"] and {t.id for t in got[2:]} == {"t1", "t2"}
+    assert agent.step == 1 and exp.last["pool"] == 4      # level 1: t5 (2 hops) waits
+    row = {"accuracy": 1.0}
+    for step in (1, 2):
+        exp.after_rollout(step, [], [], [], row)
+    assert row["curriculum/level"] == 1.0 and agent.curriculum.level(3) == 2
+    assert "voyager/library_size" in row
