@@ -151,6 +151,9 @@ def test_use_skill_replays_the_calls_through_the_environment():
     assert via.num_turns == 1 and via.env_metrics["voyager_skills_used"] == 1
     score([via], env, pol.cfg.reward)
     assert via.correct
+    agent.library.add(skill, task.id, env.skill_query(task), 0)
+    assert agent.learn(env, via) == (skill.name, None)   # the same program: credited, once
+    assert len(agent.library) == 1 and via.env_metrics["voyager_skills"] == skill.name
     prompt = sampler.prompts[0]
     assert SKILLS_HEAD in prompt and skill.name in prompt and USE_SKILL in prompt
     # every replayed observation is in the tokens the model reads next: none was

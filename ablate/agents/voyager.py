@@ -229,7 +229,7 @@ class Voyager(Agent):
                           env=SkillEnv(policy.env, offers))
         for e in eps:
             e.env_metrics["voyager_skills_used"] = len(e.state.used)
-            e.env_metrics["voyager_skills"] = list(e.state.used)
+            e.env_metrics["voyager_skills"] = ",".join(e.state.used)   # a JSON scalar
             e.state = e.state.inner
         return eps
 
@@ -280,8 +280,8 @@ class Voyager(Agent):
         cand = env.skill_of(episode.task, episode.calls)
         if cand is None:
             return None, None
-        cand = dataclasses.replace(cand, uses=tuple(episode.env_metrics.get(
-            "voyager_skills", ())))
+        used = episode.env_metrics.get("voyager_skills", "")
+        cand = dataclasses.replace(cand, uses=tuple(used.split(",")) if used else ())
         self.counts["voyager/candidates"] = self.counts.get("voyager/candidates", 0) + 1
         verdict = verify(env, episode.task, cand)
         if verdict.ok:
@@ -290,8 +290,8 @@ class Voyager(Agent):
             return self.library.add(cand, episode.task.id, env.skill_query(episode.task),
                                     self.step), None
         self.counts["voyager/verify_failed"] = self.counts.get("voyager/verify_failed", 0) + 1
-        return None, (f"{RETRY_HEAD} Its program: {program_text(cand)}\nResult: "
-                      f"{verdict.feedback}")[: self.feedback_chars]
+        return None, (f"{RETRY_HEAD} Result: {verdict.feedback}\nIts program: "
+                      f"{program_text(cand)}")[: self.feedback_chars]
 
     def _count(self, episodes) -> None:
         c = self.counts
