@@ -209,6 +209,7 @@ def test_library_rows_survive_a_checkpoint_exactly(tmp_path):
 
 # --- a cell, killed in its second step and resumed ---------------------------------------------
 VOYAGER_CELL = ["agent=voyager", "trainer.tasks_per_step=4", "eval.greedy=false",
+                "run.wandb_mode=disabled",
                 "env.max_turns=4", "harness.max_tokens_per_episode=300"]
 
 
