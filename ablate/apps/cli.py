@@ -25,6 +25,8 @@ from ablate.learners import CheckpointError
 from ablate.envs import env_class
 from ablate.loop.config import ConfigError, register
 from ablate.loop.outputs import CellBusy, CellDir
+from ablate.loop.ranks import CellOutcome
+from ablate.apps.devices import assign as assign_devices
 from ablate.apps.preflight import check_free_space, check_output_dir, preflight as check_cfg
 
 log = logging.getLogger("ablate")
@@ -264,13 +266,14 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     if hc.mode != RunMode.MULTIRUN:
         try:
             summary = run_cell(cfg, out_dir)
-        except (CellBusy, *CELL_ERRORS) as e:
+        except (CellBusy, CellOutcome, *CELL_ERRORS) as e:
             print(f"ablate: error: {one_line(e)}", file=sys.stderr)
             sys.exit(2)
     else:
         grid = os.environ.get(GRID_PID)
         if not _watching and grid == str(os.getppid()):   # a worker process of the grid's
             _watching.append(exit_with_parent(int(grid)))
+        assign_devices(int(hc.job.num), int(cfg.run.devices_per_cell))   # before CUDA starts
         summary = _grid_cell(cfg, out_dir, hc.job.override_dirname or "default", run_cell)
     return summary.get("final_accuracy") if summary else None
 
