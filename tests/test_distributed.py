@@ -293,3 +293,23 @@ def test_world_size_is_recorded_from_the_launcher(monkeypatch):
     with pytest.raises(ConfigError, match="learner.name='torch' is not allowed; must be "
                                           "deepspeed with 2 ranks"):
         validate(cfg_torch)
+
+
+def test_submitit_tasks_become_ranks(monkeypatch):
+    """hydra/launcher=submitit_slurm with nodes=2, tasks_per_node=8: task 9 (node 1, local
+    task 1) is rank 9 of 16, GPU 1 of its node, rendezvous at the first node."""
+    from ablate.apps.devices import export_submitit_ranks
+    for k in DIST_KEYS + ("LOCAL_WORLD_SIZE",):
+        monkeypatch.delenv(k, raising=False)
+    assert export_submitit_ranks() is False          # not a submitit job
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    for k, v in dict(SLURM_JOB_ID="4242", SLURM_NTASKS="16", SLURM_PROCID="9",
+                     SLURM_LOCALID="1", SLURM_JOB_NODELIST="gpu[003-004]",
+                     SLURM_JOB_NUM_NODES="2", SLURM_NODEID="1").items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert export_submitit_ranks() is True
+    got = {k: os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+    assert got == {"RANK": "9", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "MASTER_ADDR": "gpu003"}
+    assert dist.rank() == 9 and dist.world_size() == 16 and not dist.is_writer()
+    assert export_submitit_ranks() is False          # a launcher's variables are kept

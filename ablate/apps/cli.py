@@ -26,7 +26,8 @@ from ablate.envs import env_class
 from ablate.loop.config import ConfigError, register
 from ablate.loop.outputs import CellBusy, CellDir
 from ablate.loop.ranks import CellOutcome
-from ablate.apps.devices import assign as assign_devices
+from ablate.apps.devices import assign as assign_devices, export_submitit_ranks
+from ablate.core.dist import env_world_size, is_writer
 from ablate.apps.preflight import check_free_space, check_output_dir, preflight as check_cfg
 
 log = logging.getLogger("ablate")
@@ -263,6 +264,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
     hc = HydraConfig.get()
     out_dir = hc.runtime.output_dir
+    export_submitit_ranks()   # a multi-task submitit job: one rank per task
     if hc.mode != RunMode.MULTIRUN:
         try:
             summary = run_cell(cfg, out_dir)
@@ -273,7 +275,8 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         grid = os.environ.get(GRID_PID)
         if not _watching and grid == str(os.getppid()):   # a worker process of the grid's
             _watching.append(exit_with_parent(int(grid)))
-        assign_devices(int(hc.job.num), int(cfg.run.devices_per_cell))   # before CUDA starts
+        if env_world_size() == 1:   # a multi-rank cell's ranks use GPU LOCAL_RANK
+            assign_devices(int(hc.job.num), int(cfg.run.devices_per_cell))   # before CUDA
         summary = _grid_cell(cfg, out_dir, hc.job.override_dirname or "default", run_cell)
     return summary.get("final_accuracy") if summary else None
 
@@ -296,7 +299,7 @@ def _grid_cell(cfg: DictConfig, out_dir: str, name: str, run_cell) -> dict | Non
         return None
     except Exception as e:   # one bad cell must not stop a grid; KeyboardInterrupt does
         try:
-            CellDir(out_dir).mark_failed(one_line(e), traceback.format_exc())
+            CellDir(out_dir, writer=is_writer()).mark_failed(one_line(e), traceback.format_exc())
         except OSError as why:   # a read-only or full disk: the log still says it
             log.error("cannot write %s/FAILED: %s", out_dir, why)
         FAILED_CELLS.append(out_dir)
@@ -310,7 +313,7 @@ def _grid_cell(cfg: DictConfig, out_dir: str, name: str, run_cell) -> dict | Non
 
 def _report(state: str, out_dir: str) -> None:
     path = os.environ.get(GRID_REPORT)
-    if path:
+    if path and is_writer():   # a multi-rank cell reports once, from rank 0
         try:
             with open(path, "a", encoding="utf-8") as fh:   # one short line: atomic append
                 fh.write(f"{state}\t{out_dir}\n")

@@ -49,3 +49,19 @@ def assign(job_index: int, per_cell: int) -> list[str] | None:
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
     log.info("grid job %d: CUDA_VISIBLE_DEVICES=%s", job_index, ",".join(chosen))
     return chosen
+
+
+def export_submitit_ranks() -> bool:
+    """A job of `hydra/launcher=submitit_slurm` with `hydra.launcher.tasks_per_node` x
+    `hydra.launcher.nodes` > 1 tasks: every task runs the cell as one rank. submitit's
+    helper exports RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (the job's first node) and
+    MASTER_PORT (from the job id) for torch.distributed's env:// init; each rank then takes
+    GPU LOCAL_RANK of its node. A launcher's own variables (torchrun) are kept."""
+    if "WORLD_SIZE" in os.environ or not os.environ.get("SUBMITIT_EXECUTOR"):
+        return False
+    from submitit import JobEnvironment
+    from submitit.helpers import TorchDistributedEnvironment
+    if JobEnvironment().num_tasks <= 1:
+        return False
+    TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    return True

@@ -83,6 +83,8 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
     validate(cfg)
     if dist.init(cfg.run.dist_timeout_s):   # under a launcher: ranks (docs/distributed.md)
         cfg.run.world_size = dist.world_size()
+    # rank 0's directory (Hydra's default run dir is a time stamp, per process)
+    out_dir = dist.broadcast_object(str(out_dir))
     cell = CellDir(out_dir, writer=dist.is_writer())
     if not cell.writer:
         _quiet_rank()
