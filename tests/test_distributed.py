@@ -313,3 +313,8 @@ def test_submitit_tasks_become_ranks(monkeypatch):
     assert got == {"RANK": "9", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "MASTER_ADDR": "gpu003"}
     assert dist.rank() == 9 and dist.world_size() == 16 and not dist.is_writer()
     assert export_submitit_ranks() is False          # a launcher's variables are kept
+
+
+def test_deepspeed_launchers_local_rank_argument_is_dropped():
+    from ablate.apps.cli import launcher_args
+    assert launcher_args(["--local_rank=1", "seed=3", "--local-rank=0"]) == ["seed=3"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -354,8 +355,15 @@ def exit_with_parent(parent: int, every_s: float = 2.0) -> threading.Thread:
     return thread
 
 
+def launcher_args(args: list[str]) -> list[str]:
+    """The command line without the `--local_rank=N` the `deepspeed` launcher appends
+    (its LOCAL_RANK variable says the same; docs/distributed.md)."""
+    return [a for a in args if not re.fullmatch(r"--local[_-]rank=\d+", a)]
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = flags_first(normalise_overrides(list(sys.argv[1:] if argv is None else argv)))
+    args = launcher_args(list(sys.argv[1:] if argv is None else argv))
+    args = flags_first(normalise_overrides(args))
     code = preflight(args)
     if code:
         sys.exit(code)
