@@ -31,6 +31,16 @@ def _dist():
     return d if d.is_available() and d.is_initialized() else None
 
 
+def _group():
+    """The initialised group, or None with one rank; a launcher's ranks without `init`
+    would each go on alone with their own share: an error instead."""
+    d = _dist()
+    if d is None and env_world_size() > 1:
+        raise RuntimeError(f"WORLD_SIZE={env_world_size()} but this process has not joined "
+                           "the process group: call ablate.core.dist.init first")
+    return d if d is not None and d.get_world_size() > 1 else None
+
+
 def world_size() -> int:
     d = _dist()
     return d.get_world_size() if d is not None else env_world_size()
@@ -71,15 +81,15 @@ def init(timeout_s: float = 600.0) -> bool:
 
 
 def barrier() -> None:
-    d = _dist()
-    if d is not None and d.get_world_size() > 1:
+    d = _group()
+    if d is not None:
         d.barrier()
 
 
 def broadcast_object(obj: Any, src: int = 0) -> Any:
     """Rank `src`'s object on every rank (pickled; the object itself on one rank)."""
-    d = _dist()
-    if d is None or d.get_world_size() == 1:
+    d = _group()
+    if d is None:
         return obj
     box = [obj]
     d.broadcast_object_list(box, src=src)
@@ -88,8 +98,8 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
 
 def all_gather_object(obj: Any) -> list:
     """Every rank's object, in rank order, on every rank."""
-    d = _dist()
-    if d is None or d.get_world_size() == 1:
+    d = _group()
+    if d is None:
         return [obj]
     out: list = [None] * d.get_world_size()
     d.all_gather_object(out, obj)

@@ -291,12 +291,11 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
         tasks = sample_step_tasks(env.train_tasks, need, cfg.seed, step, round_, experience)
         if remote is not None:           # rolled out ahead, by older weights
             episodes, staleness = remote.take(step, tasks)
-        else:
+            scored = score(episodes, judge, cfg.reward)
+        else:   # (with several ranks: the tasks shared out, scored, gathered; ranks.py)
             episodes, scored = act_scored(policy, tasks, t.group_size, judge, cfg.reward,
                                           temperature=cfg.sampler.temperature,
                                           seed=derived_seed(cfg.seed, step, round_))
-        if remote is not None:
-            scored = score(episodes, judge, cfg.reward)
         step_eps += episodes
         # DAPO eq. 13 overlong penalty joins the task reward (a no-op unless enabled)
         rewards = algorithm.shape_rewards([r for r, _ in scored], episodes)
