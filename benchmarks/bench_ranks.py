@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--tasks", type=int, default=4, help="trainer.tasks_per_step")
     ap.add_argument("--group", type=int, default=4, help="trainer.group_size")
+    ap.add_argument("--out", default="bench_ranks.json", help="file in benchmarks/results/")
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args(argv)
     overrides = [f"trainer.max_steps={a.steps}", f"trainer.tasks_per_step={a.tasks}",
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
               # are not counted); a secondary figure for a loaded machine, not the target
               "cpu_ratio_rank0": parts["step_cpu_s_2"] / parts["step_cpu_s_1"],
               "runs": runs}
-    out = ROOT / "benchmarks" / "results" / "bench_ranks.json"
+    out = ROOT / "benchmarks" / "results" / a.out
     out.write_text(json.dumps(result, indent=1))
     print(f"two ranks / one rank step time: {result['ratio_two_over_one']:.3f} "
           f"(median {med[2]:.2f}s vs {med[1]:.2f}s; target <= 0.60); rank 0 CPU s/step "

@@ -318,3 +318,16 @@ def test_submitit_tasks_become_ranks(monkeypatch):
 def test_deepspeed_launchers_local_rank_argument_is_dropped():
     from ablate.apps.cli import launcher_args
     assert launcher_args(["--local_rank=1", "seed=3", "--local-rank=0"]) == ["seed=3"]
+
+
+@pytest.mark.heavy
+def test_deepspeed_launcher_runs_the_same_cell(tmp_path):
+    """`deepspeed --num_gpus 2 --module ablate ...` (it appends --local_rank=N, dropped by
+    the CLI): the same rank-aware cell as torchrun's (~2 min on 2 busy cores)."""
+    out = tmp_path / "cell"
+    cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--module",
+           "ablate", *CELL, "trainer.max_steps=1", f"hydra.run.dir={out}"]
+    proc = subprocess.run(cmd, env=clean_env(ABLATE_CACHE=str(tmp_path / "cache")),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    check_two_rank_cell(out, 1)
