@@ -248,6 +248,15 @@ def test_two_rank_cell_completes_dies_as_one_and_resumes(tmp_path):
     assert p.returncode == 0, log[-4000:]
     assert "resumed from checkpoint" in (killed / "ablate.log").read_text()
     check_two_rank_cell(killed, 3)
+    # the killed-and-resumed cell repeats the uninterrupted one's first two steps exactly
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        a, b = (untimed(r for r in rows(d / name) if r["step"] <= 2) for d in (out, killed))
+        assert a == b, name
+
+
+def untimed(rs) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.endswith(("_s", "seconds", "tokens_per_s"))}
+            for r in rs]
 
 
 def _rank_pid(launcher: int, rank: int) -> int:
