@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -25,6 +26,9 @@ from ablate.learners import CheckpointError
 from ablate.envs import env_class
 from ablate.loop.config import ConfigError, register
 from ablate.loop.outputs import CellBusy, CellDir
+from ablate.loop.ranks import CellOutcome
+from ablate.apps.devices import assign as assign_devices, export_submitit_ranks
+from ablate.core.dist import env_world_size, is_writer
 from ablate.apps.preflight import check_free_space, check_output_dir, preflight as check_cfg
 
 log = logging.getLogger("ablate")
@@ -261,16 +265,19 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
     hc = HydraConfig.get()
     out_dir = hc.runtime.output_dir
+    export_submitit_ranks()   # a multi-task submitit job: one rank per task
     if hc.mode != RunMode.MULTIRUN:
         try:
             summary = run_cell(cfg, out_dir)
-        except (CellBusy, *CELL_ERRORS) as e:
+        except (CellBusy, CellOutcome, *CELL_ERRORS) as e:
             print(f"ablate: error: {one_line(e)}", file=sys.stderr)
             sys.exit(2)
     else:
         grid = os.environ.get(GRID_PID)
         if not _watching and grid == str(os.getppid()):   # a worker process of the grid's
             _watching.append(exit_with_parent(int(grid)))
+        if env_world_size() == 1:   # a multi-rank cell's ranks use GPU LOCAL_RANK
+            assign_devices(int(hc.job.num), int(cfg.run.devices_per_cell))   # before CUDA
         summary = _grid_cell(cfg, out_dir, hc.job.override_dirname or "default", run_cell)
     return summary.get("final_accuracy") if summary else None
 
@@ -293,7 +300,7 @@ def _grid_cell(cfg: DictConfig, out_dir: str, name: str, run_cell) -> dict | Non
         return None
     except Exception as e:   # one bad cell must not stop a grid; KeyboardInterrupt does
         try:
-            CellDir(out_dir).mark_failed(one_line(e), traceback.format_exc())
+            CellDir(out_dir, writer=is_writer()).mark_failed(one_line(e), traceback.format_exc())
         except OSError as why:   # a read-only or full disk: the log still says it
             log.error("cannot write %s/FAILED: %s", out_dir, why)
         FAILED_CELLS.append(out_dir)
@@ -307,7 +314,7 @@ def _grid_cell(cfg: DictConfig, out_dir: str, name: str, run_cell) -> dict | Non
 
 def _report(state: str, out_dir: str) -> None:
     path = os.environ.get(GRID_REPORT)
-    if path:
+    if path and is_writer():   # a multi-rank cell reports once, from rank 0
         try:
             with open(path, "a", encoding="utf-8") as fh:   # one short line: atomic append
                 fh.write(f"{state}\t{out_dir}\n")
@@ -348,8 +355,15 @@ def exit_with_parent(parent: int, every_s: float = 2.0) -> threading.Thread:
     return thread
 
 
+def launcher_args(args: list[str]) -> list[str]:
+    """The command line without the `--local_rank=N` the `deepspeed` launcher appends
+    (its LOCAL_RANK variable says the same; docs/distributed.md)."""
+    return [a for a in args if not re.fullmatch(r"--local[_-]rank=\d+", a)]
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = flags_first(normalise_overrides(list(sys.argv[1:] if argv is None else argv)))
+    args = launcher_args(list(sys.argv[1:] if argv is None else argv))
+    args = flags_first(normalise_overrides(args))
     code = preflight(args)
     if code:
         sys.exit(code)

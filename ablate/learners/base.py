@@ -69,6 +69,7 @@ class _Plan:
     any_prefix: bool           # some rank has one: every rank runs a prefix pass
     mbs: list[MicroBatch]
     n_mb: int                  # micro-batches of the busiest rank
+    rows: list[int]            # this rank's rows of the batch (all of them: one rank)
 
 
 class WarmupConstant:
@@ -192,19 +193,24 @@ class Learner:
         return "cache" if "cache" in inspect.signature(base.forward).parameters \
             else "past_key_values"
 
-    def _plan(self, batch: Sequence, keys: Optional[Sequence] = None) -> _Plan:
-        """Shared prefix, micro-batches (segments with equal `keys` together), and what
-        every rank must run alike (ZeRO-3 gathers parameters collectively inside each
-        forward and backward)."""
+    def _plan(self, batch: Sequence, keys: Optional[Sequence] = None,
+              rows: Optional[Sequence[int]] = None) -> _Plan:
+        """Shared prefix, micro-batches (segments with equal `keys` together) of this
+        rank's `rows` (micro-batch indices stay positions in `batch`), and what every rank
+        must run alike (ZeRO-3 gathers parameters collectively inside each forward and
+        backward)."""
+        rows = list(range(len(batch))) if rows is None else list(rows)
+        sub = [batch[i] for i in rows]
         P = 0
-        if getattr(self.cfg, "shared_prefix", False) and self._prefix_supported():
-            P = shared_prefix_len(batch, int(getattr(self.cfg, "shared_prefix_min_tokens", 1)))
-        groups = pack(batch, int(self.cfg.micro_batch_tokens), skip=P, keys=keys)
-        mbs = [collate(batch, g).to(self.device) for g in groups]
+        if sub and getattr(self.cfg, "shared_prefix", False) and self._prefix_supported():
+            P = shared_prefix_len(sub, int(getattr(self.cfg, "shared_prefix_min_tokens", 1)))
+        groups = pack(sub, int(self.cfg.micro_batch_tokens), skip=P,
+                      keys=None if keys is None else [keys[i] for i in rows])
+        mbs = [collate(batch, [rows[j] for j in g]).to(self.device) for g in groups]
         n_mb, any_prefix = (int(x) for x in self._all_reduce(
             torch.tensor([len(mbs), float(P > 0)], dtype=torch.float64), "max").tolist())
-        prefix = list(batch[0].ids[:P]) if P else []
-        return _Plan(prefix, bool(any_prefix), mbs, n_mb)
+        prefix = list(sub[0].ids[:P]) if P else []
+        return _Plan(prefix, bool(any_prefix), mbs, n_mb, rows)
 
     def _prefix_supported(self) -> bool:
         """Full causal attention in every layer (a sliding window would need its own
@@ -214,7 +220,8 @@ class Learner:
         return all(t == "full_attention" for t in types)
 
     # --- public ------------------------------------------------------------------------
-    def update(self, batch: Sequence, advantages, loss_fn: LossFn) -> dict:
+    def update(self, batch: Sequence, advantages, loss_fn: LossFn,
+               rows: Optional[Sequence[int]] = None) -> dict:
         """One optimizer step over the whole batch. The tokens all segments share at the
         start (untrained; e.g. the system prompt, see ablate/learners/prefix.py) are
         forwarded once; the rest is packed into right-padded micro-batches of at most
@@ -225,13 +232,17 @@ class Learner:
         (before clipping), lr (used in this step), tokens, train_tokens, forward_tokens
         (tokens the policy forwarded, prefix once, padding excluded), prefix_tokens,
         micro_batches, seconds, tokens_per_s, and loss_fn's metrics (shares summed, means
-        token-weighted, *_max/*_min kept)."""
+        token-weighted, *_max/*_min kept).
+
+        `rows` (several ranks, ablate/loop/ranks.py): every rank passes the whole batch and
+        forwards only its rows; token and sequence counts are summed over the ranks, so the
+        step equals one rank's over all rows (tests/test_distributed.py)."""
         t0 = time.perf_counter()
         adv = torch.as_tensor(advantages, dtype=torch.float32).flatten().to(self.device)
         if len(adv) != len(batch):
             raise ValueError(f"{len(adv)} advantages for {len(batch)} segments")
         # loss_fn.pack_keys: segments with equal keys share a micro-batch (e.g. DPO pairs)
-        plan = self._plan(batch, getattr(loss_fn, "pack_keys", None))
+        plan = self._plan(batch, getattr(loss_fn, "pack_keys", None), rows)
         if plan.n_mb == 0:
             raise ValueError("update() needs at least one segment (on some rank)")
         local = torch.tensor([sum(float(m.mask.sum()) for m in plan.mbs),
@@ -282,9 +293,9 @@ class Learner:
 
     def _update_metrics(self, batch, plan, parts, sum_keys, total_loss, num_tokens,
                         grad_norm, lr, dt) -> dict:
-        tokens = sum(len(s.ids) for s in batch)
+        tokens = sum(len(batch[i].ids) for i in plan.rows)
         P = len(plan.prefix)
-        fwd = tokens - max(len(batch) - 1, 0) * P if P else tokens
+        fwd = tokens - max(len(plan.rows) - 1, 0) * P if P else tokens
         # loss and token counts over all ranks; loss_fn's own metrics stay this rank's
         total_loss, tokens, fwd = self._all_reduce(
             torch.tensor([total_loss, tokens, fwd], dtype=torch.float64)).tolist()

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
+from ablate.core import dist
 from ablate.core.errors import ConfigError
 from ablate.core.seeding import derived_seed, seed_everything  # noqa: F401  (re-exported)
 from ablate.envs import make_env
@@ -35,6 +36,7 @@ from ablate.harness.chat import render_episode_text
 from ablate.loop.config import validate
 from ablate.loop.eval_metrics import GREEDY, SAMPLED
 from ablate.loop.outputs import CellDir
+from ablate.loop.ranks import act_scored, agree, learner_rows
 from ablate.loop.resume import check_resume, config_changes, describe, record_changes, \
     stored_config
 from ablate.loop.policy import ModelPolicy, SamplerPolicy, ScriptedPolicy  # noqa: F401
@@ -80,15 +82,36 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
     """Run (or resume, or skip if complete) one cell. `on_eval(step, summary)` is called
     after each evaluation (Optuna's pruner listens there and may raise TrialPruned)."""
     validate(cfg)
-    cell = CellDir(out_dir)
-    if not cell.complete:
-        cell.lock()             # CellBusy if another live process runs this cell
+    if dist.init(cfg.run.dist_timeout_s):   # under a launcher: ranks (docs/distributed.md)
+        cfg.run.world_size = dist.world_size()
+    # rank 0's directory (Hydra's default run dir is a time stamp, per process)
+    out_dir = dist.broadcast_object(str(out_dir))
+    cell = CellDir(out_dir, writer=dist.is_writer())
+    if not cell.writer:
+        _quiet_rank()
     try:
-        if cell.complete:       # (it may have finished between the check and the lock)
+        # rank 0 holds the cell's lock (CellBusy if another live process runs this cell)
+        if agree(lambda: _lock_unless_complete(cell)):
             return _replay_complete(cell, on_eval, cfg)
         return _run_locked(cfg, cell, on_eval)
     finally:
         cell.unlock()
+
+
+def _quiet_rank() -> None:
+    """Ranks > 0 log warnings only, to the terminal (rank 0 writes the cell's log)."""
+    logging.getLogger("ablate").setLevel(logging.WARNING)
+    root = logging.getLogger()
+    for h in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        root.removeHandler(h)
+
+
+def _lock_unless_complete(cell: CellDir) -> bool:
+    """Lock the cell unless it is complete; complete? (it may have finished between the
+    check and the lock)"""
+    if not cell.complete:
+        cell.lock()
+    return cell.complete
 
 
 def _replay_complete(cell: CellDir, on_eval, cfg: DictConfig | None = None) -> dict:
@@ -137,7 +160,7 @@ def final_summary(cell: CellDir, last_eval: dict | None, max_steps: int, t0: flo
 
 
 def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
-    changes = check_resume(cell.path, cfg, _started(cell))
+    changes = agree(lambda: check_resume(cell.path, cfg, _started(cell)))
     cell.write_config(cfg)
     seed_everything(cfg.seed)
     if cfg.run.num_threads > 0:
@@ -158,7 +181,7 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     log.info("cell ready in %.1fs: %d train / %d eval tasks, policy=%s", time.time() - t0,
              len(env.train_tasks), len(eval_tasks), cfg.model.name)
 
-    tracker = Tracker(cfg, cell.path)
+    tracker = Tracker(cfg, cell.path, cell.writer)
     start = 0
     if policy.learns:
         restored = policy.learner.load()
@@ -169,7 +192,8 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     cell.truncate_after(start if start > 0 else -1)
     if start > 0:
         _restore_checkpointed_row(cell, start, client)
-    change_note = record_changes(cell.path, start, changes) if changes else None
+    change_note = (record_changes(cell.path, start, changes) if cell.writer else
+                   describe(changes, limit=len(changes))) if changes else None
     if changes:
         log.warning("resuming cell %s at step %d with a changed config "
                     "(run.allow_config_change=true): %s", cell.path, start, change_note)
@@ -179,14 +203,16 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
         e = cfg.eval
         # k samples per question at the evaluation (by default the training) temperature
         temp = cfg.sampler.temperature if e.temperature is None else e.temperature
-        episodes = policy.act(eval_tasks, e.samples, temperature=temp,
-                              seed=derived_seed(cfg.seed, step, 99991), evaluation=True)
-        rewards = score(episodes, judge, cfg.reward)
+        # (with several ranks: the questions shared out, the rows gathered; ranks.py)
+        episodes, rewards = act_scored(policy, eval_tasks, e.samples, judge, cfg.reward,
+                                       temperature=temp, evaluation=True,
+                                       seed=derived_seed(cfg.seed, step, 99991))
         rows = eval_rows(step, episodes, rewards, SAMPLED if temp > 0 else GREEDY)
         if e.greedy and temp > 0:   # a second, greedy pass reported beside it
-            g_eps = policy.act(eval_tasks, 1, temperature=0.0,
-                               seed=derived_seed(cfg.seed, step, 99992), evaluation=True)
-            rows += eval_rows(step, g_eps, score(g_eps, judge, cfg.reward), GREEDY)
+            g_eps, g_rew = act_scored(policy, eval_tasks, 1, judge, cfg.reward,
+                                      temperature=0.0, evaluation=True,
+                                      seed=derived_seed(cfg.seed, step, 99992))
+            rows += eval_rows(step, g_eps, g_rew, GREEDY)
         cell.append("eval.jsonl", rows)
         write_trajectories(cell, step, episodes, rewards, cfg.run.num_trajectories)
         summary = eval_summary(step, rows)
@@ -210,12 +236,14 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     if start == 0 and (cfg.eval.at_start or max_steps == 0):
         last_eval = evaluate(0)
 
-    progress = Progress(max_steps, cfg.run.quiet, tracker.name)
+    progress = Progress(max_steps, cfg.run.quiet or not cell.writer, tracker.name)
     if cfg.trainer.max_async_level > 0 and start < max_steps:
         policy.remote = AsyncRollouts(cfg, start, max_steps, policy.learner.export_state_dict())
     try:
         for step in range(start + 1, max_steps + 1):
             row = train_step(cfg, policy, env, judge, algorithm, step)
+            if cfg.run.world_size > 1:
+                row["dist/world_size"] = cfg.run.world_size
             if change_note is not None:   # the first row after an accepted change
                 row["resume/config_changes"], change_note = change_note, None
             if policy.remote is not None and policy.remote.wanted(step, max_steps):
@@ -265,10 +293,11 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
         tasks = sample_step_tasks(env.train_tasks, need, cfg.seed, step, round_, experience)
         if remote is not None:           # rolled out ahead, by older weights
             episodes, staleness = remote.take(step, tasks)
-        else:
-            episodes = policy.act(tasks, t.group_size, temperature=cfg.sampler.temperature,
-                                  seed=derived_seed(cfg.seed, step, round_))
-        scored = score(episodes, judge, cfg.reward)
+            scored = score(episodes, judge, cfg.reward)
+        else:   # (with several ranks: the tasks shared out, scored, gathered; ranks.py)
+            episodes, scored = act_scored(policy, tasks, t.group_size, judge, cfg.reward,
+                                          temperature=cfg.sampler.temperature,
+                                          seed=derived_seed(cfg.seed, step, round_))
         step_eps += episodes
         # DAPO eq. 13 overlong penalty joins the task reward (a no-op unless enabled)
         rewards = algorithm.shape_rewards([r for r, _ in scored], episodes)
@@ -324,7 +353,8 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
         row.update(batch.metrics)
         loss_fn = algorithm.loss_fn(batch)
         for epoch in range(a.ppo_epochs):
-            stats = policy.learner.update(batch.segments, batch.advantages, loss_fn)
+            stats = policy.learner.update(batch.segments, batch.advantages, loss_fn,
+                                          **learner_rows(batch, loss_fn))
         row.update({f"update/{k}": v for k, v in stats.items()})
         policy.push_weights()
     else:

@@ -12,6 +12,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from ablate.core.dist import env_world_size
 from ablate.core.errors import ConfigError  # noqa: F401  (re-exported)
 from ablate.agents import AGENTS
 from ablate.agents.config import AgentConfig, check as check_agent
@@ -68,6 +69,16 @@ class RunConfig:
     # resume an interrupted cell whose config differs in a result-changing key (the
     # change is recorded in config_changes.jsonl and the metrics); false refuses
     allow_config_change: bool = False
+    # ranks of the cell (torchrun / deepspeed launcher): recorded by the cell from the
+    # launcher's WORLD_SIZE (1 without one); a value given here must match it; a cell
+    # resumes only with the world size it started with (docs/distributed.md)
+    world_size: int = 1
+    # seconds a collective may wait for the other ranks before the cell fails (a rank
+    # that died ends the others, never a hang; torch.distributed init_process_group)
+    dist_timeout_s: float = 600.0
+    # parallel grid workers on a multi-GPU machine (hydra/launcher=joblib,
+    # submitit_local): devices each cell gets via CUDA_VISIBLE_DEVICES (0 = no assignment)
+    devices_per_cell: int = 0
 
 
 @dataclass
@@ -374,3 +385,19 @@ def _check_run(cfg) -> None:
     _need(r.num_trajectories >= 0, "run.num_trajectories", r.num_trajectories, "must be >= 0")
     _need(r.device == "cpu" or r.device == "cuda" or r.device.startswith("cuda:"),
           "run.device", r.device, "choose cpu, cuda or cuda:N")
+    _check_ranks(cfg)
+
+
+def _check_ranks(cfg) -> None:
+    """run.world_size is recorded from the launcher (docs/distributed.md)."""
+    r, launched = cfg.run, env_world_size()
+    _need(r.world_size in (1, launched), "run.world_size", r.world_size,
+          f"this launch has {launched} rank(s) (the launcher's WORLD_SIZE); leave it unset")
+    _need(r.dist_timeout_s > 0, "run.dist_timeout_s", r.dist_timeout_s, "must be > 0")
+    _need(r.devices_per_cell >= 0, "run.devices_per_cell", r.devices_per_cell, "must be >= 0")
+    if launched > 1:
+        _need(cfg.learner.name == "deepspeed", "learner.name", cfg.learner.name,
+              f"must be deepspeed with {launched} ranks (one ZeRO engine over the ranks)")
+        _need(cfg.trainer.max_async_level == 0, "trainer.max_async_level",
+              cfg.trainer.max_async_level, f"must be 0 with {launched} ranks (the "
+              "asynchronous producer is single-process)")

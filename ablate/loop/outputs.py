@@ -109,15 +109,20 @@ class CellBusy(RuntimeError):
 
 
 class CellDir:
-    def __init__(self, path: str | Path):
+    """`writer=False` (ranks > 0 of a multi-rank cell): every write is skipped, reads
+    see rank 0's files (a shared filesystem across nodes; docs/distributed.md)."""
+
+    def __init__(self, path: str | Path, writer: bool = True):
         self.path = Path(path)
+        self.writer = writer
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:   # read-only, full, a file in the way
             raise write_error(self.path, exc) from None
         self.ckpt = self.path / "ckpt"
         self._lock = None
-        remove_stale_temps(self.path)
+        if writer:   # another node's pids are not visible here: the writer's job alone
+            remove_stale_temps(self.path)
 
     def lock(self) -> None:
         """Hold the cell's lock for as long as this process lives (two writers would
@@ -153,11 +158,15 @@ class CellDir:
         return (self.path / COMPLETE).exists()
 
     def write_config(self, cfg: DictConfig) -> None:
+        if not self.writer:
+            return
         atomic_write_text(self.path / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
 
     def append(self, name: str, rows: list[dict] | dict) -> None:
         """Whole rows or none: a failed write (disk full, read-only) cuts the file back
         to its rows before it and is an OutputWriteError naming the path."""
+        if not self.writer:
+            return
         rows = [rows] if isinstance(rows, dict) else rows
         text = "".join(json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n"
                        for row in rows)
@@ -180,6 +189,8 @@ class CellDir:
 
     def truncate_after(self, step: int) -> None:
         """Drop rows of steps > `step` (work done after the restored checkpoint)."""
+        if not self.writer:
+            return
         for name in JSONL_FILES:
             path = self.path / name
             if path.exists():
@@ -192,6 +203,8 @@ class CellDir:
                                                         step))
 
     def write_text(self, name: str, text: str, append: bool = False) -> None:
+        if not self.writer:
+            return
         if append:
             try:
                 with (self.path / name).open("a", encoding="utf-8") as fh:
@@ -203,9 +216,13 @@ class CellDir:
 
     def mark_failed(self, error: str, trace: str) -> None:
         """Record why a grid cell failed (the other cells go on); a re-run retries it."""
+        if not self.writer:
+            return
         atomic_write_text(self.path / FAILED, error + "\n\n" + trace)
 
     def mark_complete(self, summary: dict) -> None:
+        if not self.writer:
+            return
         (self.path / FAILED).unlink(missing_ok=True)
         atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2, default=_jsonable))
         atomic_write_text(self.path / COMPLETE, "")

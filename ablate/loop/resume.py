@@ -25,7 +25,10 @@ ALLOW_CHANGE = ("run.quiet", "run.wandb_mode", "run.wandb_project", "run.num_thr
                 "judge.max_retries",
                 # every random choice is a function of (seed, step, round) and no schedule
                 # reads it: a longer run repeats a shorter one's steps (extending a cell)
-                "trainer.max_steps")
+                "trainer.max_steps",
+                # ranks: checked on their own (check_world_size); the timeout and the
+                # grid's device assignment change no result
+                "run.world_size", "run.dist_timeout_s", "run.devices_per_cell")
 CHANGES_FILE = "config_changes.jsonl"
 
 
@@ -89,6 +92,7 @@ def check_resume(cell_path: Path, cfg: DictConfig, started: bool) -> dict[str, t
     stored = stored_config(cell_path)
     if stored is None or not started:
         return {}
+    check_world_size(cell_path, stored, cfg)
     changes = config_changes(stored, cfg)
     if changes and not cfg.run.allow_config_change:
         raise ConfigError(
@@ -96,6 +100,18 @@ def check_resume(cell_path: Path, cfg: DictConfig, started: bool) -> dict[str, t
             "resuming would mix two runs: use the original values or a new output "
             "directory, or pass run.allow_config_change=true to resume anyway (recorded)")
     return changes
+
+
+def check_world_size(cell_path: Path, stored: dict, cfg: DictConfig) -> None:
+    """A cell resumes with the number of ranks it started with: its ZeRO-3 checkpoint is
+    partitioned per rank (DeepSpeed's universal checkpoint converts it: docs/distributed.md)."""
+    was = int(((stored.get("run") or {}).get("world_size")) or 1)
+    now = int(cfg.run.world_size)
+    if was != now:
+        raise ConfigError(
+            f"cell {cell_path} was run with {was} rank(s) (run.world_size={was} in its "
+            f"config.yaml) and this launch has {now}: resume it with {was} rank(s) "
+            "(torchrun --nproc-per-node), or use a new output directory")
 
 
 def record_changes(cell_path: Path, step: int, changes: dict[str, tuple]) -> str:

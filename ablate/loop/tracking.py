@@ -17,11 +17,11 @@ def run_name(cell_dir: Path) -> str:
 
 
 class Tracker:
-    def __init__(self, cfg, cell_dir: Path):
+    def __init__(self, cfg, cell_dir: Path, writer: bool = True):
         self.name = run_name(Path(cell_dir))
         self.run = None
         mode = cfg.run.wandb_mode
-        if mode == "disabled":
+        if mode == "disabled" or not writer:   # ranks > 0 of a cell log nothing
             return
         try:
             import wandb
