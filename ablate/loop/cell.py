@@ -38,6 +38,7 @@ from ablate.loop.outputs import CellDir
 from ablate.loop.resume import check_resume, config_changes, describe, record_changes, \
     stored_config
 from ablate.loop.policy import ModelPolicy, SamplerPolicy, ScriptedPolicy  # noqa: F401
+from ablate.loop.policy import eval_episodes
 from ablate.loop.scoring import (eval_history, eval_rows, eval_subset, eval_summary,  # noqa: F401
                                  sample_step_tasks, score)
 from ablate.harness.parser import step_metrics as harness_step_metrics
@@ -178,13 +179,13 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
         e = cfg.eval
         # k samples per question at the evaluation (by default the training) temperature
         temp = cfg.sampler.temperature if e.temperature is None else e.temperature
-        episodes = policy.act(eval_tasks, e.samples, temperature=temp,
-                              seed=derived_seed(cfg.seed, step, 99991), evaluation=True)
+        seeds = dict(seed=derived_seed(cfg.seed, step, 99991),   # greedy: one per task,
+                     greedy_seed=derived_seed(cfg.seed, step, 99992))   # beside them
+        episodes, g_eps = eval_episodes(policy, eval_tasks, e.samples, temperature=temp,
+                                        greedy=e.greedy, **seeds)
         rewards = score(episodes, judge, cfg.reward)
         rows = eval_rows(step, episodes, rewards, SAMPLED if temp > 0 else GREEDY)
-        if e.greedy and temp > 0:   # a second, greedy pass reported beside it
-            g_eps = policy.act(eval_tasks, 1, temperature=0.0,
-                               seed=derived_seed(cfg.seed, step, 99992), evaluation=True)
+        if g_eps:
             rows += eval_rows(step, g_eps, score(g_eps, judge, cfg.reward), GREEDY)
         cell.append("eval.jsonl", rows)
         write_trajectories(cell, step, episodes, rewards, cfg.run.num_trajectories)
