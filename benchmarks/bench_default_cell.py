@@ -9,7 +9,8 @@ Engines (ablate/loop/policy.py, ablate/samplers/hf.py):
        own buffers, then copied into the decoding batch's);
   new: as shipped.
 Each run is `run_cell` on the composed default config into its own directory; the
-machine-speed unit (benchmarks/machine_unit.py) is measured before and after it, and
+machine-speed unit (benchmarks/machine_unit.py) is measured before and after it (one
+measurement between two runs serves as the first's "after" and the second's "before"), and
 wall seconds, the process's CPU seconds and units are reported per run, with medians,
 new/old ratios (of the medians and per pair) and the load average seen. Rows: the first
 old and first new cells are compared row for row (benchmarks/compare_cells.py: all 192
@@ -78,10 +79,11 @@ def main(argv=None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-default-cell-"))
     unit_model = machine_unit._model()
     runs, first, loads = [], {}, []
+    after = machine_unit.measure(unit_model)
     for i in range(2 * a.pairs):
         engine = ENGINES[i % 2]
         out = work / f"{engine}-{i}"
-        before = machine_unit.measure(unit_model)
+        before = after            # one measurement between two runs serves both
         loads.append(os.getloadavg()[0])
         wall, cpu = run(engine, a.overrides, out)
         loads.append(os.getloadavg()[0])
