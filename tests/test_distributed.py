@@ -308,6 +308,9 @@ def test_submitit_tasks_become_ranks(monkeypatch):
     """hydra/launcher=submitit_slurm with nodes=2, tasks_per_node=8: task 9 (node 1, local
     task 1) is rank 9 of 16, GPU 1 of its node, rendezvous at the first node."""
     from ablate.apps.devices import export_submitit_ranks
+    # submitit exports RANK, MASTER_PORT, ... into os.environ itself: a private copy keeps
+    # them from leaking into later tests (a leaked WORLD_SIZE hangs every ZeRO-3 init)
+    monkeypatch.setattr(os, "environ", os.environ.copy())
     for k in DIST_KEYS + ("LOCAL_WORLD_SIZE",):
         monkeypatch.delenv(k, raising=False)
     assert export_submitit_ranks() is False          # not a submitit job

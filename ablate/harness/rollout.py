@@ -126,8 +126,10 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
     its reset takes that has a `.prompt`); returns them in (task, sample) order.
     `system_prompt` overrides the environment's; `model_cfg` (model.tool_format,
     model.chat_template; None: auto-detected from the tokenizer's own template) selects
-    the chat conventions (ablate.harness.chat)."""
+    the chat conventions (ablate.harness.chat). `temperature` may be one value per sample
+    index (a sequence of `group_size`; the sampler must take per-prompt temperatures)."""
     harness_cfg, mode_cfg = _plain(harness_cfg), _plain(mode_cfg)
+    per_sample = isinstance(temperature, (list, tuple))
     tools_schema = env.tool_schemas()
     if system_prompt is None:
         system_prompt = env.system_prompt()
@@ -183,7 +185,8 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
         budgets = [_budget(s, harness_cfg, cap) for s in live]
         masks = [_mask_for(s, env, harness_cfg, mode_cfg, vocab, conv) for s in live]
         outs = sampler.generate(
-            [s.context for s in live], max_new_tokens=budgets, temperature=temperature,
+            [s.context for s in live], max_new_tokens=budgets,
+            temperature=[temperature[s.ep.sample] for s in live] if per_sample else temperature,
             top_p=top_p, stop_token_ids=stops,
             logits_processors=masks if any(m is not None for m in masks) else None,
             seed=(int(seed) * 1_000_003 + turn) % (2 ** 63))

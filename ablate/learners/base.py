@@ -96,6 +96,21 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return groups
 
 
+def _in_update_threads(update):
+    """Run update() on `learner.update_threads` threads (0: as the process), restored
+    afterwards."""
+    @functools.wraps(update)
+    def run(self, *args, **kwargs):
+        n, before = int(getattr(self.cfg, "update_threads", 0) or 0), torch.get_num_threads()
+        if n > 0:
+            torch.set_num_threads(n)
+        try:
+            return update(self, *args, **kwargs)
+        finally:
+            torch.set_num_threads(before)
+    return run
+
+
 class Learner:
     """See the module docstring; `model` is the trained module (a PeftModel under LoRA)."""
 
@@ -220,6 +235,7 @@ class Learner:
         return all(t == "full_attention" for t in types)
 
     # --- public ------------------------------------------------------------------------
+    @_in_update_threads
     def update(self, batch: Sequence, advantages, loss_fn: LossFn,
                rows: Optional[Sequence[int]] = None) -> dict:
         """One optimizer step over the whole batch. The tokens all segments share at the

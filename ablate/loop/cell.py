@@ -36,7 +36,7 @@ from ablate.harness.chat import render_episode_text
 from ablate.loop.config import validate
 from ablate.loop.eval_metrics import GREEDY, SAMPLED
 from ablate.loop.outputs import CellDir
-from ablate.loop.ranks import act_scored, agree, learner_rows
+from ablate.loop.ranks import act_scored, agree, eval_scored, learner_rows
 from ablate.loop.resume import check_resume, config_changes, describe, record_changes, \
     stored_config
 from ablate.loop.policy import ModelPolicy, SamplerPolicy, ScriptedPolicy  # noqa: F401
@@ -203,15 +203,14 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
         e = cfg.eval
         # k samples per question at the evaluation (by default the training) temperature
         temp = cfg.sampler.temperature if e.temperature is None else e.temperature
-        # (with several ranks: the questions shared out, the rows gathered; ranks.py)
-        episodes, rewards = act_scored(policy, eval_tasks, e.samples, judge, cfg.reward,
-                                       temperature=temp, evaluation=True,
-                                       seed=derived_seed(cfg.seed, step, 99991))
+        # sampled and greedy rows in one rollout where the sampler can (policy.py); with
+        # several ranks the questions are shared out and the rows gathered (ranks.py)
+        (episodes, rewards), (g_eps, g_rew) = eval_scored(
+            policy, eval_tasks, e.samples, judge, cfg.reward, temperature=temp,
+            greedy=e.greedy, seed=derived_seed(cfg.seed, step, 99991),
+            greedy_seed=derived_seed(cfg.seed, step, 99992))
         rows = eval_rows(step, episodes, rewards, SAMPLED if temp > 0 else GREEDY)
-        if e.greedy and temp > 0:   # a second, greedy pass reported beside it
-            g_eps, g_rew = act_scored(policy, eval_tasks, 1, judge, cfg.reward,
-                                      temperature=0.0, evaluation=True,
-                                      seed=derived_seed(cfg.seed, step, 99992))
+        if g_eps:   # the greedy pass reported beside it
             rows += eval_rows(step, g_eps, g_rew, GREEDY)
         cell.append("eval.jsonl", rows)
         write_trajectories(cell, step, episodes, rewards, cfg.run.num_trajectories)

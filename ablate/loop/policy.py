@@ -12,6 +12,39 @@ from ablate.envs import run_episode
 from ablate.harness.episode import scripted_episode
 from ablate.loop.scoring import score
 
+# False: the evaluation's greedy episodes in a second rollout after the sampled ones (the
+# engine before issue 31, kept as the benchmarks' baseline: benchmarks/bench_eval.py)
+MERGED_EVAL = True
+
+
+def eval_episodes(policy, tasks, samples: int, *, temperature: float, greedy: bool,
+                  seed: int, greedy_seed: int) -> tuple[list, list]:
+    """An evaluation's episodes: `samples` per task at `temperature`, and (greedy and
+    temperature > 0) one greedy episode per task. A model policy with the plain rollout
+    (agent=react) and a sampler taking per-prompt temperatures runs both in ONE rollout
+    (sample index `samples` is the greedy one): the sampled rows draw exactly the random
+    numbers they drew alone, and every decoding step and prefix serves both. Batch
+    composition can change float rounding, so a greedy near-tie may flip (docs/cpu.md:
+    the default cell's 192 rows were identical; tests/test_eval_merged.py bounds it)."""
+    greedy = greedy and temperature > 0
+    if greedy and MERGED_EVAL and _merges(policy):
+        eps = run_rollout(policy, tasks, samples + 1, seed=seed,
+                          temperature=[temperature] * samples + [0.0])
+        sampled = [e for e in eps if e.sample < samples]
+        g_eps = [e for e in eps if e.sample == samples]
+        for e in g_eps:
+            e.sample = 0
+        return sampled, g_eps
+    eps = policy.act(tasks, samples, temperature=temperature, seed=seed, evaluation=True)
+    g_eps = policy.act(tasks, 1, temperature=0.0, seed=greedy_seed,
+                       evaluation=True) if greedy else []
+    return eps, g_eps
+
+
+def _merges(policy) -> bool:
+    return isinstance(policy, ModelPolicy) and agent_for(policy.cfg, True) is None and \
+        getattr(policy.sampler, "mixed_temperatures", False)
+
 
 class ScriptedPolicy:
     """The no-learning baseline row: the environment's scripted baseline acting through

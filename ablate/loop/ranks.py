@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ablate.core import dist
 from ablate.core.seeding import derived_seed
+from ablate.loop.policy import eval_episodes
 from ablate.loop.scoring import score
 
 RANK_SEED = 104729   # mixes the rank into a rollout seed (ranks > 0 only)
@@ -24,24 +25,48 @@ def act_scored(policy, tasks, group_size, judge, reward_cfg, *, temperature, see
                evaluation=False):
     """(episodes, [(reward, components)]) of `group_size` rollouts per task, the tasks
     shared out between the ranks and the results gathered in task order on every rank."""
+    def run(share, r):
+        eps = policy.act(share, group_size, temperature=temperature,
+                         seed=rank_seed(seed, r), evaluation=evaluation)
+        return [(eps, score(eps, judge, reward_cfg))]
+    return _sharded(tasks, run)[0]
+
+
+def eval_scored(policy, tasks, samples, judge, reward_cfg, *, temperature, greedy, seed,
+                greedy_seed):
+    """An evaluation's ((episodes, scored), (greedy episodes, scored)) (policy.py's
+    eval_episodes: one merged rollout where the sampler can), shared out like act_scored."""
+    def run(share, r):
+        eps, g_eps = eval_episodes(policy, share, samples, temperature=temperature,
+                                   greedy=greedy, seed=rank_seed(seed, r),
+                                   greedy_seed=rank_seed(greedy_seed, r))
+        return [(eps, score(eps, judge, reward_cfg)),
+                (g_eps, score(g_eps, judge, reward_cfg) if g_eps else [])]
+    return _sharded(tasks, run)
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """A rollout seed of rank `rank` (rank 0 keeps the one-process seed)."""
+    return derived_seed(seed, RANK_SEED, rank) if rank else seed
+
+
+def _sharded(tasks, run) -> list[tuple[list, list]]:
+    """`run(tasks, rank) -> [(episodes, scored), ...]` on this rank's contiguous share of
+    the tasks, each part gathered in task order on every rank."""
     world = dist.world_size()
     if world == 1:
-        episodes = policy.act(tasks, group_size, temperature=temperature, seed=seed,
-                              evaluation=evaluation)
-        return episodes, score(episodes, judge, reward_cfg)
+        return run(tasks, 0)
     r = dist.rank()
     mine = dist.shard(len(tasks), r, world)
-    episodes, scored = [], []
-    if len(mine):
-        episodes = policy.act(tasks[mine.start:mine.stop], group_size,
-                              temperature=temperature, evaluation=evaluation,
-                              seed=derived_seed(seed, RANK_SEED, r) if r else seed)
-        scored = score(episodes, judge, reward_cfg)
+    parts = run(tasks[mine.start:mine.stop], r) if len(mine) else None
+    for episodes, _ in parts or []:
         for e in episodes:
             e.group += mine.start   # the group id of the task in the whole step
             e.state = None          # the final world state served the judge; not sent
-    parts = dist.all_gather_object((episodes, scored))
-    return [e for p in parts for e in p[0]], [s for p in parts for s in p[1]]
+    gathered = dist.all_gather_object(parts)
+    n = len(next(p for p in gathered if p is not None))
+    return [([e for p in gathered if p for e in p[k][0]],
+             [x for p in gathered if p for x in p[k][1]]) for k in range(n)]
 
 
 def learner_rows(batch, loss_fn) -> dict:

@@ -23,7 +23,10 @@ row sees exactly its own sequence at its own positions. `kv_reuse=False` is the 
 engine (one left-padded prefill of every whole prompt), kept as the benchmarks' baseline.
 
 Determinism: sampling draws from a torch.Generator seeded by `seed`, so the same prompts,
-weights and seed give the same completions on CPU.
+weights and seed give the same completions on CPU. `temperature` may be one value per
+prompt (`mixed_temperatures`): greedy rows (0) take the argmax and sampled rows are drawn
+together, in order, exactly as a call with only them would draw (the evaluation runs its
+sampled and greedy episodes in one rollout this way, ablate/loop/policy.py).
 """
 from __future__ import annotations
 
@@ -59,6 +62,7 @@ def prefix_lengths(pool: list[_Entry], prompts: list[list[int]]) -> torch.Tensor
 
 class HFSampler(Sampler):
     name = "hf"
+    mixed_temperatures = True       # generate() takes one temperature per prompt
 
     def __init__(self, model_or_path, tokenizer, device: str = "cpu",
                  dtype: torch.dtype | None = None, kv_reuse: bool = True):
@@ -73,6 +77,7 @@ class HFSampler(Sampler):
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
         self.kv_reuse = kv_reuse
+        self.legacy = False      # True: issue 11's prefill copies (benchmarks' baseline)
         self._entries: list[_Entry] = []        # rows of the last call
         self._pinned: _Entry | None = None      # the shared prefix (share_prefix)
         self.stats = {"encoded_tokens": 0, "reused_tokens": 0, "prompt_tokens": 0}
@@ -189,7 +194,44 @@ class HFSampler(Sampler):
     def _prefill_rows(self, rows, pool, room: int):
         """Each prompt encoded alone, reusing its best kept prefix (a batched prefill
         would pay for every row's padding to the longest new suffix and cached prefix),
-        then packed right-aligned for decoding: as _prefill."""
+        straight into its right-aligned place in the decoding batch's buffers: the row's
+        cache is a view of them, so its keys and values are copied once, not twice."""
+        if self.legacy:
+            return self._prefill_rows_copied(rows, pool, room)
+        matches = self._match(rows, pool)
+        L = max(map(len, rows))
+        packed = self._buffers(len(rows), L + room)
+        logits, attn = [], torch.zeros((len(rows), L), dtype=torch.long, device=self.device)
+        for r, (p, (e, n)) in enumerate(zip(rows, matches)):
+            start = L - len(p)
+            attn[r, start:] = 1
+            views = [(k[r:r + 1, :, start:L], v[r:r + 1, :, start:L]) for k, v in packed]
+            for layer, (k, v) in enumerate(packed):
+                k[r, :, :start].zero_()       # left padding: masked, but never garbage
+                v[r, :, :start].zero_()
+                if n:
+                    views[layer][0][:, :, :n] = e.kv[layer][0][:, :, :n]
+                    views[layer][1][:, :, :n] = e.kv[layer][1][:, :, :n]
+            logits.append(self._forward_row(p, n, views))
+        return torch.stack(logits), attn, self._new_cache(packed, L), [n for _, n in matches]
+
+    def _forward_row(self, prompt, n: int, views) -> torch.Tensor:
+        """Encode prompt[n:] after its first n positions, already in `views` (per layer
+        (keys, values) [1, kv_heads, len(prompt), head_dim]); the forward writes the rest
+        into them. Returns the last position's logits."""
+        new = len(prompt) - n
+        self.stats["encoded_tokens"] += new
+        self.stats["reused_tokens"] += n
+        self.stats["prompt_tokens"] += len(prompt)
+        cache = self._new_cache(views, n)
+        ids = torch.tensor([prompt[n:]], dtype=torch.long, device=self.device)
+        attn = torch.ones((1, len(prompt)), dtype=torch.long, device=self.device)
+        pos = torch.arange(n, len(prompt), device=self.device).view(1, -1)
+        return self._forward(ids, attn, pos, cache)[0][0]
+
+    def _prefill_rows_copied(self, rows, pool, room: int):
+        """_prefill_rows before issue 31 (the benchmarks' baseline): each row encoded
+        into its own buffers, then all copied into the batch's."""
         logits, entries, reused = [], [], []
         for p, match in zip(rows, self._match(rows, pool)):   # one match table for all
             lg, e, n = self._encode_one(p, pool, match)
@@ -222,6 +264,14 @@ class HFSampler(Sampler):
             out.append((k, v))
         return out
 
+    def _buffers(self, rows: int, capacity: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer uninitialised (keys, values) [rows, kv_heads, capacity, head_dim]."""
+        c = self.model.config
+        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        p = next(self.model.parameters())
+        shape = (rows, c.num_key_value_heads, capacity, hd)
+        return [(p.new_empty(shape), p.new_empty(shape)) for _ in range(c.num_hidden_layers)]
+
     @staticmethod
     def _extract(cache, attn, r, ids) -> _Entry:
         """Row r's keys and values (the positions its mask attends to), for `ids`."""
@@ -243,6 +293,7 @@ class HFSampler(Sampler):
         limits = [int(m) for m in per_prompt(max_new_tokens, n, "max_new_tokens")]
         procs = per_prompt(logits_processors, n, "logits_processors") \
             if logits_processors is not None else [None] * n
+        temps = [float(t) for t in per_prompt(temperature, n, "temperature")]
         outs = [Completion([], [], "length") for _ in range(n)]
         live = [i for i in range(n) if limits[i] > 0]
         if not live:
@@ -261,8 +312,9 @@ class HFSampler(Sampler):
         gen = torch.Generator(device="cpu")
         gen.manual_seed(int(seed) if seed is not None else torch.seed())
         self._decode(start, rows, [outs[i] for i in live], [limits[i] for i in live],
-                     [procs[i] for i in live], dict(temperature=temperature, top_p=top_p,
-                                                    gen=gen), set(map(int, stop_token_ids)))
+                     [procs[i] for i in live], dict(temps=[temps[i] for i in live],
+                                                    top_p=top_p, gen=gen),
+                     set(map(int, stop_token_ids)))
         return outs
 
     def _decode(self, start, rows, outs, limits, procs, sampling, stops) -> None:
@@ -275,8 +327,8 @@ class HFSampler(Sampler):
         while live:
             proc = torch.stack([procs[i](outs[i].ids, logits[r]) if procs[i] is not None
                                 else logits[r] for r, i in enumerate(live)])
-            toks, lps = _sample(proc, gen=sampling["gen"], temperature=sampling[
-                "temperature"], top_p=sampling["top_p"])
+            toks, lps = _sample_rows(proc, [sampling["temps"][i] for i in live],
+                                     gen=sampling["gen"], top_p=sampling["top_p"])
             keep = []
             for r, i in enumerate(live):
                 o, t = outs[i], int(toks[r])
@@ -339,6 +391,21 @@ class _GrowingLayer(DynamicLayer):
             n = self.keys.shape[-2]
             self.buf = (self.buf[0][indices], self.buf[1][indices])
             self.keys, self.values = self.buf[0][..., :n, :], self.buf[1][..., :n, :]
+
+
+def _sample_rows(logits: torch.Tensor, temps: list[float], top_p: float,
+                 gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """_sample with one temperature per row: each group of rows sharing a temperature is
+    drawn as one batch, in row order, so a group's random draws are those of a call with
+    that group alone (greedy rows draw nothing)."""
+    if len(set(temps)) == 1:
+        return _sample(logits, temps[0], top_p, gen)
+    toks = torch.empty(len(temps), dtype=torch.long)
+    lps = torch.empty(len(temps), dtype=logits.dtype)
+    for t in sorted(set(temps), key=lambda t: t > 0):   # greedy first: no draws
+        idx = torch.tensor([r for r, x in enumerate(temps) if x == t])
+        toks[idx], lps[idx] = _sample(logits[idx], t, top_p, gen)
+    return toks, lps
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_p: float,
