@@ -4,7 +4,9 @@ Sampler interface (docs/vllm_server.md).
 * Servers: started by the cell (`vllm.entrypoints.openai.api_server` run by
   `sampler.python`, one port each, `CUDA_VISIBLE_DEVICES` from `sampler.devices`, output
   to `vllm_server_<i>.log` in the log directory, the process group killed on close and
-  at exit), or given by `sampler.urls`. Requests are spread round-robin over servers.
+  at exit), or given by `sampler.urls`. Requests are spread over servers by a hash of
+  their first tokens after the shared prefix (`route`): an episode's turns stay on one
+  server, whose prefix cache holds the earlier ones.
 * Token in, token out: `/v1/completions` with `prompt` a list of ids,
   `return_token_ids=true` (the ids the engine sampled) and `logprobs=0` (the sampled
   token's logprob); nothing is re-tokenised. The engine runs with
@@ -44,12 +46,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import zlib
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from ablate.samplers.base import Completion, Sampler, per_prompt
 
 ABLATE_ROOT = Path(__file__).resolve().parents[2]   # put on the servers' PYTHONPATH
+ROUTE_TOKENS = 32       # tokens after the shared prefix that pick a prompt's server
 
 
 class VLLMServerError(RuntimeError):
@@ -315,6 +319,16 @@ class VLLMServerSampler(Sampler):
         self._each(check)
 
     # --- sampling ------------------------------------------------------------------
+    def share_prefix(self, ids) -> None:
+        self._shared = len(ids)
+
+    def route(self, ids) -> int:
+        """The server for a prompt: a hash of its first tokens after the shared prefix
+        (the task's question), so an episode's later turns, which extend its earlier
+        prompts, reach the server whose prefix cache holds them."""
+        head = ids[:getattr(self, "_shared", 0) + ROUTE_TOKENS]
+        return zlib.crc32(json.dumps(list(head)).encode()) % len(self.servers)
+
     def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0,
                  stop_token_ids=(), logits_processors=None, seed=None) -> list[Completion]:
         from ablate.samplers.vllm import _mask_spec
@@ -329,9 +343,10 @@ class VLLMServerSampler(Sampler):
         plan = plan_requests(prompts, limits, [_mask_spec(p) for p in procs], greedy, seed)
         self._check_versions()
         jobs = []
-        for k, (ids, limit, spec, m, sd, idx) in enumerate(plan):
-            s = self.servers[(self.calls + k) % len(self.servers)]
-            body = completion_body(self.models[self.servers.index(s)], ids, limit, m,
+        for ids, limit, spec, m, sd, idx in plan:
+            k = self.route(ids)
+            s = self.servers[k]
+            body = completion_body(self.models[k], ids, limit, m,
                                    temperature=temperature, top_p=top_p,
                                    stop_token_ids=stop_token_ids, seed=sd, spec=spec)
             jobs.append((s, body, m, idx))
