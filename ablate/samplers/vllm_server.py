@@ -152,6 +152,7 @@ class Server:
     def __init__(self, url: str, proc: subprocess.Popen | None = None,
                  log_path: Path | None = None):
         self.url, self.proc, self.log_path = url.rstrip("/"), proc, log_path
+        self.watchdog: subprocess.Popen | None = None
 
     def where(self) -> str:
         return f"; log: {self.log_path}" if self.log_path else ""
@@ -197,28 +198,75 @@ class Server:
         return json.loads(raw) if raw.strip() else None
 
     def close(self, grace: float = 10.0) -> None:
+        """SIGTERM to the server's process group, SIGKILL to what is left after `grace`
+        seconds (vLLM's engine processes outlive a dead API server otherwise)."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and live_group_members(proc.pid):
+            proc.poll()
+            time.sleep(0.2)
+        _signal_group(proc.pid, signal.SIGKILL)
+        watchdog, self.watchdog = self.watchdog, None
+        if watchdog is not None:
+            watchdog.kill()
+        for p in (proc, watchdog):
             try:
-                os.killpg(proc.pid, sig)     # the server and its engine processes
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(wait_s)
-                return
+                p and p.wait(5)
             except subprocess.TimeoutExpired:
-                continue
+                pass
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: the server gets SIGKILL if this (the cell's) process dies (Linux)."""
+def _signal_group(pgid: int, sig) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """Pids in process group `pgid` that are not zombies (Linux /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _die_with_parent(sig=signal.SIGKILL) -> None:
+    """preexec_fn: this child gets `sig` when the process that started it dies (Linux)."""
     try:
         import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)   # PR_SET_PDEATHSIG
     except Exception:                     # noqa: BLE001 - not Linux: close()/atexit only
         pass
+
+
+# Beside each started server a watchdog: when the cell's process dies (even by SIGKILL)
+# it gets SIGTERM (PR_SET_PDEATHSIG) and kills the server's whole process group, engine
+# processes included; it exits by itself once the group is gone.
+WATCHDOG = """
+import os, signal, sys, time
+pgid = int(sys.argv[1])
+def kill(*_):
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    finally:
+        os._exit(0)
+signal.signal(signal.SIGTERM, kill)
+while True:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        os._exit(0)
+    time.sleep(2)
+"""
 
 
 def start_server(cmd: list[str], env: dict, log_path: Path, url: str) -> Server:
@@ -227,7 +275,11 @@ def start_server(cmd: list[str], env: dict, log_path: Path, url: str) -> Server:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=_die_with_parent)
-    return Server(url, proc, log_path)
+    server = Server(url, proc, log_path)
+    server.watchdog = subprocess.Popen(
+        [sys.executable, "-c", WATCHDOG, str(proc.pid)], stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: _die_with_parent(signal.SIGTERM))
+    return server
 
 
 def wait_ready(server: Server, timeout: float, poll: float = 1.0) -> str:
