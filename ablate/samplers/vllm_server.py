@@ -209,6 +209,10 @@ class Server:
             proc.poll()
             time.sleep(0.2)
         _signal_group(proc.pid, signal.SIGKILL)
+        for _ in range(50):                   # SIGKILL takes a moment to land
+            if not live_group_members(proc.pid):
+                break
+            time.sleep(0.1)
         watchdog, self.watchdog = self.watchdog, None
         if watchdog is not None:
             watchdog.kill()
