@@ -22,7 +22,7 @@ class SamplerConfig:
     python: Optional[str] = None         # their interpreter (a venv with vllm); null = ours
     devices: List[str] = field(default_factory=list)  # CUDA_VISIBLE_DEVICES per server
     host: str = "127.0.0.1"              # where started servers listen
-    request_timeout_s: float = 600.0     # longest wait for one HTTP answer
+    request_timeout_s: float = 600.0     # longest wait for one generate call or push
     startup_timeout_s: float = 900.0     # longest wait for a started server to be ready
     log_dir: Optional[str] = None        # server logs; null = the cell directory
     weights_dir: Optional[str] = None    # pushed safetensors; shared fs for remote servers
