@@ -380,6 +380,10 @@ def test_killed_server_is_a_one_line_error(served):
     msg = str(e.value)
     assert time.monotonic() - t0 < 30 and "\n" not in msg
     assert srv.url in msg and ("exited with code -9" in msg or "unreachable" in msg)
+    from ablate.samplers.vllm_server import live_group_members
+    pgid = srv.proc.pid
+    srv.close()                          # the engine process it left behind goes too
+    assert live_group_members(pgid) == []
 
 
 @pytest.mark.vllm
