@@ -55,3 +55,21 @@ def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampl
                        gpu_memory_utilization=sampler_cfg.gpu_memory_utilization,
                        enforce_eager=sampler_cfg.enforce_eager, seed=seed,
                        tie_word_embeddings=tied)
+
+
+@SAMPLERS.register("vllm_server")
+def vllm_server_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampler:
+    """OpenAI-compatible vLLM servers, started by the cell or given by `sampler.urls`
+    (docs/vllm_server.md). An in-memory model is saved to a temporary directory first."""
+    from ablate.samplers.vllm_server import make_server_sampler
+    if isinstance(model, (str, os.PathLike)):
+        path, tied = str(model), None
+    else:
+        tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        path = tempfile.mkdtemp(prefix="ablate-vllm-server-model-")
+        if not sampler_cfg.urls:          # started servers load it from disk
+            atexit.register(shutil.rmtree, path, ignore_errors=True)
+            model.save_pretrained(path)
+            tokenizer.save_pretrained(path)
+    return make_server_sampler(sampler_cfg, path, dtype=dtype or "bfloat16", seed=seed,
+                               tie_word_embeddings=tied)

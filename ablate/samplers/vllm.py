@@ -41,6 +41,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Sequence
@@ -84,6 +85,8 @@ class ActionMaskAdapter(_AdapterBase):
     def new_req_logits_processor(self, params):
         from ablate.harness.masking import ActionMask
         spec = (getattr(params, "extra_args", None) or {}).get("ablate_mask")
+        if isinstance(spec, str):   # through an HTTP server: vllm_xargs carry JSON text
+            spec = json.loads(spec)
         return None if spec is None else ActionMask.from_spec(self.vocab, spec)
 
 
@@ -92,7 +95,15 @@ class WeightPushExtension:
 
     def ablate_push_weights(self, blob: bytes) -> int:
         from safetensors.torch import load
-        state = load(blob)
+        return self._ablate_reload(load(blob))
+
+    def ablate_push_file(self, path: str) -> int:
+        """The same reload from a safetensors file (sampler=vllm_server: the learner writes
+        it, the server's dev-mode /collective_rpc endpoint calls this on every worker)."""
+        from safetensors.torch import load_file
+        return self._ablate_reload(load_file(path))
+
+    def _ablate_reload(self, state) -> int:
         runner = self.model_runner
         runner.reload_weights(weights_iterator=iter(state.items()))
         model = runner.get_model() if hasattr(runner, "get_model") else runner.model
