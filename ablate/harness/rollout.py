@@ -128,7 +128,7 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
     model.chat_template; None: auto-detected from the tokenizer's own template) selects
     the chat conventions (ablate.harness.chat)."""
     harness_cfg, mode_cfg = _plain(harness_cfg), _plain(mode_cfg)
-    tools_schema = env.tool_schemas()
+    tools_schema = env.prompt_tool_schemas()
     if system_prompt is None:
         system_prompt = env.system_prompt()
     if harness_cfg.calls_per_turn not in ("first", "all"):
@@ -294,6 +294,11 @@ def _act(s: _Live, env: Environment, turn: Turn, text: str, harness_cfg,
         parsed = parser.parse_actions(rest, getattr(harness_cfg, "parser", "strict"), predict)
     else:                           # the model's own syntax: ablate/harness/chat/conventions.py
         parsed = [parser.Action(pc, 0, 0) for pc in conv.parse_calls(rest)]
+    if all(a.call.error is not None for a in parsed):   # no call: maybe a text answer
+        args = env.text_answer(rest)
+        if args is not None:
+            parsed = [parser.Action(parser.ParsedCall(env.answer_tool, args, None, rest),
+                                    0, len(rest))]
     if harness_cfg.calls_per_turn == "first":
         parsed = parsed[:1]
     bad = 0
