@@ -20,12 +20,17 @@ def _email_cfg(cache: str) -> dict:
             "max_hops": 2}
 
 
-@pytest.fixture(scope="module", params=["email", "coderepair", "counter", "kvlookup"])
+@pytest.fixture(scope="module", params=["email", "coderepair", "counter", "kvlookup",
+                                        "reasoning_gym"])
 def env(request, tmp_path_factory) -> Environment:
     if request.param == "email":
         cfg = _email_cfg(str(tmp_path_factory.mktemp("envs_cache")))
     elif request.param == "coderepair":
         cfg = {"name": "coderepair", "train_tasks": 6, "test_tasks": 6, "max_hops": 3}
+    elif request.param == "reasoning_gym":
+        pytest.importorskip("reasoning_gym")
+        cfg = {"name": "reasoning_gym", "tools": "calculator", "train_tasks": 6,
+               "test_tasks": 6}
     elif request.param == "kvlookup":
         cfg = {"_target_": "envs_external.kvlookup.KVLookupEnv", "num_tasks": 6}
     else:

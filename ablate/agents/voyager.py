@@ -76,6 +76,12 @@ class SkillEnv(Environment):
     def tool_schemas(self):
         return list(self.env.tool_schemas()) + [USE_SKILL_SCHEMA]
 
+    def prompt_tool_schemas(self):
+        return list(self.env.prompt_tool_schemas()) + [USE_SKILL_SCHEMA]
+
+    def text_answer(self, text):
+        return self.env.text_answer(text)
+
     def system_prompt(self):
         return self.env.system_prompt()
 

@@ -47,6 +47,9 @@ APPEND_GROUPS = ("reward", "algo", "experiment")
 # `reward.weights.<component>=w` is rewritten to `++...`: the schema's weights are empty
 # (every component 1.0) and a conf/reward yaml lists its own, so the key may be new.
 WEIGHTS = "reward.weights."
+# `env.options.<arg>=v` likewise: an environment's options are free-form (its own
+# check_config validates them), so a key its yaml does not list may be new.
+OPTIONS = "env.options."
 # Groups in the defaults list: `+model=x` is rewritten to `model=x`.
 DEFAULT_GROUPS = ("env", "judge", "mode", "model", "sampler", "learner")
 
@@ -71,7 +74,7 @@ def normalise_overrides(args: list[str]) -> list[str]:
         bare = key.lstrip("+~")
         if bare in APPEND_GROUPS and not key.startswith(("+", "~")):
             arg = "+" + arg
-        elif bare.startswith(WEIGHTS) and not key.startswith(("+", "~")):
+        elif bare.startswith((WEIGHTS, OPTIONS)) and not key.startswith(("+", "~")):
             arg = "++" + arg         # a component's weight: set, or added to the scheme's
         elif bare in DEFAULT_GROUPS and key.startswith("+") and not key.startswith("++"):
             arg = arg[1:]

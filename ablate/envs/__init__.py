@@ -3,7 +3,9 @@
     from ablate.envs import ENVIRONMENTS, make_env, run_episode
     env = make_env(cfg.env)          # by `env.name`, or a user's class via `_target_`
 
-Built-ins: `synthetic` / `enronhop` (the email task, email.py) and `coderepair`.
+Built-ins: `synthetic` / `enronhop` (the email task, email.py), `coderepair`,
+`reasoning_gym` (reasoning-gym's datasets; the optional extra ablate[reasoning-gym]) and
+`openenv` (an OpenEnv server; the optional extra ablate[openenv]).
 docs/environments.md shows how to write your own.
 """
 from ablate.envs.base import (ENVIRONMENTS, EnvError, Environment, Policy, Task, ToolResult,
@@ -11,6 +13,8 @@ from ablate.envs.base import (ENVIRONMENTS, EnvError, Environment, Policy, Task,
 from ablate.envs.registry import env_class, make_env
 from ablate.envs import coderepair  # noqa: F401  (registers coderepair)
 from ablate.envs import email  # noqa: F401  (registers synthetic, enronhop)
+from ablate.envs import reasoning_gym  # noqa: F401  (registers reasoning_gym)
+from ablate.envs import openenv  # noqa: F401  (registers openenv)
 
 __all__ = ["ENVIRONMENTS", "EnvError", "Environment", "Policy", "Task", "ToolResult",
            "Trajectory", "env_class", "env_names", "make_env", "register_env", "run_episode",

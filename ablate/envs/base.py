@@ -184,7 +184,7 @@ class Environment(ABC):
         the environment; one with constant prompts returns them without building."""
         env = cls.from_config(env_cfg)
         try:
-            return env.system_prompt() + json.dumps(env.tool_schemas())
+            return env.system_prompt() + json.dumps(env.prompt_tool_schemas())
         finally:
             env.close()
 
@@ -197,6 +197,18 @@ class Environment(ABC):
                 "behaviour_labels": dict(self.behaviour_labels),
                 "breakdown_label": self.breakdown_label,
                 "outcome_labels": self.outcome_labels()}
+
+    def prompt_tool_schemas(self) -> list[dict]:
+        """The tools described to the model in its prompt (default: all of
+        tool_schemas()); an environment whose final answer is written as text
+        (`text_answer`) may leave its answer tool out."""
+        return self.tool_schemas()
+
+    def text_answer(self, text: str) -> Optional[dict]:
+        """The answer tool's arguments for a final answer written as text in a turn
+        without a well-formed tool call (e.g. `<answer>42</answer>`); the harness then
+        calls the answer tool with them. None (the default): text is no answer."""
+        return None
 
     def behaviour(self, task: Task, results: list[ToolResult]) -> dict:
         """Per-episode behaviour metrics (JSON scalars) beyond the generic ones."""

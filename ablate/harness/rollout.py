@@ -130,7 +130,7 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
     index (a sequence of `group_size`; the sampler must take per-prompt temperatures)."""
     harness_cfg, mode_cfg = _plain(harness_cfg), _plain(mode_cfg)
     per_sample = isinstance(temperature, (list, tuple))
-    tools_schema = env.tool_schemas()
+    tools_schema = env.prompt_tool_schemas()
     if system_prompt is None:
         system_prompt = env.system_prompt()
     if harness_cfg.calls_per_turn not in ("first", "all"):
@@ -297,6 +297,11 @@ def _act(s: _Live, env: Environment, turn: Turn, text: str, harness_cfg,
         parsed = parser.parse_actions(rest, getattr(harness_cfg, "parser", "strict"), predict)
     else:                           # the model's own syntax: ablate/harness/chat/conventions.py
         parsed = [parser.Action(pc, 0, 0) for pc in conv.parse_calls(rest)]
+    if all(a.call.error is not None for a in parsed):   # no call: maybe a text answer
+        args = env.text_answer(rest)
+        if args is not None:
+            parsed = [parser.Action(parser.ParsedCall(env.answer_tool, args, None, rest),
+                                    0, len(rest))]
     if harness_cfg.calls_per_turn == "first":
         parsed = parsed[:1]
     bad = 0

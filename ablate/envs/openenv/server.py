@@ -1,0 +1,60 @@
+"""Serving an installed OpenEnv app (`env.app=pkg.module:app`) on a free loopback port for
+the life of the environment: `python -m uvicorn` in a child process, ready when its
+/health answers (http_server.py of openenv-core registers /health), stopped at close."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+from ablate.envs.base import EnvError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def healthy(url: str, timeout_s: float) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout_s) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+class Served:
+    """A child uvicorn serving `app`; `url` is its base URL."""
+
+    def __init__(self, app: str, start_timeout_s: float):
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port",
+             str(port), "--log-level", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))
+        deadline = time.monotonic() + start_timeout_s
+        while not healthy(self.url, 1.0):
+            if self.proc.poll() is not None:
+                err = (self.proc.stderr.read() or b"").decode(errors="replace").strip()
+                last = err.splitlines()[-1] if err else f"exit {self.proc.returncode}"
+                raise EnvError(f"env.app={app!r}: the server exited before it answered "
+                               f"({last})")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise EnvError(f"env.app={app!r}: no answer from {self.url}/health within "
+                               f"env.start_timeout_s={start_timeout_s}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
