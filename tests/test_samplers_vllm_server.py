@@ -427,3 +427,28 @@ def test_smollm2_cell_with_vllm_server(tmp_path):
     assert len(pids) == 1                                 # the server is gone with the cell
     stat = Path(f"/proc/{pids.pop()}/stat")
     assert not stat.exists() or stat.read_text().split()[2] == "Z"
+
+
+def test_the_cell_tells_a_versioned_sampler_the_learner_step():
+    """ModelPolicy.push_weights(step): a versioned sampler (vllm_server) gets the step as
+    its policy version, so a resumed cell's versions are absolute; others get the state."""
+    from types import SimpleNamespace
+
+    from ablate.loop.policy import ModelPolicy
+    from ablate.samplers.vllm_server import VLLMServerSampler
+    got = []
+
+    class Versioned:
+        versioned = VLLMServerSampler.versioned
+
+        def load_weights(self, state, version=None):
+            got.append((state, version))
+
+    class Plain:
+        def load_weights(self, state):
+            got.append((state, "plain"))
+
+    learner = SimpleNamespace(export_state_dict=lambda: {"w": 1})
+    ModelPolicy.push_weights(SimpleNamespace(sampler=Versioned(), learner=learner), 7)
+    ModelPolicy.push_weights(SimpleNamespace(sampler=Plain(), learner=learner), 7)
+    assert got == [({"w": 1}, 7), ({"w": 1}, "plain")]

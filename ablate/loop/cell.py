@@ -187,7 +187,7 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
         restored = policy.learner.load()
         if restored is not None:
             start, client = restored
-            policy.push_weights()
+            policy.push_weights(start)
             log.info("resumed from checkpoint at step %d", start)
     cell.truncate_after(start if start > 0 else -1)
     if start > 0:
@@ -355,7 +355,7 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
             stats = policy.learner.update(batch.segments, batch.advantages, loss_fn,
                                           **learner_rows(batch, loss_fn))
         row.update({f"update/{k}": v for k, v in stats.items()})
-        policy.push_weights()
+        policy.push_weights(step)
     else:
         row["update/skipped"] = 1.0  # no group with differing rewards: no signal this step
     row["update_s"] = time.time() - tu

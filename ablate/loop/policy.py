@@ -100,8 +100,14 @@ class ModelPolicy:
         persistent_agent(cfg, self.agents)
         self.push_weights()
 
-    def push_weights(self):
-        self.sampler.load_weights(self.learner.export_state_dict())
+    def push_weights(self, step: int = 0):
+        """The learner's weights to the sampler; a sampler that records policy versions
+        (sampler=vllm_server) is told the learner step they are from (resumes included)."""
+        state = self.learner.export_state_dict()
+        if getattr(self.sampler, "versioned", False):
+            self.sampler.load_weights(state, version=step)
+        else:
+            self.sampler.load_weights(state)
 
     def act(self, tasks, group_size, *, temperature, seed, evaluation=False):
         c = self.cfg
