@@ -311,6 +311,8 @@ def test_submitit_tasks_become_ranks(monkeypatch):
     # submitit exports RANK, MASTER_PORT, ... into os.environ itself: a private copy keeps
     # them from leaking into later tests (a leaked WORLD_SIZE hangs every ZeRO-3 init)
     monkeypatch.setattr(os, "environ", os.environ.copy())
+    # an earlier test's in-process (world size 1) group would answer dist.rank() instead
+    monkeypatch.setattr(dist, "_dist", lambda: None)
     for k in DIST_KEYS + ("LOCAL_WORLD_SIZE",):
         monkeypatch.delenv(k, raising=False)
     assert export_submitit_ranks() is False          # not a submitit job

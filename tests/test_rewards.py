@@ -158,7 +158,11 @@ PRESETS = {"tool_bonus_state_change": ("tool_bonus", True)}
 
 
 def test_registry_and_yaml_files_agree():
-    assert set(REWARDS) == {"shaped", "naive", "outcome", "tool_bonus"}
+    # every environment's reward schemes registered (other tests import them in any order)
+    import ablate.envs.openenv.rewards  # noqa: F401
+    import ablate.envs.reasoning_gym.rewards  # noqa: F401
+    assert set(REWARDS) == {"shaped", "naive", "outcome", "tool_bonus", "rg_score",
+                            "openenv_reward"}
     assert {p.stem for p in CONF.glob("*.yaml")} == set(REWARDS) | set(PRESETS)
     for name in REWARDS:
         c = cfg(name)

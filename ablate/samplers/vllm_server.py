@@ -243,13 +243,26 @@ def live_group_members(pgid: int) -> list[int]:
     return out
 
 
-def _die_with_parent(sig=signal.SIGKILL) -> None:
-    """preexec_fn: this child gets `sig` when the process that started it dies (Linux)."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)   # PR_SET_PDEATHSIG
-    except Exception:                     # noqa: BLE001 - not Linux: close()/atexit only
-        pass
+# `python -c DIE_WITH_PARENT SIG PARENT_PID CMD...`: CMD with PR_SET_PDEATHSIG armed (it
+# survives execve), so that it gets SIG when the process that started it dies (Linux).
+# Armed here rather than in a preexec_fn: a preexec_fn makes Popen fork the whole cell
+# process, which fails with ENOMEM when the cell holds many GiB; without one it can vfork.
+DIE_WITH_PARENT = """
+import ctypes, os, sys
+sig, parent = int(sys.argv[1]), int(sys.argv[2])
+try:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)   # PR_SET_PDEATHSIG
+except Exception:   # not Linux: close()/atexit only
+    pass
+if os.getppid() != parent:   # the parent died before the signal was armed
+    os._exit(1)
+os.execvp(sys.argv[3], sys.argv[3:])
+"""
+
+
+def with_parent(cmd: list[str], sig: int = signal.SIGKILL) -> list[str]:
+    """`cmd`, run so that it gets `sig` when this process dies (DIE_WITH_PARENT)."""
+    return [sys.executable, "-c", DIE_WITH_PARENT, str(int(sig)), str(os.getpid()), *cmd]
 
 
 # Beside each started server a watchdog: when the cell's process dies (even by SIGKILL)
@@ -276,13 +289,13 @@ while True:
 def start_server(cmd: list[str], env: dict, log_path: Path, url: str) -> Server:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(with_parent(cmd), env=env, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
     server = Server(url, proc, log_path)
     server.watchdog = subprocess.Popen(
-        [sys.executable, "-c", WATCHDOG, str(proc.pid)], stdin=subprocess.DEVNULL,
-        preexec_fn=lambda: _die_with_parent(signal.SIGTERM))
+        with_parent([sys.executable, "-c", WATCHDOG, str(proc.pid)], signal.SIGTERM),
+        stdin=subprocess.DEVNULL)
     return server
 
 
