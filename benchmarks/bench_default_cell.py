@@ -7,7 +7,7 @@ Engines (ablate/loop/policy.py, ablate/samplers/hf.py):
   old: `policy.MERGED_EVAL = False` (each evaluation's greedy episodes in a second
        rollout) and the HF sampler's `legacy = True` (each prefill row encoded into its
        own buffers, then copied into the decoding batch's);
-  new: as shipped.
+  new: as shipped (run.num_threads=auto: ablate/core/threads.py); old runs on one thread.
 Each run is `run_cell` on the composed default config into its own directory; the
 machine-speed unit (benchmarks/machine_unit.py) is measured before and after it (one
 measurement between two runs serves as the first's "after" and the second's "before"), and
@@ -50,7 +50,9 @@ def run(engine: str, overrides: list[str], out: Path) -> tuple[float, float]:
 
     samplers.make_sampler, pol.MERGED_EVAL = make, engine == "new"
     try:
-        cfg = compose_config(overrides + ["run.quiet=true"])
+        # the old engine's run.num_threads was 1; the new one's default is auto
+        old = ["run.num_threads=1"] if engine == "old" else []
+        cfg = compose_config(old + overrides + ["run.quiet=true"])
         t0, c0 = time.perf_counter(), time.process_time()
         run_cell(cfg, out)
         return time.perf_counter() - t0, time.process_time() - c0

@@ -11,7 +11,8 @@ CPU seconds are recorded beside wall seconds (one thread: on a shared machine CP
 leaves out the time spent waiting for a core, though not slower memory). Engines:
   old: `policy.MERGED_EVAL = False` (greedy episodes in a second rollout) and the sampler's
        `legacy = True` (the decoding of issue 11's last stop, see ablate/samplers/hf.py);
-  new: as shipped.
+  new: as shipped, on the threads `run.num_threads=auto` gives (ablate/core/threads.py);
+       the old engine ran on one (run.num_threads was 1).
 Reports each run's wall seconds and units, medians, the new/old ratio of the medians and
 of each pair, the load average seen, and whether every evaluation row (timing aside)
 equals the old engine's. Rows must be compared, not assumed: see docs/cpu.md.
@@ -32,10 +33,14 @@ import machine_unit  # noqa: E402
 ENGINES = ("old", "new")
 
 
-def set_engine(policy, engine: str) -> None:
+def set_engine(policy, engine: str, threads: int = 1) -> None:
+    """`threads`: the new engine's (run.num_threads resolved as the cell does); the old
+    engine's run.num_threads was 1."""
+    import torch
     import ablate.loop.policy as pol
     pol.MERGED_EVAL = engine == "new"
     policy.sampler.legacy = engine == "old"
+    torch.set_num_threads(threads if engine == "new" else 1)
 
 
 def evaluate(policy, cfg, tasks) -> list[dict]:
@@ -65,7 +70,8 @@ def main(argv=None) -> dict:
     from ablate.loop.scoring import eval_subset
 
     cfg = compose_config(a.overrides + ["run.quiet=true"])
-    torch.set_num_threads(cfg.run.num_threads)
+    from ablate.core.threads import available_cpus, cell_threads
+    threads = cell_threads(cfg.run.num_threads, cpus=available_cpus())
     seed_everything(cfg.seed)
     env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
     tasks = eval_subset(env.test_tasks, cfg.eval.num_tasks, cfg.eval.offset)
@@ -74,7 +80,7 @@ def main(argv=None) -> dict:
     runs, rows, loads = [], {}, []
     for i in range(a.pairs * 2):
         engine = ENGINES[i % 2]
-        set_engine(policy, engine)
+        set_engine(policy, engine, threads)
         before = machine_unit.measure(unit_model)
         loads.append(os.getloadavg()[0])
         t0, c0 = time.perf_counter(), time.process_time()

@@ -29,6 +29,7 @@ from ablate.loop.outputs import CellBusy, CellDir
 from ablate.loop.ranks import CellOutcome
 from ablate.apps.devices import assign as assign_devices, export_submitit_ranks
 from ablate.core.dist import env_world_size, is_writer
+from ablate.core.threads import available_cpus, grid_threads
 from ablate.apps.preflight import check_free_space, check_output_dir, preflight as check_cfg
 
 log = logging.getLogger("ablate")
@@ -281,8 +282,25 @@ def _hydra_main(cfg: DictConfig) -> float | None:
             _watching.append(exit_with_parent(int(grid)))
         if env_world_size() == 1:   # a multi-rank cell's ranks use GPU LOCAL_RANK
             assign_devices(int(hc.job.num), int(cfg.run.devices_per_cell))   # before CUDA
+        _share_cores(cfg, hc)
         summary = _grid_cell(cfg, out_dir, hc.job.override_dirname or "default", run_cell)
     return summary.get("final_accuracy") if summary else None
+
+
+def _share_cores(cfg: DictConfig, hc) -> None:
+    """`run.num_threads=auto` in a grid whose launcher runs cells side by side
+    (joblib's n_jobs; -1 = one per core): each cell gets its share of the cores."""
+    n = hc.launcher.get("n_jobs") if "launcher" in hc else None
+    if n is None:
+        return
+    cpus = available_cpus()
+    parallel = cpus + 1 + int(n) if int(n) < 0 else int(n)   # joblib's negative n_jobs
+    try:
+        threads = grid_threads(cfg.run.num_threads, cpus=cpus, parallel_cells=parallel)
+    except ValueError:      # the cell's validation names the bad value
+        return
+    with open_dict(cfg):
+        cfg.run.num_threads = str(threads)
 
 
 def _grid_cell(cfg: DictConfig, out_dir: str, name: str, run_cell) -> dict | None:

@@ -57,6 +57,15 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0")) if env_world_size() > 1 else 0
 
 
+def local_world_size() -> int:
+    """Ranks of this cell on this machine: the launcher's LOCAL_WORLD_SIZE (torchrun, the
+    deepspeed launcher), else every rank (one machine assumed)."""
+    world = env_world_size()
+    if world <= 1:
+        return 1
+    return int(os.environ.get("LOCAL_WORLD_SIZE") or world)
+
+
 def is_writer() -> bool:
     """Rank 0 alone writes a cell's files (config, rows, trajectories, markers)."""
     return rank() == 0

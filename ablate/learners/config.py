@@ -25,10 +25,9 @@ class LearnerConfig:
     # gradients, see ablate/learners/prefix.py); used when at least this many are shared
     shared_prefix: bool = True
     shared_prefix_min_tokens: int = 16
-    # threads for update() (0: the process's, run.num_threads); 2 suits a synchronous
-    # loop (trainer.max_async_level=0, no sampler beside the learner) on a QUIET 2-core
-    # machine: gradients are bitwise those of one thread, but on a loaded machine two
-    # threads were 2x slower (docs/cpu.md)
+    # threads for update() alone (0: the process's, run.num_threads, which `auto` already
+    # sets to the unshared cores); on a loaded machine two threads were 2x slower than one
+    # (docs/cpu.md)
     update_threads: int = 0
     weight_decay: float = 0.0
     betas: list = field(default_factory=lambda: [0.9, 0.999])

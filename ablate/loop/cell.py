@@ -22,8 +22,10 @@ import torch
 from omegaconf import DictConfig
 
 from ablate.core import dist
+from ablate.core.dist import local_world_size
 from ablate.core.errors import ConfigError
 from ablate.core.seeding import derived_seed, seed_everything  # noqa: F401  (re-exported)
+from ablate.core.threads import available_cpus, cell_threads
 from ablate.envs import make_env
 from ablate.loop.tracking import Tracker
 from ablate.rewards import check_reward_for
@@ -163,10 +165,14 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     changes = agree(lambda: check_resume(cell.path, cfg, _started(cell)))
     cell.write_config(cfg)
     seed_everything(cfg.seed)
-    if cfg.run.num_threads > 0:
-        torch.set_num_threads(cfg.run.num_threads)
-
-
+    threads = cell_threads(cfg.run.num_threads, cpus=available_cpus(),
+                           local_ranks=local_world_size(),
+                           async_level=cfg.trainer.max_async_level,
+                           in_process_sampler=cfg.sampler.name == "hf")
+    if threads > 0:
+        torch.set_num_threads(threads)
+    log.info("torch threads: %d (run.num_threads=%s)", torch.get_num_threads(),
+             cfg.run.num_threads)
     t0 = time.time()
     env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
     judge = env   # correctness comes from the environment (and its configured judge)

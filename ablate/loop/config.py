@@ -13,6 +13,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from ablate.core.dist import env_world_size
+from ablate.core.threads import parse_threads
 from ablate.core.errors import ConfigError  # noqa: F401  (re-exported)
 from ablate.agents import AGENTS
 from ablate.agents.config import AgentConfig, check as check_agent
@@ -63,9 +64,11 @@ class RunConfig:
     wandb_mode: str = "${oc.env:WANDB_MODE,offline}"   # online | offline | disabled
     wandb_project: str = "ablate"        # Weights & Biases project of the run
     device: str = "cpu"                  # cpu | cuda | cuda:N
-    # torch CPU threads; 1 is fastest for tiny models on a busy 2-core machine (sampling
-    # measured 15-25x faster than 2 threads there); 0 = torch's default
-    num_threads: int = 1
+    # torch CPU threads: auto = the cores this process does not share (ablate/core/threads.py:
+    # the cores / local ranks, less the async producer's; 1 beside a vLLM engine); an int
+    # fixes it (0 = torch's default). On a machine other processes keep busy set 1: two
+    # threads on a shared core are several times slower than one (docs/cpu.md)
+    num_threads: str = "auto"
     # resume an interrupted cell whose config differs in a result-changing key (the
     # change is recorded in config_changes.jsonl and the metrics); false refuses
     allow_config_change: bool = False
@@ -379,11 +382,20 @@ def _check_sampler_judge(cfg) -> None:
     _need(j.max_retries >= 0, "judge.max_retries", j.max_retries, "must be >= 0")
 
 
+def _threads_ok(value) -> bool:
+    try:
+        parse_threads(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _check_run(cfg) -> None:
     r = cfg.run
     _need(r.wandb_mode in WANDB_MODES, "run.wandb_mode", r.wandb_mode,
           f"choose one of {list(WANDB_MODES)}")
-    _need(r.num_threads >= 0, "run.num_threads", r.num_threads, "must be >= 0 (0 = torch's)")
+    _need(_threads_ok(r.num_threads), "run.num_threads", r.num_threads,
+          "must be auto or an integer >= 0 (0 = torch's default)")
     _need(r.num_trajectories >= 0, "run.num_trajectories", r.num_trajectories, "must be >= 0")
     _need(r.device == "cpu" or r.device == "cuda" or r.device.startswith("cuda:"),
           "run.device", r.device, "choose cpu, cuda or cuda:N")
