@@ -38,6 +38,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from omegaconf import OmegaConf
+
 from ablate.core.errors import ConfigError
 from ablate.envs.base import EnvError, Environment, Task, ToolResult, _keys, register_env
 from ablate.envs.config import EnvConfig
@@ -140,11 +142,10 @@ def taskset_config(cls: type, options: dict, key: str = "env.options"):
                        f"{', '.join(config_cls.model_fields)})") from None
 
 
-def _plain(value: Any) -> Any:
-    """OmegaConf containers to plain dicts/lists (pydantic validates those)."""
-    to_container = getattr(importlib.import_module("omegaconf").OmegaConf, "to_container")
-    if hasattr(value, "_get_node"):
-        return to_container(value, resolve=True)
+def _plain(value: Any) -> dict:
+    """An OmegaConf mapping as a plain dict (pydantic validates those)."""
+    if OmegaConf.is_config(value):
+        return OmegaConf.to_container(value, resolve=True)
     return dict(value or {})
 
 
