@@ -162,7 +162,7 @@ def test_registry_and_yaml_files_agree():
     import ablate.envs.openenv.rewards  # noqa: F401
     import ablate.envs.reasoning_gym.rewards  # noqa: F401
     assert set(REWARDS) == {"shaped", "naive", "outcome", "tool_bonus", "rg_score",
-                            "openenv_reward"}
+                            "openenv_reward", "vf_reward"}
     assert {p.stem for p in CONF.glob("*.yaml")} == set(REWARDS) | set(PRESETS)
     for name in REWARDS:
         c = cfg(name)

@@ -5,7 +5,8 @@
 
 Built-ins: `synthetic` / `enronhop` (the email task, email.py), `coderepair`,
 `reasoning_gym` (reasoning-gym's datasets; the optional extra ablate[reasoning-gym]) and
-`openenv` (an OpenEnv server; the optional extra ablate[openenv]).
+`openenv` (an OpenEnv server; the optional extra ablate[openenv]) and `verifiers` (a
+verifiers v1 taskset, verifiers_env.py; the optional extra ablate[verifiers]).
 docs/environments.md shows how to write your own.
 """
 from ablate.envs.base import (ENVIRONMENTS, EnvError, Environment, Policy, Task, ToolResult,
@@ -15,6 +16,7 @@ from ablate.envs import coderepair  # noqa: F401  (registers coderepair)
 from ablate.envs import email  # noqa: F401  (registers synthetic, enronhop)
 from ablate.envs import reasoning_gym  # noqa: F401  (registers reasoning_gym)
 from ablate.envs import openenv  # noqa: F401  (registers openenv)
+from ablate.envs import verifiers_env  # noqa: F401  (registers verifiers)
 
 __all__ = ["ENVIRONMENTS", "EnvError", "Environment", "Policy", "Task", "ToolResult",
            "Trajectory", "env_class", "env_names", "make_env", "register_env", "run_episode",
