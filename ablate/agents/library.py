@@ -157,6 +157,8 @@ class SkillLibrary:
         else:
             fused = rrf([[i for i, _ in lexical], self._dense(text)], self.fusion_k)
             ranked = [(i, -score) for i, score in fused[:k]]
+        if not ranked:
+            return []
         programs = dict(self.db.execute(
             f"SELECT id, program FROM skills WHERE id IN ({', '.join('?' * len(ranked))})",
             [i for i, _ in ranked]).fetchall())

@@ -253,7 +253,8 @@ class Voyager(Agent):
         return eps
 
     def act(self, policy, tasks, group_size, *, temperature, seed, score):
-        self.bind(policy.cfg.model)
+        if self.embedding:
+            self.bind(policy.cfg.model)
         offers = self.offers(policy.env, tasks)
         if not self.training:
             return self.evaluate(policy, tasks, group_size, offers, temperature, seed, score)
