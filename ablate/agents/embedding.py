@@ -36,8 +36,8 @@ class Embedder:
         import torch
         if spec == "policy":
             if model_cfg is None:
-                raise ValueError("agent.voyager.embedding=policy: no model config "
-                                 "(agent.voyager.policy_model) to load the policy from")
+                raise ValueError("agent.voyager.embedding=policy: no model config to load "
+                                 "the policy from (Voyager.bind got none)")
             from ablate.models.loading import load_policy
             model, tok = load_policy(model_cfg)
             return cls(model.float(), tok, f"policy:{model_cfg.name}", max_tokens)
