@@ -48,9 +48,9 @@ class VoyagerConfig:
     window: int = 2                      # steps whose training accuracy is averaged
     # dense retrieval beside BM25 (ablate/agents/embedding.py): null (none) | policy (a
     # frozen copy of the cell's model) | a local model directory; the two rankings are
-    # fused by reciprocal rank fusion with constant fusion_k (Cormack et al., 2009)
+    # fused by reciprocal rank fusion (docs/agents.md)
     embedding: Optional[str] = None
-    fusion_k: int = 60
+    fusion_k: int = 60                   # RRF's constant k (Cormack et al., 2009: 60)
     embed_tokens: int = 256              # tokens of a text embedded (its start)
 
 
