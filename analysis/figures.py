@@ -463,7 +463,8 @@ MARKERS = "osD^v<>p"
 
 def _lifelong_panel(ax, summary: dict, q: str, steps: tuple) -> dict:
     """One lifelong quantity: each seed a thin line, each arm's mean over seeds a thick
-    one with the arm's colour and marker (arms that overlap stay visible); rates in % on
+    one with the arm's colour, line style and marker, later arms' markers smaller (arms
+    on the same values stay visible: a dashed line over a solid one); rates in % on
     [0, 100], counts from 0; every axis spans the design's steps."""
     rate = KIND[q] == "rate"
     k, plotted, vals = (100.0 if rate else 1.0), {}, []
@@ -475,8 +476,9 @@ def _lifelong_panel(ax, summary: dict, q: str, steps: tuple) -> dict:
             ax.plot(v["steps"], [x * k for x in v["values"]], color=colour(i), lw=0.6,
                     alpha=0.45)
             vals += v["values"]
-        ax.plot(cur["steps"], [x * k for x in cur["mean"]], marker=MARKERS[i % 8], ms=3.5,
-                mfc="white", lw=1.6, label=c["short_label"], **style(i))
+        ax.plot(cur["steps"], [x * k for x in cur["mean"]], marker=MARKERS[i % 8],
+                ms=max(2.5, 5.0 - 1.2 * i), mfc="white", lw=1.6, color=colour(i),
+                linestyle=LINESTYLES[i % 4], label=c["short_label"])
         plotted[c["label"]] = {"steps": cur["steps"], "mean": cur["mean"]}
     note(ax, KIND[q], min(vals, default=0.0), max(vals, default=0.0))
     ax.set_title(env_word(WORDS[q], summary.get("env")) + (" (%)" if rate else ""))

@@ -72,12 +72,10 @@ def test_fixture_sweeps_agree_with_what_the_agent_logged(sweep, tmp_path):
     and the table and report carry the last step's values."""
     summary = analyse(collect([sweep]), baseline={"agent.name": "react"}, B=200)
     for c in summary["cells"]:
-        for path in c["runs"]:
+        for path, seed in zip(c["runs"], map(str, c["seeds"])):
             rows = [json.loads(x) for x in (Path(path) / "eval.jsonl").read_text().split("\n")
                     if x.strip()]
             rows = [r for r in rows if r.get("decoding") != "greedy"]
-            seed = str(yaml.safe_load((Path(path) / ".hydra" / "config.yaml")
-                                      .read_text())["seed"])
             curve = c["lifelong"]["curves"]["forgetting"]["seeds"][seed]
             if c["factors"]["agent.name"] == "voyager":
                 per = defaultdict(lambda: defaultdict(list))
