@@ -38,6 +38,11 @@ STYLE = {
 }
 
 
+def whole_ticks():
+    """Tick locator for whole numbers only (steps, skills)."""
+    return matplotlib.ticker.MaxNLocator(integer=True)
+
+
 def colour(i: int) -> str:
     return OKABE_ITO[i % len(OKABE_ITO)]
 
@@ -154,6 +159,7 @@ def learning_curves(summary: dict, out: Path) -> dict:
                                        "lo": cur["lo"], "hi": cur["hi"]}
             ax.set_title(title)
             ax.set_xlabel("training step")
+            ax.xaxis.set_major_locator(whole_ticks())
             ax.grid(True, axis="y")
             ax.legend(loc="best")
         for ax in axes[:, 0]:
@@ -369,6 +375,7 @@ def training(summary: dict, out: Path) -> dict:
                 plotted.setdefault(key, {})[c["label"]] = cur["mean"]
             ax.set_title(title)
             ax.set_xlabel("optimizer step")
+            ax.xaxis.set_major_locator(whole_ticks())
             ax.grid(True, axis="y")
         _drop_unused(axes, len(panels))
         handles, labels = _legend_entries(fig)
@@ -483,13 +490,13 @@ def _lifelong_panel(ax, summary: dict, q: str, steps: tuple) -> dict:
     note(ax, KIND[q], min(vals, default=0.0), max(vals, default=0.0))
     ax.set_title(env_word(WORDS[q], summary.get("env")) + (" (%)" if rate else ""))
     ax.set_xlabel("training step")
+    ax.xaxis.set_major_locator(whole_ticks())
     top = 100.0 if rate else max(1.0, max(vals, default=0.0) * 1.1)
     ax.set_ylim(-0.03 * top, 1.03 * top)          # a line at 0 is not hidden by the axis
     pad = max(0.3, 0.04 * (steps[1] - steps[0]))
     ax.set_xlim(steps[0] - pad, steps[1] + pad)
-    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     if q == "library_size":
-        ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(whole_ticks())
     ax.grid(True, axis="y")
     return plotted
 
