@@ -10,6 +10,7 @@ from pathlib import Path
 
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis.labels import env_word, hop_words
+from analysis.lifelong import KIND
 
 PCT_METRICS = {"correct", "answered", "read_after_hit"}
 BEHAVIOUR_TABLE = ["keywords_per_search", "searches", "answer_rate", "idk_rate",
@@ -365,7 +366,6 @@ def hypotheses_tables(summary: dict, out: Path) -> None:
 
 LIFELONG_HEAD = {"library_size": "Library", "skills_used": "Skills used",
                  "solve_rate": "Held-out solved (\\%)", "forgetting": "Forgotten (\\%)"}
-EVAL_PCT = {"solve_rate", "forgetting"}          # rates, printed in points
 
 
 def has_lifelong(summary: dict) -> bool:
@@ -385,8 +385,8 @@ def lifelong_table(summary: dict, out: Path) -> None:
         last = c["lifelong"]["last"]
         vals = [last.get(n) for n in names]
         rows.append([tex_escape(c["short_label"])] + [
-            "--" if v is None else stacked(fmt(v["mean"], n in EVAL_PCT),
-                                           fmt_ci(v["ci"], n in EVAL_PCT))
+            "--" if v is None else stacked(fmt(v["mean"], KIND[n] == "rate"),
+                                           fmt_ci(v["ci"], KIND[n] == "rate"))
             for n, v in zip(names, vals)])
         row = [c["label"]]
         for v in vals:
