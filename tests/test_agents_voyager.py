@@ -263,7 +263,7 @@ VOYAGER_CELL = ["agent=voyager", "trainer.tasks_per_step=4", "eval.greedy=false"
                 "env.max_turns=4", "harness.max_tokens_per_episode=300"]
 
 
-@pytest.mark.heavy     # three short cells in process: ~2-3 min on 2 busy cores, each
+@pytest.mark.heavy     # three short cells in process: ~35 s per case on 2 quiet cores, ~5 min busy
 @pytest.mark.parametrize("embedding", ["null", "policy"])
 def test_killed_cell_resumes_with_the_uninterrupted_library(tmp_path, monkeypatch, embedding):
     """A cell killed after step 2's rollout and update (its library already grown by
