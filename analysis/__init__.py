@@ -7,6 +7,8 @@
 Modules: collect (find runs, infer factors), estimates (per-question means, behaviour
 metrics), stats (variance components of the crossed seeds x questions design, t
 intervals, verdicts, Holm/BH, planning), compare (contrasts on shared questions,
-simultaneous intervals), calibration (simulation study), labels, summary (summary.json),
+simultaneous intervals), calibration (simulation study), labels, lifelong (the curves of
+skill-library cells: library, skills used, held-out solve rate, forgetting), summary
+(summary.json),
 report, tables, figures, cli. Methods: docs/statistics.md.
 """

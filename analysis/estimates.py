@@ -222,7 +222,7 @@ def reward_fields(cells: list[Cell], steps: dict) -> list[str]:
     return sorted(names, key=lambda k: (k != "reward", k))
 
 
-def _step_task_means(run: Run, metric: str):
+def step_task_means(run: Run, metric: str):
     """(steps, task ids, means[step, task]) of the metric over samples, NaN if absent."""
     rows = run.eval_rows()
     x = _column(rows, metric, run, required=True)
@@ -235,7 +235,7 @@ def _step_task_means(run: Run, metric: str):
 def curve_matrices(cell: Cell, metric: str) -> dict:
     """step -> CellData of the metric at that step, on the questions every seed of the
     cell evaluated at that step (steps some seed lacks are left out)."""
-    per_run = [_step_task_means(run, metric) for run in cell.runs]
+    per_run = [step_task_means(run, metric) for run in cell.runs]
     steps = sorted(set.intersection(*(set(p[0]) for p in per_run)))
     tasks = sorted(set.intersection(*(set(p[1]) for p in per_run)))
     out = {}

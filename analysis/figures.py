@@ -11,6 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 import numpy as np
 
 matplotlib.use("Agg")
@@ -18,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.estimates import field_kind  # noqa: E402
 from analysis.labels import behaviour_words, env_word  # noqa: E402
+from analysis.lifelong import KIND, QUANTITIES, WORDS  # noqa: E402
 from analysis.tables import (factor_name, has_change, has_curves, has_training,  # noqa: E402
                              is_pct)
 
@@ -34,6 +36,11 @@ STYLE = {
     "pdf.fonttype": 42, "ps.fonttype": 42, "savefig.dpi": 150,
     "savefig.bbox": "tight", "figure.dpi": 100,
 }
+
+
+def whole_ticks():
+    """Tick locator for whole numbers only (steps, skills)."""
+    return matplotlib.ticker.MaxNLocator(integer=True)
 
 
 def colour(i: int) -> str:
@@ -152,6 +159,7 @@ def learning_curves(summary: dict, out: Path) -> dict:
                                        "lo": cur["lo"], "hi": cur["hi"]}
             ax.set_title(title)
             ax.set_xlabel("training step")
+            ax.xaxis.set_major_locator(whole_ticks())
             ax.grid(True, axis="y")
             ax.legend(loc="best")
         for ax in axes[:, 0]:
@@ -367,6 +375,7 @@ def training(summary: dict, out: Path) -> dict:
                 plotted.setdefault(key, {})[c["label"]] = cur["mean"]
             ax.set_title(title)
             ax.set_xlabel("optimizer step")
+            ax.xaxis.set_major_locator(whole_ticks())
             ax.grid(True, axis="y")
         _drop_unused(axes, len(panels))
         handles, labels = _legend_entries(fig)
@@ -456,6 +465,75 @@ def seeds(summary: dict, out: Path) -> dict:
     return plotted
 
 
+MARKERS = "osD^v<>p"
+
+
+def _lifelong_panel(ax, summary: dict, q: str, steps: tuple) -> dict:
+    """One lifelong quantity: each seed a thin line, each arm's mean over seeds a thick
+    one with the arm's colour, line style and marker, later arms' markers smaller (arms
+    on the same values stay visible: a dashed line over a solid one); rates in % on
+    [0, 100], counts from 0; every axis spans the design's steps."""
+    rate = KIND[q] == "rate"
+    k, plotted, vals = (100.0 if rate else 1.0), {}, []
+    for i, c in enumerate(summary["cells"]):
+        cur = (c.get("lifelong") or {}).get("curves", {}).get(q)
+        if not cur:
+            continue
+        for v in cur["seeds"].values():
+            ax.plot(v["steps"], [x * k for x in v["values"]], color=colour(i), lw=0.6,
+                    alpha=0.45)
+            vals += v["values"]
+        ax.plot(cur["steps"], [x * k for x in cur["mean"]], marker=MARKERS[i % 8],
+                ms=max(2.5, 5.0 - 1.2 * i), mfc="white", lw=1.6, color=colour(i),
+                linestyle=LINESTYLES[i % 4], label=c["short_label"])
+        plotted[c["label"]] = {"steps": cur["steps"], "mean": cur["mean"]}
+    note(ax, KIND[q], min(vals, default=0.0), max(vals, default=0.0))
+    ax.set_title(env_word(WORDS[q], summary.get("env")) + (" (%)" if rate else ""))
+    ax.set_xlabel("training step")
+    ax.xaxis.set_major_locator(whole_ticks())
+    top = 100.0 if rate else max(1.0, max(vals, default=0.0) * 1.1)
+    ax.set_ylim(-0.03 * top, 1.03 * top)          # a line at 0 is not hidden by the axis
+    pad = max(0.3, 0.04 * (steps[1] - steps[0]))
+    ax.set_xlim(steps[0] - pad, steps[1] + pad)
+    if q == "library_size":
+        ax.yaxis.set_major_locator(whole_ticks())
+    ax.grid(True, axis="y")
+    return plotted
+
+
+def _lifelong_steps(summary: dict) -> tuple:
+    steps = [s for c in summary["cells"] for cur in (c.get("lifelong") or {}).get(
+        "curves", {}).values() for v in cur["seeds"].values() for s in v["steps"]]
+    return min(steps), max(steps)
+
+
+def lifelong(summary: dict, out: Path) -> dict:
+    """The lifelong curves of a design with skill-library cells (analysis.lifelong):
+    library size, skills used per episode, held-out solve rate and forgetting over
+    training steps, one axis per quantity; the legend in the cells' order."""
+    panels = [q for q in QUANTITIES if any(
+        q in (c.get("lifelong") or {}).get("curves", {}) for c in summary["cells"])]
+    if not panels:
+        return _nothing_to_draw(out, "lifelong")
+    cols = min(2, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    plotted = {}
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(rows, cols, figsize=(DOUBLE, 2.0 * rows + 0.6),
+                                 squeeze=False)
+        for ax, q in zip(axes.flat, panels):
+            plotted[q] = _lifelong_panel(ax, summary, q, _lifelong_steps(summary))
+        _drop_unused(axes, len(panels))
+        handles, labels = _legend_entries(fig)
+        order = [c["short_label"] for c in summary["cells"] if c["short_label"] in labels]
+        fig.legend([handles[labels.index(lab)] for lab in order], order, loc="lower center",
+                   ncol=min(4, len(order)), bbox_to_anchor=(0.5, -0.02))
+        fig.suptitle("thin lines: one seed each; thick: the mean over seeds", fontsize=8)
+        fig.tight_layout(rect=(0, 0.07 + 0.04 * (len(labels) > 4), 1, 1))
+        plotted["_axes"] = _save(fig, out, "lifelong")
+    return plotted
+
+
 def write_all(summary: dict, out: Path, workers: int | None = None) -> dict:
     """Every figure. Drawing dominates the report's time (about 0.2-1 s of CPU per figure
     for 18 cells, benchmarks/bench_analysis.py), so with 4 or more CPUs the figures are
@@ -464,7 +542,8 @@ def write_all(summary: dict, out: Path, workers: int | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     figs = {"learning_curves": learning_curves, "change": change, "forest": forest,
             "seeds": seeds, "hops": hops, "behaviour": behaviour,
-            "factor_intervals": factor_intervals, "training": training}
+            "factor_intervals": factor_intervals, "training": training,
+            "lifelong": lifelong}
     if workers is None:
         cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                 else os.cpu_count() or 1)

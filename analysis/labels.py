@@ -16,16 +16,22 @@ def metric_words(metric: str) -> str:
 # environment not listed gets the neutral words of None.
 ENV_WORDS = {
     None: {"hops": "task level", "reads": "reads", "training accuracy": "training accuracy",
-           "training answer rate": "training submission/answer rate"},
+           "training answer rate": "training submission/answer rate",
+           "held-out solve rate": "held-out solve rate",
+           "held-out tasks forgotten": "held-out tasks forgotten"},
     "synthetic": {"hops": "hops", "reads": "emails read",
-                  "training answer rate": "training answer rate"},
+                  "training answer rate": "training answer rate",
+                  "held-out tasks forgotten": "held-out questions forgotten"},
     "enronhop": {"hops": "hops", "reads": "emails read",
-                 "training answer rate": "training answer rate"},
+                 "training answer rate": "training answer rate",
+                 "held-out tasks forgotten": "held-out questions forgotten"},
     "coderepair": {"hops": "difficulty", "reads": "files read",
                    "training accuracy": "training repair rate",
                    "training answer rate": "training submission rate",
                    "answer_rate": "submission rate", "held-out accuracy": "repair rate",
-                   "answer rate": "submission rate"},
+                   "answer rate": "submission rate",
+                   "held-out solve rate": "held-out repair rate",
+                   "held-out tasks forgotten": "held-out repositories forgotten"},
 }
 # behaviour fields an environment does not have (computed from generic episode fields,
 # they would read as a measurement): left out of its summary

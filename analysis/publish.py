@@ -24,7 +24,7 @@ from analysis import hygiene
 from analysis.export import export
 from analysis.labels import behaviour_words
 from analysis.tables import (baseline_comparisons, fmt, fmt_ci, fmt_est, fmt_p, has_change,
-                             has_curves, has_training, is_pct)
+                             has_curves, has_lifelong, has_training, is_pct)
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -128,6 +128,9 @@ def headline(summary: dict, report_rel: str,
                        f"({report_rel}/change.png)")
     if has_training(summary):
         figures.append(f"![training accuracy, answer rate and reward]({report_rel}/training.png)")
+    if has_lifelong(summary):
+        figures.append(f"![lifelong curves: library, skills used, held-out solve rate, "
+                       f"forgetting]({report_rel}/lifelong.png)")
     L += ([""] + figures) if figures else []
     return "\n".join(L)
 

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from analysis.estimates import BEHAVIOUR, RATES
+from analysis.lifelong import KIND, QUANTITIES, WORDS
 from analysis.labels import behaviour_words, env_word, hop_words, legend
 from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, fmt, fmt_ci, fmt_est,
-                             fmt_p, has_change, has_curves, has_training,
+                             fmt_p, has_change, has_curves, has_lifelong, has_training,
                              is_pct)
 
 def p_is(p) -> str:
@@ -321,6 +322,28 @@ def _bookkeeping(summary: dict) -> list[str]:
     return L
 
 
+def _lifelong(summary: dict) -> list[str]:
+    """The lifelong quantities at the last step (analysis.lifelong; figure `lifelong`)."""
+    if not has_lifelong(summary):
+        return []
+    env = summary.get("env")
+    cols = [(WORDS[q], KIND[q] == "rate") for q in QUANTITIES]
+    L = ["## Lifelong (skill library)", "",
+         "At each cell's last step, with 95% intervals (library quantities: t over seeds, "
+         "log scale; held-out quantities: over seeds and questions, Wilson). Forgotten: "
+         "questions solved (at least half the samples correct) at an earlier evaluation "
+         "and not at this one. Descriptive; the curves per seed are in figure `lifelong`.",
+         "", "| cell | " + " | ".join(env_word(w, env) + (" (%)" if pct else "")
+                                       for w, pct in cols) + " |",
+         "|---|" + "---:|" * len(cols)]
+    for c in summary["cells"]:
+        last = c["lifelong"]["last"]
+        L.append(f"| {c['short_label']} | " + " | ".join(
+            fmt_est(last.get(q), pct) + (f" (step {last[q]['step']})" if q in last else "")
+            for q, (_, pct) in zip(QUANTITIES, cols)) + " |")
+    return L + [""]
+
+
 def render(summary: dict) -> str:
     pct = is_pct(summary)
     sesoi = fmt(summary["sesoi"], pct)
@@ -363,13 +386,13 @@ def render(summary: dict) -> str:
     L += _hypotheses(summary, pct)
     L += _changes(summary, pct) + _warm_start(summary)
     L += _planning(summary, pct) + _hops(summary, pct) + _behaviour(summary)
-    L += _bookkeeping(summary)
+    L += _lifelong(summary) + _bookkeeping(summary)
     figs = ["learning_curves"] * has_curves(summary) + ["change"] * has_change(summary) + [
         "forest", "seeds", "hops", "behaviour", "factor_intervals"] + [
-        "training"] * has_training(summary)
+        "training"] * has_training(summary) + ["lifelong"] * has_lifelong(summary)
     L += [f"Figures: {', '.join(figs)} (.png, .pdf). Tables: results, comparisons, hops, "
           "behaviour, mde" + (", hypotheses" if summary.get("hypotheses") else "")
-          + " (.tex, .csv).", ""]
+          + (", lifelong" if has_lifelong(summary) else "") + " (.tex, .csv).", ""]
     return "\n".join(L)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from analysis import estimates as est
 from analysis import labels as lb
+from analysis import lifelong as ll
 from analysis import stats as st
 from analysis.collect import AnalysisError, Sweep, cell_label, match_cell
 from analysis.compare import evaluate, rows_of, shared, simultaneous
@@ -144,6 +145,14 @@ def _cell_summary(c, mats, changes, curves, ctx: Ctx, names, with_curves, steps)
         out["curve"] = _curve(curves, ctx)
         out["train_curves"] = est.train_curves(c)
     return out
+
+
+def _lifelong_estimate(d, kind: str, ctx: Ctx) -> dict:
+    """A lifelong eval quantity's cell mean (analysis.lifelong) with its bounded interval
+    over seeds and questions (the cell's own seed variance: no pooling)."""
+    r = evaluate([d], {0: 1.0}, ctx.alpha)
+    return {"mean": r["estimate"], "interval": _interval_words(d, r),
+            "ci": bounded(r, kind, len(d.questions) * d.y.shape[1], ctx.alpha)}
 
 
 def _interval_words(d, r) -> str:
@@ -437,6 +446,10 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
               eval_only=evaluation_only, env=env)
     out_cells = [_cell_summary(c, m, ch, cv, ctx, names, with_curves, steps)
                  for c, m, ch, cv in zip(cells, mats, changes, curves)]
+    if with_curves and ll.has_library(cells):        # a design with agent=voyager cells
+        for c, oc in zip(cells, out_cells):
+            oc["lifelong"] = ll.summarise(c, lambda d, kind: _lifelong_estimate(d, kind, ctx),
+                                          alpha)
 
     if baseline is None and len(cells) > 1:
         raise AnalysisError("no baseline: name it with --baseline KEY=VAL,... or `baseline:` "

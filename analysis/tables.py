@@ -10,6 +10,7 @@ from pathlib import Path
 
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis.labels import env_word, hop_words
+from analysis.lifelong import KIND
 
 PCT_METRICS = {"correct", "answered", "read_after_hit"}
 BEHAVIOUR_TABLE = ["keywords_per_search", "searches", "answer_rate", "idk_rate",
@@ -363,6 +364,47 @@ def hypotheses_tables(summary: dict, out: Path) -> None:
                 "joint_p_perm_holm", "verdict"], csv_rows)
 
 
+LIFELONG_HEAD = {"library_size": "Library", "skills_used": "Skills used",
+                 "solve_rate": "Held-out solved (\\%)", "forgetting": "Forgotten (\\%)"}
+
+
+def has_lifelong(summary: dict) -> bool:
+    """A design with skill-library cells (analysis.lifelong): lifelong figure and table."""
+    return any(c.get("lifelong") for c in summary["cells"])
+
+
+def lifelong_table(summary: dict, out: Path) -> None:
+    """The lifelong quantities at each cell's last step, with 95% intervals: the eval
+    quantities over seeds and questions (bounded to [0, 1]), the library ones over seeds
+    (log scale, never below 0); '--' where a cell has none."""
+    if not has_lifelong(summary):
+        return
+    names = list(LIFELONG_HEAD)
+    rows, csv_rows = [], []
+    for c in summary["cells"]:
+        last = c["lifelong"]["last"]
+        vals = [last.get(n) for n in names]
+        rows.append([tex_escape(c["short_label"])] + [
+            "--" if v is None else stacked(fmt(v["mean"], KIND[n] == "rate"),
+                                           fmt_ci(v["ci"], KIND[n] == "rate"))
+            for n, v in zip(names, vals)])
+        row = [c["label"]]
+        for v in vals:
+            row += [None] * 5 if v is None else [v["step"], v["mean"],
+                                                  *(v["ci"] or [None, None]), v["n_seeds"]]
+        csv_rows.append(row)
+    env = summary.get("env")
+    caption = (f"Lifelong quantities at the last step: skills in the library and skills "
+               f"used per training episode (metrics.jsonl; 95\\% t interval over seeds, "
+               f"log scale), {env_word('held-out solve rate', env)} and "
+               f"{env_word('held-out tasks forgotten', env)} (eval rows; "
+               f"{_interval_words(summary)}).")
+    (out / "lifelong.tex").write_text(_tabular(["Cell"] + [LIFELONG_HEAD[n] for n in names],
+                                               rows, caption, "tab:lifelong", "lrrrr"))
+    _write_csv(out / "lifelong.csv", ["cell"] + [f"{x}_{n}" for n in names for x in (
+        "step", "mean", "ci_lo", "ci_hi", "n_seeds")], csv_rows)
+
+
 def write_all(summary: dict, out: Path) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -372,4 +414,5 @@ def write_all(summary: dict, out: Path) -> list[Path]:
     hops_table(summary, out)
     mde_tables(summary, out)
     hypotheses_tables(summary, out)
+    lifelong_table(summary, out)
     return sorted(out.glob("*.tex")) + sorted(out.glob("*.csv"))

@@ -13,7 +13,8 @@ import torch
 
 import test_harness_util as U
 from ablate.agents import Voyager, agent_for, build_agent
-from ablate.agents.library import SkillLibrary
+from ablate.agents.embedding import Embedder
+from ablate.agents.library import SkillLibrary, rrf, unpack
 from ablate.agents.voyager import RETRY_HEAD, SKILLS_HEAD, USE_SKILL, SkillEnv
 from ablate.apps.cli import compose_config, normalise_overrides
 from ablate.envs import run_episode, scripted
@@ -99,7 +100,7 @@ def test_only_the_verified_patch_becomes_a_skill():
     assert m["voyager/verify_failed"] == 2 and m["voyager/retries"] == 1
 
 
-def email_skills(db):
+def email_skills(db, embedder=None):
     env = EmailEnv.over_db(db)
     plans = {"t1": [("search_inbox", {"keywords": ["budget"]}),
                     ("read_email", {"message_id": "m0"}),
@@ -107,7 +108,7 @@ def email_skills(db):
              "t2": [("search_inbox", {"keywords": ["Falcon"]}),
                     ("read_email", {"message_id": "m2"}),
                     ("return_final_answer", {"answer": "Maria Lopez", "sources": ["m2"]})]}
-    lib = SkillLibrary()
+    lib = SkillLibrary(embedder)
     for t in U.TASKS:
         traj = run_episode(env, t, scripted(plans[t.id]), 5)
         skill = env.skill_of(t, traj.results)
@@ -126,6 +127,46 @@ def test_retrieval_finds_the_solved_tasks_skill_for_a_paraphrase(tmp_path):
         assert ranked[0][0].name == names[want], ranked
         assert ranked[0][1] < ranked[1][1]          # bm25(): lower is a better match
     assert lib.search("parking", 2) == []             # no shared word, nothing offered
+
+
+def test_reciprocal_rank_fusion_follows_cormack_et_al():
+    """score(d) = sum_r 1/(k + rank_r(d)): in both lists beats first in one; ties by id."""
+    got = rrf([[3, 1], [1, 2, 3]], k=60)
+    assert [d for d, _ in got] == [1, 3, 2]
+    assert got[0][1] == pytest.approx(1 / 62 + 1 / 61)
+    assert got[1][1] == pytest.approx(1 / 61 + 1 / 63) and got[2][1] == pytest.approx(1 / 62)
+    assert [d for d, _ in rrf([[5], [4]])] == [4, 5]           # a tie: the older skill
+
+
+@pytest.fixture(scope="module")
+def smollm_embedder():
+    if not U.smollm_installed():
+        pytest.skip("the smollm extra is not installed")
+    cfg = compose_config(normalise_overrides(["model=smollm2_135m"]))
+    return Embedder.from_spec("policy", cfg.model, 64)
+
+
+def test_embedding_retrieval_finds_a_paraphrase_that_shares_no_word(tmp_path,
+                                                                    smollm_embedder):
+    """agent.voyager.embedding=policy with SmolLM2-135M (mean-pooled last hidden states):
+    a paraphrase of a solved task that shares no word with any skill finds nothing by
+    BM25 and the solved task's skill with the dense ranking (RRF of the two); a query
+    both rankings match keeps BM25's best first and gains the other skill after it."""
+    db = U.make_db(tmp_path)
+    _, plain = email_skills(db)
+    env, lib = email_skills(db, smollm_embedder)
+    names = {t.id: lib.rows()["skills"][i][1] for i, t in enumerate(U.TASKS)}
+    paraphrase = "How much money may our Texas branch spend this quarter?"
+    assert plain.search(paraphrase, 2) == []                   # no shared word
+    ranked = lib.search(paraphrase, 2)
+    assert [s.name for s, _ in ranked] == [names["t1"], names["t2"]], ranked
+    assert ranked[0][1] < ranked[1][1]                         # lower is better, as bm25()
+    both = lib.search("Who is in charge of Falcon?", 2)
+    assert [s.name for s, _ in both] == [names["t2"], names["t1"]]
+    assert both[0][1] == pytest.approx(-2 / 61)                # first in both rankings
+    (row,) = [r for r in lib.rows()["vectors"] if r[1] == "t1"]
+    assert unpack(row[2]).shape == (576,)                      # SmolLM2's hidden size
+    assert lib.meta("embedding") == "policy:smollm2_135m"
 
 
 def test_use_skill_replays_the_calls_through_the_environment():
@@ -192,16 +233,25 @@ def test_voyager_config_checks_and_one_agent_per_cell():
     assert build_agent(cfg.agent).max_retries == 2
 
 
-def test_library_rows_survive_a_checkpoint_exactly(tmp_path):
-    env, lib = email_skills(U.make_db(tmp_path))
+@pytest.mark.parametrize("embedding", [None, "policy"])
+def test_library_rows_survive_a_checkpoint_exactly(tmp_path, embedding):
+    """Rows, search results and (embedding=policy: the tiny model's) vectors are equal
+    after a save and a load; vectors of another embedding refuse to load."""
+    cfg = compose_config(normalise_overrides([]))
+    make = (lambda: Embedder.from_spec(embedding, cfg.model)) if embedding else (lambda: None)
+    env, lib = email_skills(U.make_db(tmp_path), make())
     lib.record_eval("sampled", {"t1": True, "t2": False})
     lib.set_meta("last_eval_sampled", {"heldout_solved": 0.5, "forgotten": 0})
     lib.save(tmp_path / "ckpt", 3)
-    again = SkillLibrary()
+    again = SkillLibrary(make())
     again.load(tmp_path / "ckpt", 3)
     assert again.rows() == lib.rows() and len(again) == 2
+    assert len(lib.rows()["vectors"]) == (2 if embedding else 0)
     q = "Which person is leading the Falcon project?"
     assert [(s, r) for s, r in again.search(q, 2)] == lib.search(q, 2)
+    if embedding:
+        with pytest.raises(ValueError, match="vectors of embedding 'policy:tiny'"):
+            SkillLibrary().load(tmp_path / "ckpt", 3)
     assert again.record_eval("sampled", {"t1": False}) == {"t1": True}   # forgotten
     with pytest.raises(FileNotFoundError, match="step-4 checkpoint"):
         again.load(tmp_path / "ckpt", 4)
@@ -213,15 +263,18 @@ VOYAGER_CELL = ["agent=voyager", "trainer.tasks_per_step=4", "eval.greedy=false"
                 "env.max_turns=4", "harness.max_tokens_per_episode=300"]
 
 
-@pytest.mark.heavy     # three short cells in process: ~2-3 min on 2 busy cores
-def test_killed_cell_resumes_with_the_uninterrupted_library(tmp_path, monkeypatch):
+@pytest.mark.heavy     # three short cells in process: ~35 s per case on 2 quiet cores, ~5 min busy
+@pytest.mark.parametrize("embedding", ["null", "policy"])
+def test_killed_cell_resumes_with_the_uninterrupted_library(tmp_path, monkeypatch, embedding):
     """A cell killed after step 2's rollout and update (its library already grown by
     step 2, the checkpoint not yet written) resumes from step 1's checkpoint: its library
-    at the end equals the uninterrupted run's row for row, as do its metric rows."""
+    at the end equals the uninterrupted run's row for row (with embedding=policy: its
+    vectors too), as do its metric rows."""
     import ablate.loop.cell as cell_mod
     from test_hardening_resume import TINY
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
-    cfg = compose_config(normalise_overrides([*TINY, *VOYAGER_CELL]))
+    cfg = compose_config(normalise_overrides([*TINY, *VOYAGER_CELL,
+                                              f"agent.voyager.embedding={embedding}"]))
     cell_mod.run_cell(cfg, tmp_path / "ref")
     real = cell_mod.train_step
 
@@ -239,6 +292,8 @@ def test_killed_cell_resumes_with_the_uninterrupted_library(tmp_path, monkeypatc
                                     f"step_{s:08d}.json").read_text()))
     assert lib("cell", 2) == lib("ref", 2) and lib("cell", 1) == lib("ref", 1)
     assert lib("ref", 2)["skills"], "the tiny model verified no skill: nothing compared"
+    assert len(lib("ref", 2)["vectors"]) == (len(lib("ref", 2)["solved"])
+                                             if embedding == "policy" else 0)
     rows = (lambda d: [{k: v for k, v in json.loads(x).items() if k.startswith("voyager/")
                         or k in ("step", "accuracy", "curriculum/level")}
                        for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()])

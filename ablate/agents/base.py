@@ -49,7 +49,7 @@ def stop_ids(policy) -> list[int]:
 class Agent:
     """Base class: `act` as the module docstring says; `from_config` reads `agent.*`.
     A `persistent` agent (agent=voyager) is built once per cell and keeps its state
-    across calls; `experience(env)` then gives the ablate.algos.curriculum.Experience
+    across calls; `experience(env, model_cfg)` then gives the ablate.algos.curriculum.Experience
     that samples its training tasks and saves / loads its state with the checkpoints."""
     name = ""
     persistent = False

@@ -3,6 +3,8 @@ evaluation and optionally for training (docs/agents.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
 
 
 @dataclass
@@ -44,6 +46,12 @@ class VoyagerConfig:
     start_level: int = 1                 # the first difficulty level (hops) drawn from
     promote_at: float = 0.5              # training accuracy over `window` steps to level up
     window: int = 2                      # steps whose training accuracy is averaged
+    # dense retrieval beside BM25 (ablate/agents/embedding.py): null (none) | policy (a
+    # frozen copy of the cell's model) | a local model directory; the two rankings are
+    # fused by reciprocal rank fusion (docs/agents.md)
+    embedding: Optional[str] = None
+    fusion_k: int = 60                   # RRF's constant k (Cormack et al., 2009: 60)
+    embed_tokens: int = 256              # tokens of a text embedded (its start)
 
 
 @dataclass
@@ -97,6 +105,12 @@ def _check_voyager(cfg, need) -> None:
     need(v.start_level >= 1 and v.window >= 1, "agent.voyager.start_level", v.start_level,
          "start_level and window must be >= 1")
     need(0 <= v.promote_at <= 1, "agent.voyager.promote_at", v.promote_at, "in [0, 1]")
+    need(v.fusion_k >= 1 and v.embed_tokens >= 1, "agent.voyager.fusion_k", v.fusion_k,
+         "fusion_k and embed_tokens must be >= 1")
+    need(v.embedding in (None, "policy") or
+         (Path(str(v.embedding)).expanduser() / "config.json").is_file(),
+         "agent.voyager.embedding", v.embedding,
+         "null, policy or a local model directory holding config.json")
     if a.name != "voyager":
         return
     need(a.train, "agent.train", a.train,

@@ -6,9 +6,16 @@ the task to the skills' descriptions (the paper embeds them; here FTS5's `bm25()
 engine of our email search, over a skill's name, its docstring and the descriptions of
 the tasks it solved; Porter-stemmed, so "budgets" finds "budget").
 
+With an embedder (ablate/agents/embedding.py, `agent.voyager.embedding`) each solved
+task's description also gets a dense vector; a skill's dense score for a query is the
+largest cosine similarity of the query to the tasks it solved, and the lexical (BM25)
+and dense rankings are combined by reciprocal rank fusion (`rrf`).
+
 Tables (the rows are the state; the FTS index is rebuilt from them):
     skills(id, name, doc, program, signature, uses, task_id, step)   one per skill
     solved(skill_id, task_id, task_text, step)   the training tasks a skill verified on
+    vectors(skill_id, task_id, vector)   a solved row's unit vector (float32, base64):
+        only with an embedder, whose name is meta's `embedding`
     heldout(decoding, task_id, evaluations, solved_ever, solved_last)   the lifelong
         record of the fixed held-out stream (forgetting: solved before, failing now)
     meta(key, value)   the latest evaluation's lifelong figures (JSON)
@@ -20,12 +27,15 @@ one's.
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 import sqlite3
 from pathlib import Path
 from typing import Optional
+
+import numpy as np
 
 from ablate.envs.skills import Skill
 
@@ -39,9 +49,12 @@ TABLES = {
                "solved_ever INTEGER NOT NULL, solved_last INTEGER NOT NULL, "
                "PRIMARY KEY (decoding, task_id)",
     "meta": "key TEXT PRIMARY KEY, value TEXT NOT NULL",
+    "vectors": "skill_id INTEGER NOT NULL, task_id TEXT NOT NULL, vector TEXT NOT NULL, "
+               "PRIMARY KEY (skill_id, task_id)",
 }
 ORDER = {"skills": "id", "solved": "skill_id, task_id", "heldout": "decoding, task_id",
-         "meta": "key"}
+         "meta": "key", "vectors": "skill_id, task_id"}
+RRF_K = 60           # the constant of Cormack et al. (2009), who found it robust
 
 
 def fts_query(text: str) -> str:
@@ -51,8 +64,33 @@ def fts_query(text: str) -> str:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
+def rrf(rankings: list[list], k: int = RRF_K) -> list[tuple]:
+    """Reciprocal rank fusion (Cormack, Clarke & Buettcher, 2009, SIGIR, "Reciprocal rank
+    fusion outperforms Condorcet and individual rank learning methods", eq. 1):
+    score(d) = sum over rankings r of 1 / (k + r(d)), ranks from 1; (item, score), best
+    first, ties by item (a skill's id: the older first)."""
+    scores: dict = {}
+    for ranking in rankings:
+        for r, d in enumerate(ranking, 1):
+            scores[d] = scores.get(d, 0.0) + 1.0 / (k + r)
+    return sorted(scores.items(), key=lambda x: (-x[1], x[0]))
+
+
+def pack(v: np.ndarray) -> str:
+    return base64.b64encode(np.asarray(v, "<f4").tobytes()).decode("ascii")
+
+
+def unpack(text: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text), "<f4")
+
+
 class SkillLibrary:
-    def __init__(self):
+    """`embedder`: None (BM25 only) or a callable text -> unit vector with a `name`
+    (ablate/agents/embedding.py); `fusion_k`: the RRF constant."""
+
+    def __init__(self, embedder=None, fusion_k: int = RRF_K):
+        self.embedder, self.fusion_k = embedder, int(fusion_k)
+        self._matrix = None                      # (skill ids, vectors), rebuilt on change
         self.db = sqlite3.connect(":memory:")
         for name, cols in TABLES.items():
             self.db.execute(f"CREATE TABLE {name} ({cols})")
@@ -77,9 +115,14 @@ class SkillLibrary:
                 "VALUES (?, ?, ?, ?, ?, ?, ?)", (name, skill.doc, program, sig,
                                                  json.dumps(list(skill.uses)), task_id, step))
             row = (cur.lastrowid, name)
-        self.db.execute("INSERT OR IGNORE INTO solved VALUES (?, ?, ?, ?)",
-                        (row[0], task_id, task_text, step))
+        new = self.db.execute("INSERT OR IGNORE INTO solved VALUES (?, ?, ?, ?)",
+                              (row[0], task_id, task_text, step)).rowcount
         self._index(row[0])
+        if new and self.embedder is not None:
+            self.set_meta("embedding", self.embedder.name)
+            self.db.execute("INSERT INTO vectors VALUES (?, ?, ?)",
+                            (row[0], task_id, pack(self.embedder(task_text))))
+            self._matrix = None
         return row[1]
 
     def _free_name(self, base: str) -> str:
@@ -103,16 +146,48 @@ class SkillLibrary:
         return Skill.from_json(json.loads(row[0])) if row else None
 
     def search(self, text: str, k: int) -> list[tuple[Skill, float]]:
-        """The top-k skills for `text` by BM25 (FTS5's bm25(): lower is better; ties by
-        age), with their scores."""
-        q = fts_query(text)
-        if not q or k <= 0:
+        """The top-k skills for `text` with their scores, lower is better: BM25 (FTS5's
+        bm25(); ties by age), or with an embedder minus the RRF score of the BM25 and the
+        dense ranking (then every skill with a vector is a candidate)."""
+        if k <= 0:
             return []
-        rows = self.db.execute(
-            "SELECT s.program, bm25(skill_fts) AS r FROM skill_fts JOIN skills s "
-            "ON s.id = skill_fts.rowid WHERE skill_fts MATCH ? ORDER BY r, s.id LIMIT ?",
-            (q, k)).fetchall()
-        return [(Skill.from_json(json.loads(p)), float(r)) for p, r in rows]
+        lexical = self._bm25(text)
+        if self.embedder is None:
+            ranked = lexical[:k]
+        else:
+            fused = rrf([[i for i, _ in lexical], self._dense(text)], self.fusion_k)
+            ranked = [(i, -score) for i, score in fused[:k]]
+        if not ranked:
+            return []
+        programs = dict(self.db.execute(
+            f"SELECT id, program FROM skills WHERE id IN ({', '.join('?' * len(ranked))})",
+            [i for i, _ in ranked]).fetchall())
+        return [(Skill.from_json(json.loads(programs[i])), float(r)) for i, r in ranked]
+
+    def _bm25(self, text: str) -> list[tuple[int, float]]:
+        q = fts_query(text)
+        if not q:
+            return []
+        return [(i, float(r)) for i, r in self.db.execute(
+            "SELECT rowid, bm25(skill_fts) AS r FROM skill_fts WHERE skill_fts MATCH ? "
+            "ORDER BY r, rowid", (q,))]
+
+    def _dense(self, text: str) -> list[int]:
+        """Skill ids by the largest cosine of `text` to a task each solved, best first
+        (ties by age)."""
+        if self._matrix is None:
+            rows = self.db.execute("SELECT skill_id, vector FROM vectors "
+                                   "ORDER BY skill_id, task_id").fetchall()
+            self._matrix = (np.array([i for i, _ in rows], int),
+                            np.stack([unpack(v) for _, v in rows]) if rows else None)
+        ids, mat = self._matrix
+        if mat is None:
+            return []
+        sims = mat @ self.embedder(text)
+        best: dict[int, float] = {}
+        for i, s in zip(ids.tolist(), sims.tolist()):
+            best[i] = max(best.get(i, -2.0), s)
+        return sorted(best, key=lambda i: (-best[i], i))
 
     def solved_task_ids(self) -> set[str]:
         return {t for (t,) in self.db.execute("SELECT task_id FROM solved")}
@@ -152,6 +227,7 @@ class SkillLibrary:
                 self.db.execute(f"INSERT INTO {t} VALUES ({', '.join('?' * len(r))})", r)
         for (skill_id,) in self.db.execute("SELECT id FROM skills ORDER BY id").fetchall():
             self._index(skill_id)
+        self._matrix = None
 
     @staticmethod
     def path(ckpt_dir, step: int) -> Path:
@@ -173,3 +249,7 @@ class SkillLibrary:
             raise FileNotFoundError(f"{path}: the skill library of the step-{step} "
                                     "checkpoint is missing; cannot resume exactly")
         self.restore(json.loads(path.read_text(encoding="utf-8")))
+        stored, now = self.meta("embedding"), getattr(self.embedder, "name", None)
+        if self.db.execute("SELECT COUNT(*) FROM vectors").fetchone()[0] and stored != now:
+            raise ValueError(f"{path}: vectors of embedding {stored!r}, but "
+                             f"agent.voyager.embedding gives {now!r}; resume with the same")

@@ -7,7 +7,8 @@ What a skill is belongs to the environment (ablate/envs/skills.py; code repair: 
 program, the email task: a search-and-read plan); the agent is generic:
 
 1. Retrieval (§2.2): for each task the top-k skills by BM25 of the environment's
-   `skill_query(task)` against the library (ablate/agents/library.py) are offered as text
+   `skill_query(task)` against the library (ablate/agents/library.py; with
+   `embedding` set, fused with the cosine ranking of dense vectors) are offered as text
    in the task's prompt and through a `use_skill(skill, args)` tool, which replays the
    skill through `Environment.call`: every replayed call is logged as its own tool call,
    with its own observation and state change (SkillEnv.run_call).
@@ -34,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ablate.agents.base import Agent, run_rollout
-from ablate.agents.library import SkillLibrary
+from ablate.agents.embedding import Embedder
+from ablate.agents.library import RRF_K, SkillLibrary
 from ablate.agents.registry import AGENTS
 from ablate.algos.curriculum import Curriculum, Experience
 from ablate.core.seeding import derived_seed
@@ -199,13 +201,15 @@ class Voyager(Agent):
 
     def __init__(self, *, top_k: int = 2, max_retries: int = 2, doc_chars: int = 160,
                  feedback_chars: int = 400, curriculum: bool = True, start_level: int = 1,
-                 promote_at: float = 0.5, window: int = 2):
+                 promote_at: float = 0.5, window: int = 2, embedding: Optional[str] = None,
+                 fusion_k: int = RRF_K, embed_tokens: int = 256):
         self.top_k, self.max_retries = int(top_k), int(max_retries)
         self.doc_chars, self.feedback_chars = int(doc_chars), int(feedback_chars)
         self.curriculum = (Curriculum(mode="promotion", start_hops=int(start_level),
                                       promote_at=float(promote_at), window=int(window))
                            if curriculum else None)
-        self.library = SkillLibrary()
+        self.embedding, self.embed_tokens = embedding, int(embed_tokens)
+        self.library = SkillLibrary(fusion_k=fusion_k)
         self.step, self.training = 0, False
         self.counts: dict[str, float] = {}       # this training step's counters
 
@@ -214,7 +218,16 @@ class Voyager(Agent):
         v = agent_cfg.voyager
         return cls(top_k=v.top_k, max_retries=v.max_retries, doc_chars=v.doc_chars,
                    feedback_chars=v.feedback_chars, curriculum=v.curriculum,
-                   start_level=v.start_level, promote_at=v.promote_at, window=v.window)
+                   start_level=v.start_level, promote_at=v.promote_at, window=v.window,
+                   embedding=v.embedding, fusion_k=v.fusion_k, embed_tokens=v.embed_tokens)
+
+    def bind(self, model_cfg) -> None:
+        """Give the library its embedder (`embedding`: policy = a frozen copy of the
+        cell's model as configured; a directory = that model), once, before it is
+        searched or restored (the loop's experience(), and act())."""
+        if self.embedding and self.library.embedder is None:
+            self.library.embedder = Embedder.from_spec(self.embedding, model_cfg,
+                                                       self.embed_tokens)
 
     # --- acting --------------------------------------------------------------------------
     def offers(self, env, tasks) -> dict[str, list[Skill]]:
@@ -240,6 +253,8 @@ class Voyager(Agent):
         return eps
 
     def act(self, policy, tasks, group_size, *, temperature, seed, score):
+        if self.embedding:
+            self.bind(policy.cfg.model)
         offers = self.offers(policy.env, tasks)
         if not self.training:
             return self.evaluate(policy, tasks, group_size, offers, temperature, seed, score)
@@ -344,7 +359,8 @@ class Voyager(Agent):
             row["voyager/forgotten"] = float(last["forgotten"])
         return row
 
-    def experience(self, env) -> "LibraryExperience":
+    def experience(self, env, model_cfg=None) -> "LibraryExperience":
+        self.bind(model_cfg)
         return LibraryExperience(self, env)
 
     def propose(self, env, tasks: list, rng) -> list:
@@ -386,7 +402,9 @@ class LibraryExperience(Experience):
     def describe(self) -> dict:
         a = self.agent
         return {**super().describe(), "voyager": {
-            "top_k": a.top_k, "max_retries": a.max_retries, "retrieval": "fts5 bm25",
+            "top_k": a.top_k, "max_retries": a.max_retries, "retrieval": "fts5 bm25" + (
+                f" + {a.library.embedder.name} cosine, rrf k={a.library.fusion_k}"
+                if a.library.embedder is not None else ""),
             "curriculum": "library proximity" + (" + promotion" if a.curriculum else "")}}
 
     def save(self, ckpt_dir, step: int) -> None:

@@ -139,4 +139,5 @@ def with_agent_state(policy, algorithm):
     the algorithm's checkpoints); the algorithm itself otherwise."""
     agents = getattr(policy, "agents", None)
     agent = persistent_agent(policy.cfg, agents) if agents is not None else None
-    return WithExperience(algorithm, agent.experience(policy.env)) if agent else algorithm
+    return WithExperience(algorithm, agent.experience(policy.env, policy.cfg.model)) \
+        if agent else algorithm

@@ -52,3 +52,33 @@ def test_the_check_fails_on_each_defect():
     bad = check(summary, {"f": {"_axes": [ax, cnt]}})
     assert len(bad) == 4 and "empty" in bad[0] and "outside [0, 1]" in bad[1]
     assert "not a word of coderepair" in bad[2] and "below 0" in bad[3]
+
+
+# the lifelong figure of real short voyager-vs-react sweeps (tests/fixtures/voyager_lifelong)
+LIFELONG = sorted(p for p in (REPO / "tests" / "fixtures" / "voyager_lifelong").iterdir()
+                  if p.is_dir())
+
+
+def lifelong_summary(sweep: Path) -> dict:
+    from analysis.collect import collect
+    from analysis.summary import analyse
+    return analyse(collect([sweep]), baseline={"agent.name": "react"}, B=200)
+
+
+@pytest.mark.parametrize("sweep", LIFELONG, ids=[p.name for p in LIFELONG])
+def test_lifelong_figure_is_paper_ready(sweep, tmp_path):
+    """One axis per quantity (library, skills used, held-out solve rate, forgetting),
+    each with data, rates inside [0, 1], counts >= 0, the environment's words; PNG + PDF."""
+    summary = lifelong_summary(sweep)
+    drawn = figures.write_all(summary, tmp_path, workers=1)
+    assert check(summary, drawn) == []
+    axes = drawn["lifelong"]["_axes"]
+    assert [a["kind"] for a in axes] == ["count", "count", "rate", "rate"]
+    solve = "held-out repair rate (%)" if summary["env"] == "coderepair" \
+        else "held-out solve rate (%)"
+    assert [a["texts"][0] for a in axes][2] == solve
+    assert {"lifelong.png", "lifelong.pdf"} <= {p.name for p in tmp_path.iterdir()}
+    voyager = [c for c in summary["cells"] if c["factors"]["agent.name"] == "voyager"]
+    react = [c for c in summary["cells"] if c["factors"]["agent.name"] == "react"]
+    assert set(drawn["lifelong"]["library_size"]) == {c["label"] for c in voyager}
+    assert set(drawn["lifelong"]["solve_rate"]) == {c["label"] for c in voyager + react}
