@@ -25,6 +25,7 @@ from ablate.core import dist
 from ablate.core.dist import local_world_size
 from ablate.core.errors import ConfigError
 from ablate.core.seeding import derived_seed, seed_everything  # noqa: F401  (re-exported)
+from ablate.core.memory import reuse_freed_memory
 from ablate.core.threads import available_cpus, cell_threads
 from ablate.envs import make_env
 from ablate.loop.tracking import Tracker
@@ -171,6 +172,8 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
                            in_process_sampler=cfg.sampler.name == "hf")
     if threads > 0:
         torch.set_num_threads(threads)
+    if cfg.run.malloc_reuse:
+        reuse_freed_memory()
     log.info("torch threads: %d (run.num_threads=%s)", torch.get_num_threads(),
              cfg.run.num_threads)
     t0 = time.time()

@@ -69,6 +69,9 @@ class RunConfig:
     # fixes it (0 = torch's default). On a machine other processes keep busy set 1: two
     # threads on a shared core are several times slower than one (docs/cpu.md)
     num_threads: str = "auto"
+    # keep freed memory for reuse instead of page-faulting it in again every turn (glibc's
+    # mallopt; ablate/core/memory.py): ~10% of an evaluation of the default cell
+    malloc_reuse: bool = True
     # resume an interrupted cell whose config differs in a result-changing key (the
     # change is recorded in config_changes.jsonl and the metrics); false refuses
     allow_config_change: bool = False

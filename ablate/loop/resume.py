@@ -20,6 +20,7 @@ from ablate.core.errors import ConfigError
 
 # keys (or key prefixes ending in ".") whose value a resume may change freely
 ALLOW_CHANGE = ("run.quiet", "run.wandb_mode", "run.wandb_project", "run.num_threads",
+                "run.malloc_reuse",
                 "run.num_trajectories", "run.allow_config_change", "env.cache_dir",
                 "judge.cache_dir", "judge.api_key_env", "judge.timeout_s",
                 "judge.max_retries",

@@ -1,0 +1,35 @@
+"""Freed memory kept for reuse (`run.malloc_reuse`, glibc only).
+
+A cell allocates and frees the same large tensors over and over: the HF sampler's
+key/value buffers every turn (tens of MB each), the learner's activations every update.
+glibc serves allocations above M_MMAP_THRESHOLD (at most 32 MiB, adjusted dynamically)
+with a fresh mmap and returns them on free, so each reuse page-faults the whole block in
+again: ~300k minor faults and ~1 s of system time per evaluation of the default cell
+(docs/cpu.md, issue 31). mallopt(M_MMAP_MAX, 0) serves every allocation from the heap
+and M_TRIM_THRESHOLD keeps up to 1 GiB of freed heap mapped (mallopt(3)); the process's
+peak memory is unchanged, it is just not handed back between turns.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+
+log = logging.getLogger("ablate.core.memory")
+
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4    # glibc malloc.h
+KEEP_BYTES = 1 << 30
+
+
+def reuse_freed_memory() -> bool:
+    """Ask glibc to keep freed memory for reuse; False where libc is not glibc."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    ok = mallopt(M_MMAP_MAX, 0) == 1 and mallopt(M_TRIM_THRESHOLD, KEEP_BYTES) == 1
+    if not ok:
+        log.warning("mallopt refused: freed memory is returned to the system as before")
+    return ok
