@@ -16,7 +16,7 @@ class SamplerConfig:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.5
     enforce_eager: bool = True
-    weight_sync: str = "file"            # file | collective (docs/vllm_server.md)
+    weight_sync: str = "file"            # file | collective: how weights reach vLLM
     # vllm_server only (ablate/samplers/vllm_server.py)
     urls: List[str] = field(default_factory=list)  # running servers; [] = start num_servers
     num_servers: int = 1                 # servers the cell starts (when urls is empty)
