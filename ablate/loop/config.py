@@ -32,7 +32,7 @@ from ablate.rewards.config import RewardConfig
 from ablate.rewards.schemes import REWARDS
 from ablate.rewards.world_model import AGGREGATES
 from ablate.samplers import SAMPLERS
-from ablate.samplers.config import SamplerConfig, server_problem
+from ablate.samplers.config import SamplerConfig, server_problem, weight_sync_problem
 
 
 @dataclass
@@ -374,6 +374,8 @@ def _check_sampler_judge(cfg) -> None:
     _need(0 < s.top_p <= 1, "sampler.top_p", s.top_p, "must be in (0, 1]")
     if s.name == "vllm_server" and server_problem(s):
         raise ConfigError(server_problem(s))
+    if weight_sync_problem(s):
+        raise ConfigError(weight_sync_problem(s))
     if s.name in ("vllm", "vllm_server"):
         _need(s.tensor_parallel_size >= 1, "sampler.tensor_parallel_size",
               s.tensor_parallel_size, "must be >= 1")

@@ -54,7 +54,8 @@ def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampl
                        tensor_parallel_size=sampler_cfg.tensor_parallel_size,
                        gpu_memory_utilization=sampler_cfg.gpu_memory_utilization,
                        enforce_eager=sampler_cfg.enforce_eager, seed=seed,
-                       tie_word_embeddings=tied)
+                       tie_word_embeddings=tied, weight_sync=sampler_cfg.weight_sync,
+                       timeout_s=sampler_cfg.request_timeout_s)
 
 
 @SAMPLERS.register("vllm_server")

@@ -16,6 +16,7 @@ class SamplerConfig:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.5
     enforce_eager: bool = True
+    weight_sync: str = "file"            # file | collective: how weights reach vLLM
     # vllm_server only (ablate/samplers/vllm_server.py)
     urls: List[str] = field(default_factory=list)  # running servers; [] = start num_servers
     num_servers: int = 1                 # servers the cell starts (when urls is empty)
@@ -28,6 +29,19 @@ class SamplerConfig:
     weights_dir: Optional[str] = None    # pushed safetensors; shared fs for remote servers
     max_model_len: Optional[int] = None
     server_args: List[str] = field(default_factory=list)  # extra `vllm serve` arguments
+
+
+WEIGHT_SYNCS = ("file", "collective")
+
+
+def weight_sync_problem(sc) -> str | None:
+    """sampler.weight_sync's check: the one-line reason, or None."""
+    if sc.weight_sync not in WEIGHT_SYNCS:
+        return f"sampler.weight_sync={sc.weight_sync!r}: expected one of {list(WEIGHT_SYNCS)}"
+    if sc.weight_sync == "collective" and sc.name not in ("vllm", "vllm_server"):
+        return (f"sampler.weight_sync=collective needs sampler=vllm_server or vllm, not "
+                f"{sc.name!r} (its weights are the learner's own)")
+    return None
 
 
 def server_problem(sc) -> str | None:

@@ -33,6 +33,9 @@
   `model_runner.reload_weights(weights_iterator=...)`, then re-runs
   `lm_head.quant_method.process_weights_after_loading(lm_head)` (tied embeddings keep a
   stale repacked head otherwise); `lm_head.weight` is left out of the push when tied.
+  `sampler.weight_sync=collective` delivers the tensors by a broadcast from this
+  process instead (ablate/samplers/weight_sync.py; the extension's ablate_sync_* methods),
+  then the same reload.
   The prefix cache is reset after a push (its keys/values came from the old weights).
   Prefix caching (enable_prefix_caching=True) is the engine's KV reuse across turns and
   for the shared system prompt: `share_prefix` needs no action here.
@@ -102,6 +105,33 @@ class WeightPushExtension:
         it, the server's dev-mode /collective_rpc endpoint calls this on every worker)."""
         from safetensors.torch import load_file
         return self._ablate_reload(load_file(path))
+
+    # sampler.weight_sync=collective (ablate/samplers/weight_sync.py): the learner is rank
+    # 0 of a group of its own, this worker rank_offset + its rank in the engine
+    def ablate_sync_rank(self) -> int:
+        """This worker's rank among the engine's workers (as vllm's
+        weight_transfer/nccl_common.py: worker_init_process_group counts them)."""
+        pc = self.parallel_config
+        return int(getattr(pc, "data_parallel_index", 0) or 0) * pc.world_size + pc.rank
+
+    def ablate_sync_join(self, spec: str) -> int:
+        """Join the learner's weight-sync group (`spec`: weight_sync.join_spec's JSON)."""
+        from ablate.samplers.weight_sync import abort, open_group
+        if getattr(self, "_ablate_sync", None):   # a rejoin after a failed push
+            abort(self._ablate_sync[0])
+        sp = json.loads(spec)
+        rank = sp["rank_offset"] + self.ablate_sync_rank()
+        self._ablate_sync = (open_group(sp["address"], sp["port"], rank, sp["world_size"],
+                                        sp["backend"], sp["timeout_s"]), sp["backend"])
+        return rank
+
+    def ablate_sync_receive(self, meta: str) -> int:
+        """Receive the tensors the learner broadcasts (`meta`: weight_sync.describe's
+        JSON) and reload them as a file push does."""
+        from ablate.samplers.weight_sync import receive
+        group, backend = self._ablate_sync
+        device = self.device if backend == "nccl" else "cpu"
+        return self._ablate_reload(receive(group, json.loads(meta), device))
 
     def _ablate_reload(self, state) -> int:
         runner = self.model_runner
@@ -188,11 +218,13 @@ class VLLMSampler(Sampler):
     def __init__(self, model_path: str, tokenizer=None, *, dtype: str = "bfloat16",
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.5,
                  enforce_eager: bool = True, max_model_len: int | None = None,
-                 seed: int = 0, tie_word_embeddings: bool | None = None):
+                 seed: int = 0, tie_word_embeddings: bool | None = None,
+                 weight_sync: str = "file", timeout_s: float = 600.0):
         os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")   # V1 logits-processor API
         vllm = _import_vllm()
         self.tokenizer = tokenizer
         self.tied = tie_word_embeddings
+        self.weight_sync, self.timeout, self.sender = weight_sync, float(timeout_s), None
         kwargs = dict(model=str(model_path), dtype=dtype, seed=seed,
                       tensor_parallel_size=tensor_parallel_size,
                       gpu_memory_utilization=gpu_memory_utilization,
@@ -216,11 +248,31 @@ class VLLMSampler(Sampler):
 
     def load_weights(self, state_dict) -> None:
         from safetensors.torch import save
-        state = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()
+        state = {k: v.detach().contiguous() for k, v in state_dict.items()
                  if not (k == "lm_head.weight" and self.tied is not False)}
-        self.llm.collective_rpc("ablate_push_weights", args=(save(state),))
+        if self.weight_sync == "collective":
+            self._push_collective(state)
+        else:
+            state = {k: v.to("cpu") for k, v in state.items()}
+            self.llm.collective_rpc("ablate_push_weights", args=(save(state),))
         # cached prefixes hold keys/values computed with the old weights
         self.llm.reset_prefix_cache()
+
+    def _push_collective(self, state) -> None:
+        """sampler.weight_sync=collective: broadcast to the engine's workers (ranks 1..)
+        over a group of their own (ablate/samplers/weight_sync.py), as vllm_server does."""
+        from ablate.samplers.weight_sync import Sender, run_all
+
+        def rpc(method, arg):
+            return self.llm.collective_rpc(method, args=() if arg is None else (arg,))
+
+        def run(thunks, futures):
+            return run_all(thunks, futures, self.timeout)
+        self.sender = self.sender or Sender("127.0.0.1", self.timeout)
+        counts = self.sender.push(state, [rpc], run)[0]
+        if not counts or any(int(c) != len(state) for c in counts):
+            raise RuntimeError(f"vLLM weight push reloaded {counts} tensors per worker, "
+                               f"expected {len(state)}")
 
     def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0,
                  stop_token_ids=(), logits_processors=None, seed=None) -> list[Completion]:
@@ -271,6 +323,9 @@ class VLLMSampler(Sampler):
         return result
 
     def close(self) -> None:
+        sender, self.sender = getattr(self, "sender", None), None
+        if sender is not None:
+            sender.close()
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             try:

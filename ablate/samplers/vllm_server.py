@@ -16,12 +16,15 @@ Sampler interface (docs/vllm_server.md).
   seed offsets, so a run is reproducible where vLLM is.
 * Action masks run inside the server: `--logits-processors
   ablate.samplers.vllm:ActionMaskAdapter`, the mask spec as JSON text in `vllm_xargs`.
-* Weight push (vllm 0.32's dev-mode endpoints, VLLM_SERVER_DEV_MODE=1): the state dict
-  is written as one safetensors file, `/collective_rpc` calls
+* Weight push (vllm 0.32's dev-mode endpoints, VLLM_SERVER_DEV_MODE=1), then
+  `/reset_prefix_cache` and `/update_weight_version`. `sampler.weight_sync=file`: the
+  state dict is written as one safetensors file, `/collective_rpc` calls
   `WeightPushExtension.ablate_push_file(path)` (ablate/samplers/vllm.py, the in-process
-  sampler's reload) on every worker of every server (all tensor-parallel ranks), then
-  `/reset_prefix_cache` and `/update_weight_version`. The file must be readable by the
-  servers: `sampler.weights_dir` on a shared filesystem for remote ones.
+  sampler's reload) on every worker of every server (all tensor-parallel ranks); the
+  file must be readable by the servers (`sampler.weights_dir` on a shared filesystem for
+  remote ones). `collective`: this process and every worker join a process group of
+  their own and each push is a broadcast (ablate/samplers/weight_sync.py), the workers'
+  `/collective_rpc ablate_sync_receive` running concurrently with it.
 * Policy version: the learner step whose weights the servers hold; `load_weights(state,
   version=None)` (None = previous + 1, the first push is 0). Every generate call checks
   that each server reports it (`/weight_info`) - staleness 0, trainer.max_async_level=0 -
@@ -325,8 +328,10 @@ class VLLMServerSampler(Sampler):
 
     def __init__(self, servers: list[Server], *, request_timeout_s: float,
                  startup_timeout_s: float, log_dir: Path, weights_dir: Path,
-                 tie_word_embeddings: bool | None = None, max_context: int | None = None):
+                 tie_word_embeddings: bool | None = None, max_context: int | None = None,
+                 weight_sync: str = "file"):
         self.servers, self.timeout = servers, float(request_timeout_s)
+        self.weight_sync, self.sender = weight_sync, None
         self.log_dir, self.weights_dir = Path(log_dir), Path(weights_dir)
         self.tied, self._max_context = tie_word_embeddings, max_context
         self.version: int | None = None      # the policy version the servers hold
@@ -350,31 +355,81 @@ class VLLMServerSampler(Sampler):
 
     # --- weights -------------------------------------------------------------------
     def load_weights(self, state_dict, version: int | None = None) -> None:
-        from safetensors.torch import save_file
         version = (0 if self.version is None else self.version + 1) if version is None \
             else int(version)
         t0 = time.perf_counter()
-        state = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()
-                 if not (k == "lm_head.weight" and self.tied is not False)}
+        if self.weight_sync == "collective":
+            self._push_collective(state_dict)
+        else:
+            self._push_file(state_dict, version)
+        self._each(lambda s: self._after_push(s, version))
+        self.version = version
+        self.push_seconds.append(time.perf_counter() - t0)
+
+    def _state(self, state_dict, device: str | None = "cpu") -> dict:
+        """What is pushed: contiguous tensors, lm_head.weight left out when tied."""
+        return {k: v.detach().to(device or v.device).contiguous()
+                for k, v in state_dict.items()
+                if not (k == "lm_head.weight" and self.tied is not False)}
+
+    def _push_file(self, state_dict, version: int) -> None:
+        from safetensors.torch import save_file
+        state = self._state(state_dict)
         self.weights_dir.mkdir(parents=True, exist_ok=True)
         path = self.weights_dir / f"policy_v{version}.safetensors"
         tmp = path.with_suffix(".tmp")
         save_file(state, str(tmp))
         os.replace(tmp, path)                 # servers never see a half-written file
         try:
-            self._each(lambda s: self._push(s, path, version, len(state)))
+            self._each(lambda s: self._reloaded(s, self._rpc(s)("ablate_push_file", str(path)),
+                                                len(state)))
         finally:
             path.unlink(missing_ok=True)
-        self.version = version
-        self.push_seconds.append(time.perf_counter() - t0)
 
-    def _push(self, s: Server, path: Path, version: int, expected: int) -> None:
-        res = s.request("/collective_rpc", {"method": "ablate_push_file", "args": [str(path)],
-                                            "timeout": self.timeout}, timeout=self.timeout)
-        counts = [int(r) for r in (res or {}).get("results", [])]
+    def _push_collective(self, state_dict) -> None:
+        """sampler.weight_sync=collective (ablate/samplers/weight_sync.py): broadcast from
+        this process (rank 0) to every worker of every server, joined on the first push."""
+        from ablate.samplers.weight_sync import Sender
+        state = self._state(state_dict, device=None)
+        self.sender = self.sender or Sender(self._learner_address(), self.timeout)
+        try:
+            results = self.sender.push(state, [self._rpc(s) for s in self.servers],
+                                       self._run_with)
+        except VLLMServerError:
+            raise
+        except Exception as exc:          # the broadcast itself (torch): one line
+            why = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise VLLMServerError(
+                f"vLLM server(s) {', '.join(s.url for s in self.servers)}: collective "
+                f"weight push failed: {type(exc).__name__}: {why}{self.servers[0].where()}") \
+                from None
+        for s, res in zip(self.servers, results):
+            self._reloaded(s, res, len(state))
+
+    def _learner_address(self) -> str:
+        """This host's address on the route to the first server (the TCP store's)."""
+        from urllib.parse import urlparse
+        u = urlparse(self.servers[0].url)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sk:
+            sk.connect((u.hostname, u.port or 80))     # no packet is sent
+            return sk.getsockname()[0]
+
+    def _rpc(self, s: Server):
+        """`rpc(method, arg)`: /collective_rpc on every worker of `s`, their results."""
+        def rpc(method: str, arg: str | None) -> list:
+            body = {"method": method, "args": [] if arg is None else [arg],
+                    "timeout": self.timeout}
+            return list((s.request("/collective_rpc", body, timeout=self.timeout)
+                         or {}).get("results", []))
+        return rpc
+
+    def _reloaded(self, s: Server, results: list, expected: int) -> None:
+        counts = [int(r) for r in results]
         if not counts or any(c != expected for c in counts):
             raise VLLMServerError(f"vLLM server {s.url}: weight push reloaded {counts} "
                                   f"tensors per worker, expected {expected}{s.where()}")
+
+    def _after_push(self, s: Server, version: int) -> None:
         s.request("/reset_prefix_cache", {}, timeout=self.timeout)  # old weights' keys
         s.request("/update_weight_version", {"new_version": str(version)},
                   timeout=self.timeout)
@@ -446,18 +501,22 @@ class VLLMServerSampler(Sampler):
     def _each(self, fn) -> list:
         return self._run([lambda s=s: fn(s) for s in self.servers])
 
+    def _run_with(self, thunks, futures) -> list:
+        return self._run(thunks, futures=futures)
+
     def _run(self, thunks, limit_s: float | None = None,
-             key: str = "sampler.request_timeout_s") -> list:
-        """Run the thunks concurrently (one thread each); the first failure, a started
-        server's death (checked every second) or the total deadline (a server trickling
-        bytes defeats a socket timeout) is raised at once as one line."""
-        if not thunks:
+             key: str = "sampler.request_timeout_s", futures=()) -> list:
+        """Run the thunks concurrently (one thread each), and wait for them and the
+        `futures` (results in that order); the first failure, a started server's death
+        (checked every second) or the total deadline (a server trickling bytes defeats a
+        socket timeout) is raised at once as one line."""
+        if not thunks and not futures:
             return []
         limit_s = self.timeout if limit_s is None else limit_s
         deadline = time.monotonic() + limit_s + 2.0
-        pool = ThreadPoolExecutor(max_workers=len(thunks))
+        pool = ThreadPoolExecutor(max_workers=max(1, len(thunks)))
         try:
-            futs = [pool.submit(t) for t in thunks]
+            futs = [pool.submit(t) for t in thunks] + list(futures)
             pending = set(futs)
             while pending:
                 if time.monotonic() > deadline:
@@ -477,6 +536,9 @@ class VLLMServerSampler(Sampler):
             pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
+        sender, self.sender = getattr(self, "sender", None), None
+        if sender is not None:
+            sender.close()
         for s in getattr(self, "servers", []):
             s.close()
         if getattr(self, "own_weights_dir", False):
@@ -517,6 +579,7 @@ def make_server_sampler(sc, model_path: str, *, dtype: str, seed: int,
                                 startup_timeout_s=sc.startup_timeout_s, log_dir=log_dir,
                                 weights_dir=weights_dir,
                                 tie_word_embeddings=tie_word_embeddings,
-                                max_context=sc.max_model_len)
+                                max_context=sc.max_model_len,
+                                weight_sync=sc.weight_sync)
     sampler.own_weights_dir = not sc.weights_dir
     return sampler
