@@ -7,7 +7,8 @@ Engines (ablate/loop/policy.py, ablate/samplers/hf.py):
   old: `policy.MERGED_EVAL = False` (each evaluation's greedy episodes in a second
        rollout) and the HF sampler's `legacy = True` (each prefill row encoded into its
        own buffers, then copied into the decoding batch's);
-  new: as shipped (run.num_threads=auto: ablate/core/threads.py); old runs on one thread.
+  new: as shipped (run.num_threads=auto: ablate/core/threads.py; run.malloc_reuse:
+       ablate/core/memory.py); old runs on one thread with glibc's default settings.
 Each run is `run_cell` on the composed default config into its own directory; the
 machine-speed unit (benchmarks/machine_unit.py) is measured before and after it (one
 measurement between two runs serves as the first's "after" and the second's "before"), and
@@ -39,6 +40,7 @@ def run(engine: str, overrides: list[str], out: Path) -> tuple[float, float]:
     import ablate.loop.policy as pol
     import ablate.samplers as samplers
     from ablate.apps.cli import compose_config
+    from ablate.core.memory import reuse_freed_memory
     from ablate.loop.cell import run_cell
 
     original = samplers.make_sampler
@@ -50,8 +52,10 @@ def run(engine: str, overrides: list[str], out: Path) -> tuple[float, float]:
 
     samplers.make_sampler, pol.MERGED_EVAL = make, engine == "new"
     try:
-        # the old engine's run.num_threads was 1; the new one's default is auto
-        old = ["run.num_threads=1"] if engine == "old" else []
+        # the old engine's run.num_threads was 1 and glibc kept its defaults; the new
+        # one's defaults are auto and run.malloc_reuse (process-wide: undone for old runs)
+        old = ["run.num_threads=1", "run.malloc_reuse=false"] if engine == "old" else []
+        reuse_freed_memory(engine == "new")
         cfg = compose_config(old + overrides + ["run.quiet=true"])
         t0, c0 = time.perf_counter(), time.process_time()
         run_cell(cfg, out)

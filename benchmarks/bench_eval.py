@@ -11,8 +11,9 @@ CPU seconds are recorded beside wall seconds (one thread: on a shared machine CP
 leaves out the time spent waiting for a core, though not slower memory). Engines:
   old: `policy.MERGED_EVAL = False` (greedy episodes in a second rollout) and the sampler's
        `legacy = True` (the decoding of issue 11's last stop, see ablate/samplers/hf.py);
-  new: as shipped, on the threads `run.num_threads=auto` gives (ablate/core/threads.py);
-       the old engine ran on one (run.num_threads was 1).
+  new: as shipped, on the threads `run.num_threads=auto` gives (ablate/core/threads.py)
+       and with freed memory kept for reuse (run.malloc_reuse, ablate/core/memory.py); the
+       old engine ran on one thread with glibc's default allocator settings.
 Reports each run's wall seconds and units, medians, the new/old ratio of the medians and
 of each pair, the load average seen, and whether every evaluation row (timing aside)
 equals the old engine's. Rows must be compared, not assumed: see docs/cpu.md.
@@ -41,6 +42,8 @@ def set_engine(policy, engine: str, threads: int = 1) -> None:
     pol.MERGED_EVAL = engine == "new"
     policy.sampler.legacy = engine == "old"
     torch.set_num_threads(threads if engine == "new" else 1)
+    from ablate.core.memory import reuse_freed_memory
+    reuse_freed_memory(engine == "new")           # run.malloc_reuse, new in issue 31
 
 
 def evaluate(policy, cfg, tasks) -> list[dict]:

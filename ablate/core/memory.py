@@ -21,15 +21,20 @@ M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4    # glibc malloc.h
 KEEP_BYTES = 1 << 30
 
 
-def reuse_freed_memory() -> bool:
-    """Ask glibc to keep freed memory for reuse; False where libc is not glibc."""
+DEFAULT_MMAP_MAX, DEFAULT_TRIM_THRESHOLD = 65536, 128 * 1024   # mallopt(3)
+
+
+def reuse_freed_memory(keep: bool = True) -> bool:
+    """Ask glibc to keep freed memory for reuse (keep=False: glibc's default values
+    again, for a benchmark's baseline); False where libc is not glibc."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name or "libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
-    ok = mallopt(M_MMAP_MAX, 0) == 1 and mallopt(M_TRIM_THRESHOLD, KEEP_BYTES) == 1
+    mmap_max, trim = (0, KEEP_BYTES) if keep else (DEFAULT_MMAP_MAX, DEFAULT_TRIM_THRESHOLD)
+    ok = mallopt(M_MMAP_MAX, mmap_max) == 1 and mallopt(M_TRIM_THRESHOLD, trim) == 1
     if not ok:
         log.warning("mallopt refused: freed memory is returned to the system as before")
     return ok
