@@ -36,12 +36,15 @@ LAUNCH = {1: [sys.executable, "-m", "ablate"],
 DIST = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "ABLATE_DIST_ENV_PID")
 
 
-def run(ranks: int, overrides: list[str], out: Path, cache: Path) -> dict:
+def run(ranks: int, overrides: list[str], out: Path, cache: Path,
+        one_rank_threads: str = "1") -> dict:
     env = {k: v for k, v in os.environ.items() if k not in DIST}
     env.update(PYTHONPATH=str(ROOT), WANDB_MODE="disabled", OMP_NUM_THREADS="1",
                ABLATE_CACHE=str(cache))
     t0 = time.time()
-    proc = subprocess.run([*LAUNCH[ranks], *CELL, *overrides, f"hydra.run.dir={out}"],
+    threads = [f"run.num_threads={one_rank_threads}"] if ranks == 1 else []
+    proc = subprocess.run([*LAUNCH[ranks], *CELL, *threads, *overrides,
+                           f"hydra.run.dir={out}"],
                           env=env, cwd=out.parent, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{ranks}-rank run failed:\n{proc.stderr[-3000:]}{proc.stdout[-2000:]}")
@@ -60,6 +63,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tasks", type=int, default=4, help="trainer.tasks_per_step")
     ap.add_argument("--group", type=int, default=4, help="trainer.group_size")
     ap.add_argument("--out", default="bench_ranks.json", help="file in benchmarks/results/")
+    ap.add_argument("--one-rank-threads", default="1",
+                    help="run.num_threads of the one-rank side (auto: the default, both "
+                         "cores); the two ranks take one each either way")
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args(argv)
     overrides = [f"trainer.max_steps={a.steps}", f"trainer.tasks_per_step={a.tasks}",
@@ -69,7 +75,8 @@ def main(argv: list[str] | None = None) -> dict:
         tmp = Path(tmp)
         for rep in range(a.reps):
             for ranks in (1, 2):
-                r = run(ranks, overrides, tmp / f"r{rep}_{ranks}", tmp / "cache")
+                r = run(ranks, overrides, tmp / f"r{rep}_{ranks}", tmp / "cache",
+                        a.one_rank_threads)
                 print(json.dumps({k: r[k] for k in ("ranks", "wall_s", "step_s")}), flush=True)
                 runs.append(r)
     med = {n: statistics.median(s for r in runs if r["ranks"] == n for s in r["step_s"][1:])
@@ -77,6 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
     parts = {f"{k}_{n}": statistics.median(s for r in runs if r["ranks"] == n for s in r[k][1:])
              for k in ("rollout_s", "update_s", "step_cpu_s") for n in (1, 2)}
     result = {"benchmark": "bench_ranks", "overrides": overrides, "reps": a.reps,
+              "one_rank_threads": a.one_rank_threads,
               "cpu_count": os.cpu_count(), "load_avg": os.getloadavg(),
               "median_step_s": {"1": med[1], "2": med[2]}, "median_parts_s": parts,
               "ratio_two_over_one": med[2] / med[1], "target": 0.60,
