@@ -25,6 +25,7 @@ Rules every environment keeps:
 from __future__ import annotations
 
 import copy
+import importlib
 import dataclasses
 import inspect
 import json
@@ -43,6 +44,15 @@ SPLITS = ("train", "test")
 
 class EnvError(ValueError):
     """A user mistake in choosing or configuring an environment (one-line message)."""
+
+
+def optional_module(module: str, env: str, package: str, install: str):
+    """The optional package `module` an environment adapter needs, or one EnvError line
+    naming the environment, the package and the install command."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise EnvError(f"env={env} needs the {package} package: {install}") from None
 
 
 @dataclass(frozen=True)

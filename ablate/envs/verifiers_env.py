@@ -41,7 +41,8 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 
 from ablate.core.errors import ConfigError
-from ablate.envs.base import EnvError, Environment, Task, ToolResult, _keys, register_env
+from ablate.envs.base import (EnvError, Environment, Task, ToolResult, _keys, optional_module,
+                              register_env)
 from ablate.envs.config import EnvConfig
 from ablate.rewards.rubric import Rubric, weights_of
 from ablate.rewards.schemes import REWARDS as ALL_REWARDS, outcome
@@ -56,10 +57,7 @@ ANSWER = "answer"
 
 def vf():
     """verifiers.v1, or one EnvError line with the install command."""
-    try:
-        return importlib.import_module("verifiers.v1")
-    except ImportError:
-        raise EnvError(f"env=verifiers needs the verifiers package: {INSTALL}") from None
+    return optional_module("verifiers.v1", "verifiers", "verifiers", INSTALL)
 
 
 @dataclass

@@ -22,14 +22,14 @@ one EnvError line with that command.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import urllib.request
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ablate.envs.base import EnvError, Environment, Task, ToolResult, register_env
+from ablate.envs.base import (EnvError, Environment, Task, ToolResult, optional_module,
+                              register_env)
 from ablate.envs.openenv.config import OpenEnvEnvConfig
 from ablate.envs.openenv.rewards import REWARDS
 from ablate.envs.openenv.server import Served
@@ -47,10 +47,7 @@ class ServerGone(Exception):
 
 def core():
     """openenv.core, or one EnvError line with the install command."""
-    try:
-        return importlib.import_module("openenv.core")
-    except ImportError:
-        raise EnvError(f"env=openenv needs the openenv-core package: {INSTALL}") from None
+    return optional_module("openenv.core", "openenv", "openenv-core", INSTALL)
 
 
 @dataclass

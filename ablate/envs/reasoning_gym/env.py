@@ -22,12 +22,12 @@ EnvError line with that command.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ablate.envs.base import EnvError, Environment, Task, ToolResult, _keys, register_env
+from ablate.envs.base import (EnvError, Environment, Task, ToolResult, _keys, optional_module,
+                              register_env)
 from ablate.envs.reasoning_gym.calculator import CalcError, evaluate
 from ablate.envs.reasoning_gym.config import ReasoningGymEnvConfig
 from ablate.envs.reasoning_gym.rewards import REWARDS
@@ -45,11 +45,7 @@ RESERVED = ("seed", "size")       # generator arguments ablate sets itself
 
 def rg():
     """The reasoning_gym package, or one EnvError line with the install command."""
-    try:
-        return importlib.import_module("reasoning_gym")
-    except ImportError:
-        raise EnvError(f"env=reasoning_gym needs the reasoning-gym package: {INSTALL}") \
-            from None
+    return optional_module("reasoning_gym", "reasoning_gym", "reasoning-gym", INSTALL)
 
 
 def dataset_names() -> list[str]:
