@@ -140,3 +140,5 @@ def test_bad_configuration_is_one_line():
         make_env(OmegaConf.create({"name": "openenv"}))
     with pytest.raises(EnvError, match=r"GET http://127.0.0.1:9/schema failed"):
         env_at("http://127.0.0.1:9", timeout_s=1.0).tool_schemas()
+    with pytest.raises(EnvError, match=r"^env.connect_timeout_s=0.0; allowed: > 0$"):
+        env_at("http://127.0.0.1:9", connect_timeout_s=0.0)

@@ -17,7 +17,8 @@ class OpenEnvEnvConfig(EnvConfig):
     gen_seed: int = 0                    # reset seeds: train and test ranges never meet
     train_tasks: int = 64                # episodes' reset seeds for training
     test_tasks: int = 32                 # held-out reset seeds
-    timeout_s: float = 10.0              # per message (connect, reset, step), seconds
+    timeout_s: float = 10.0              # per message (reset, step), seconds
+    connect_timeout_s: float = 30.0      # per session's WebSocket handshake, seconds
     start_timeout_s: float = 60.0        # a served `app` must answer /health within this
     prompt_field: Optional[str] = None   # the observation field that is the text; None: JSON
     success_reward: float = 1.0          # correct: the episode ended with a reward >= this

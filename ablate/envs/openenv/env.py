@@ -69,17 +69,20 @@ class OpenEnvEnv(Environment):
 
     def __init__(self, url: Optional[str] = None, app: Optional[str] = None,
                  gen_seed: int = 0, train_tasks: int = 64, test_tasks: int = 32,
-                 timeout_s: float = 10.0, start_timeout_s: float = 60.0,
+                 timeout_s: float = 10.0, connect_timeout_s: float = 30.0,
+                 start_timeout_s: float = 60.0,
                  prompt_field: Optional[str] = None, success_reward: float = 1.0):
         if (url is None) == (app is None):
             raise EnvError("env=openenv needs exactly one of env.url (a running server) "
                            "and env.app (pkg.module:app to serve)")
-        if timeout_s <= 0:
-            raise EnvError(f"env.timeout_s={timeout_s}; allowed: > 0")
+        for key, value in (("timeout_s", timeout_s), ("connect_timeout_s", connect_timeout_s)):
+            if value <= 0:
+                raise EnvError(f"env.{key}={value}; allowed: > 0")
         core()
         self.served = Served(app, start_timeout_s) if app else None
         self.url = (url or self.served.url).rstrip("/")
         self.gen_seed, self.timeout_s = int(gen_seed), float(timeout_s)
+        self.connect_timeout_s = float(connect_timeout_s)
         self.prompt_field, self.success_reward = prompt_field, float(success_reward)
         self.counts = {"train": int(train_tasks), "test": int(test_tasks)}
         self._schema_cache: Optional[dict] = None
@@ -96,7 +99,9 @@ class OpenEnvEnv(Environment):
                            f"env.timeout_s={self.timeout_s} ({exc})") from None
 
     def _connect(self):
-        client = core().GenericEnvClient(base_url=self.url, connect_timeout_s=self.timeout_s,
+        # a handshake on a busy host can outlast one message's timeout: its own limit
+        client = core().GenericEnvClient(base_url=self.url,
+                                         connect_timeout_s=self.connect_timeout_s,
                                          message_timeout_s=self.timeout_s).sync()
         self._clients.add(client)
         return client
@@ -114,8 +119,10 @@ class OpenEnvEnv(Environment):
 
     def _gone(self, what: str, exc: BaseException) -> EnvError:
         detail = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+        limit = (f"env.connect_timeout_s={self.connect_timeout_s}" if "handshake" in detail
+                 else f"env.timeout_s={self.timeout_s}")
         return EnvError(f"env=openenv: the server at {self.url} did not answer {what} "
-                        f"within env.timeout_s={self.timeout_s} ({detail[:200]})")
+                        f"within {limit} ({detail[:200]})")
 
     # ---------------------------------------------------------------- tasks
     def split_seed(self, split: str) -> int:
