@@ -92,6 +92,8 @@ def test_greedy_episodes_identical_to_full_recompute(tiny, runs, mode):
     inc, s_inc = runs(mode, 0.0, True)
     assert max(e.num_turns for e in inc) >= 3              # turns really extend a cache
     assert s_full.stats["reused_tokens"] == 0 < s_inc.stats["reused_tokens"]
+    # every call after the first turn's shares the system prompt: cascade attention
+    assert s_full.stats["cascade_rows"] == 0 < s_inc.stats["cascade_rows"]
     for a, b in zip(full, inc):
         assert [s.ids for s in a.segments] == [s.ids for s in b.segments]
         assert [s.allowed for s in a.segments] == [s.allowed for s in b.segments]
@@ -164,6 +166,27 @@ def test_rows_with_different_cached_lengths(tok):
         sum(map(len, second)) - reused + decode
 
 
+def test_equal_prompts_are_encoded_once(tok):
+    """A group's first turn: equal prompts share one encoding, and sample as if each had
+    its own (the same ids and logprobs as the old engine's)."""
+    model = U.tiny_model(tok, seed=8)
+    s, ref = HFSampler(model, tok), HFSampler(model, tok, kv_reuse=False)
+    prefix = list(range(5, 45))
+    prompts = [prefix + [50, 51, 52]] * 3 + [prefix + [60, 61]]
+    for x in (s, ref):
+        x.share_prefix(prefix)
+    before = s.stats["encoded_tokens"]
+    kw = dict(max_new_tokens=6, temperature=1.0, seed=4)
+    out, want = s.generate(prompts, **kw), ref.generate(prompts, **kw)
+    assert [o.ids for o in out] == [o.ids for o in want]
+    for x, y in zip(out, want):
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=ATOL)
+    assert s.stats["cascade_rows"] == 4 and len({tuple(o.ids) for o in out[:3]}) > 1
+    decode = sum(len(o.ids) - 1 for o in out)
+    assert s.stats["encoded_tokens"] - before == 3 + 2 + decode    # each prompt once
+    assert [o.extra["encoded_tokens"] - len(o.ids) + 1 for o in out] == [3, 0, 0, 2]
+
+
 def test_shared_prefix_once_per_weight_version_and_caches_freed(tok):
     model = U.tiny_model(tok, seed=6)
     s = HFSampler(copy.deepcopy(model), tok)
@@ -174,7 +197,9 @@ def test_shared_prefix_once_per_weight_version_and_caches_freed(tok):
     assert s.stats["encoded_tokens"] == len(prefix)            # encoded once
     out = s.generate(prompts, max_new_tokens=4, temperature=1.0, seed=1)
     assert s.stats["reused_tokens"] == 3 * len(prefix)
-    assert len(s._entries) == 3
+    assert s.stats["cascade_rows"] == 3 and len(s._entries) == 3
+    assert all(e.offset == len(prefix) for e in s._entries)    # the prefix not copied
+    assert s.model.config._attn_implementation == "sdpa"       # restored after the call
     s.generate(prompts[:1], max_new_tokens=2, temperature=1.0, seed=1)
     assert len(s._entries) == 1                               # ended rows are freed
     # a weight push drops every kept key/value: the new policy never sees stale ones

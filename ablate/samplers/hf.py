@@ -14,7 +14,9 @@ every prompt against the kept entries by longest common token prefix and encodes
 the rest, so an agent turn costs its observation and header, not the whole history.
 Thinking mode's stripped history simply matches up to where it diverges. `share_prefix`
 pins a prefix common to every upcoming prompt (system prompt + tool schemas), encoded
-once per weight version. Kept entries live until the next call (live episodes are in
+once per weight version; when every row of a call starts with it, the rows' caches leave
+it out and attention adds it from its one copy (cascade attention, ablate/samplers/
+cascade.py: each decoding step reads the prefix once, not once per row). Kept entries live until the next call (live episodes are in
 it; an episode that ended is not, so its cache is freed then); `load_weights` drops all.
 Each prompt's new suffix is encoded alone (rows of different lengths would pay for their
 padding), then the rows are packed right-aligned, [pad | prompt], with an explicit 2D
@@ -33,17 +35,22 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
+import contextlib
+
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
+from ablate.samplers import cascade as cascade_attn
 from ablate.samplers.base import Completion, Sampler, per_prompt
 
 
 @dataclass
 class _Entry:
-    """Keys and values of `ids` (per layer [1, kv_heads, len(ids), head_dim])."""
+    """Keys and values of ids[offset:] (per layer [1, kv_heads, len(ids) - offset,
+    head_dim]); offset > 0: a cascade row's, its first `offset` ids the shared prefix."""
     ids: list[int]
     kv: list[tuple[torch.Tensor, torch.Tensor]]
+    offset: int = 0
 
 
 def prefix_lengths(pool: list[_Entry], prompts: list[list[int]]) -> torch.Tensor:
@@ -65,7 +72,8 @@ class HFSampler(Sampler):
     mixed_temperatures = True       # generate() takes one temperature per prompt
 
     def __init__(self, model_or_path, tokenizer, device: str = "cpu",
-                 dtype: torch.dtype | None = None, kv_reuse: bool = True):
+                 dtype: torch.dtype | None = None, kv_reuse: bool = True,
+                 cascade: bool = True):
         if isinstance(model_or_path, (str, bytes)) or hasattr(model_or_path, "__fspath__"):
             from transformers import AutoModelForCausalLM
             model_or_path = AutoModelForCausalLM.from_pretrained(
@@ -78,9 +86,14 @@ class HFSampler(Sampler):
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
         self.kv_reuse = kv_reuse
         self.legacy = False      # True: issue 11's prefill copies (benchmarks' baseline)
+        # the shared prefix attended from one copy (cascade.py); needs kv_reuse
+        self.cascade = bool(cascade and kv_reuse and cascade_attn.register())
+        self._cascade_on = False                  # inside _cascading
+        self._dtype = next(self.model.parameters()).dtype
         self._entries: list[_Entry] = []        # rows of the last call
         self._pinned: _Entry | None = None      # the shared prefix (share_prefix)
-        self.stats = {"encoded_tokens": 0, "reused_tokens": 0, "prompt_tokens": 0}
+        self.stats = {"encoded_tokens": 0, "reused_tokens": 0, "prompt_tokens": 0,
+                      "cascade_rows": 0}      # rows that read the prefix from one copy
 
     @property
     def max_context(self) -> int | None:
@@ -140,6 +153,8 @@ class HFSampler(Sampler):
         if not hasattr(self, "_cache_kw"):
             params = inspect.signature(self.model.forward).parameters
             self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        if self._cascade_on:                      # cascade.py's mask, made once
+            attn = cascade_attn.additive_mask(attn, ids.shape[1], self._dtype)
         out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos,
                          use_cache=True, logits_to_keep=1, **{self._cache_kw: cache})
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
@@ -191,41 +206,56 @@ class HFSampler(Sampler):
         kv = [(la.keys, la.values) for la in cache.layers]
         return logits[0], _Entry(list(prompt), kv), n
 
-    def _prefill_rows(self, rows, pool, room: int):
+    def _prefill_rows(self, rows, pool, room: int, offset: int = 0):
         """Each prompt encoded alone, reusing its best kept prefix (a batched prefill
         would pay for every row's padding to the longest new suffix and cached prefix),
         straight into its right-aligned place in the decoding batch's buffers: the row's
-        cache is a view of them, so its keys and values are copied once, not twice."""
+        cache is a view of them, so its keys and values are copied once, not twice.
+        A prompt equal to an earlier row's (a group's first turn) copies that row's.
+        offset > 0 (cascade): the buffers hold each row's positions from `offset` on."""
         if self.legacy:
             return self._prefill_rows_copied(rows, pool, room)
         matches = self._match(rows, pool)
-        L = max(map(len, rows))
+        L = max(map(len, rows)) - offset
         packed = self._buffers(len(rows), L + room)
         logits, attn = [], torch.zeros((len(rows), L), dtype=torch.long, device=self.device)
+        first: dict[tuple, int] = {}          # prompt -> the first row that encoded it
         for r, (p, (e, n)) in enumerate(zip(rows, matches)):
-            start = L - len(p)
+            start = L - (len(p) - offset)
             attn[r, start:] = 1
+            twin = first.setdefault(tuple(p), r)
+            if twin != r:                      # the same ids: the same keys and values
+                for k, v in packed:
+                    k[r, :, :L].copy_(k[twin, :, :L])
+                    v[r, :, :L].copy_(v[twin, :, :L])
+                logits.append(logits[twin])
+                matches[r] = (None, len(p))
+                self.stats["reused_tokens"] += len(p)
+                self.stats["prompt_tokens"] += len(p)
+                continue
             views = [(k[r:r + 1, :, start:L], v[r:r + 1, :, start:L]) for k, v in packed]
             for layer, (k, v) in enumerate(packed):
                 k[r, :, :start].zero_()       # left padding: masked, but never garbage
                 v[r, :, :start].zero_()
-                if n:
-                    views[layer][0][:, :, :n] = e.kv[layer][0][:, :, :n]
-                    views[layer][1][:, :, :n] = e.kv[layer][1][:, :, :n]
-            logits.append(self._forward_row(p, n, views))
+                if n > offset:                # the entry's positions offset..n-1
+                    lo, hi = offset - e.offset, n - e.offset
+                    views[layer][0][:, :, :n - offset] = e.kv[layer][0][:, :, lo:hi]
+                    views[layer][1][:, :, :n - offset] = e.kv[layer][1][:, :, lo:hi]
+            logits.append(self._forward_row(p, n, views, offset))
         return torch.stack(logits), attn, self._new_cache(packed, L), [n for _, n in matches]
 
-    def _forward_row(self, prompt, n: int, views) -> torch.Tensor:
-        """Encode prompt[n:] after its first n positions, already in `views` (per layer
-        (keys, values) [1, kv_heads, len(prompt), head_dim]); the forward writes the rest
-        into them. Returns the last position's logits."""
+    def _forward_row(self, prompt, n: int, views, offset: int = 0) -> torch.Tensor:
+        """Encode prompt[n:] after its first n positions, those from `offset` on already
+        in `views` (per layer (keys, values) [1, kv_heads, len(prompt) - offset,
+        head_dim]); the forward writes the rest into them. Returns the last position's
+        logits."""
         new = len(prompt) - n
         self.stats["encoded_tokens"] += new
         self.stats["reused_tokens"] += n
         self.stats["prompt_tokens"] += len(prompt)
-        cache = self._new_cache(views, n)
+        cache = self._new_cache(views, n - offset)
         ids = torch.tensor([prompt[n:]], dtype=torch.long, device=self.device)
-        attn = torch.ones((1, len(prompt)), dtype=torch.long, device=self.device)
+        attn = torch.ones((1, len(prompt) - offset), dtype=torch.long, device=self.device)
         pos = torch.arange(n, len(prompt), device=self.device).view(1, -1)
         return self._forward(ids, attn, pos, cache)[0][0]
 
@@ -273,16 +303,18 @@ class HFSampler(Sampler):
         return [(p.new_empty(shape), p.new_empty(shape)) for _ in range(c.num_hidden_layers)]
 
     @staticmethod
-    def _extract(cache, attn, r, ids) -> _Entry:
-        """Row r's keys and values (the positions its mask attends to), for `ids`."""
+    def _extract(cache, attn, r, ids, offset: int = 0) -> _Entry:
+        """Row r's keys and values (the positions its mask attends to), for `ids`
+        (from `offset` on: a cascade row's cache leaves the shared prefix out)."""
         idx = attn[r].nonzero().view(-1)
         kv = []
         for layer in cache.layers:
             kv.append((layer.keys[r:r + 1].index_select(2, idx),
                        layer.values[r:r + 1].index_select(2, idx)))
-        if len(idx) != len(ids):
-            raise RuntimeError(f"KV store: {len(idx)} cached positions for {len(ids)} ids")
-        return _Entry(list(ids), kv)
+        if len(idx) != len(ids) - offset:
+            raise RuntimeError(f"KV store: {len(idx)} cached positions for "
+                               f"{len(ids) - offset} ids")
+        return _Entry(list(ids), kv, offset)
 
     @torch.no_grad()
     def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0,
@@ -304,32 +336,68 @@ class HFSampler(Sampler):
         pool = (self._entries + ([self._pinned] if self._pinned else [])) \
             if self.kv_reuse else []
         self._entries = []                        # ended episodes are not asked again
-        if self.kv_reuse:
-            start = self._prefill_rows(rows, pool, room=max(limits))   # decoding's room
-        else:                                     # the old engine: one padded prefill
-            start = self._prefill(rows, pool)
-        del pool
-        gen = torch.Generator(device="cpu")
-        gen.manual_seed(int(seed) if seed is not None else torch.seed())
-        self._decode(start, rows, [outs[i] for i in live], [limits[i] for i in live],
-                     [procs[i] for i in live], dict(temps=[temps[i] for i in live],
-                                                    top_p=top_p, gen=gen),
-                     set(map(int, stop_token_ids)))
+        S = self._cascade_offset(rows)            # 0: rows attend over their whole cache
+        if S:      # longest first: attention reads each run of rows' own span (cascade.py)
+            live = sorted(live, key=lambda i: -len(prompts[i]))
+            rows = [[int(t) for t in prompts[i]] for i in live]
+        self.stats["cascade_rows"] += len(rows) if S else 0
+        pool = [e for e in pool if e.offset == 0 or (e.offset == S and e.ids[:S]
+                                                     == self._pinned.ids)]
+        with self._cascading(S):
+            if self.kv_reuse:                     # decoding's room after each row
+                start = self._prefill_rows(rows, pool, room=max(limits), offset=S)
+            else:                                 # the old engine: one padded prefill
+                start = self._prefill(rows, pool)
+            del pool
+            gen = torch.Generator(device="cpu")
+            gen.manual_seed(int(seed) if seed is not None else torch.seed())
+            self._decode(start, rows, [outs[i] for i in live], [limits[i] for i in live],
+                         [procs[i] for i in live], dict(temps=[temps[i] for i in live],
+                                                        top_p=top_p, gen=gen),
+                         set(map(int, stop_token_ids)), offset=S, rank=live)
         return outs
 
-    def _decode(self, start, rows, outs, limits, procs, sampling, stops) -> None:
+    def _cascade_offset(self, rows) -> int:
+        """The pinned prefix's length when every row starts with it (and goes on past
+        it) and cascade attention is on; else 0."""
+        pinned = self._pinned
+        if not self.cascade or self.legacy or pinned is None:
+            return 0
+        S = len(pinned.ids)
+        return S if all(len(p) > S and p[:S] == pinned.ids for p in rows) else 0
+
+    @contextlib.contextmanager
+    def _cascading(self, S: int):
+        """Forwards inside attend to the pinned prefix from its one copy (S > 0)."""
+        if not S:
+            yield
+            return
+        config = self.model.config
+        before = config._attn_implementation
+        config._attn_implementation = cascade_attn.NAME
+        self._cascade_on = True
+        try:
+            with cascade_attn.shared(self._pinned.kv):
+                yield
+        finally:
+            config._attn_implementation = before
+            self._cascade_on = False
+
+    def _decode(self, start, rows, outs, limits, procs, sampling, stops,
+                offset: int = 0, rank=None) -> None:
         """Sample one token per live row per step into `outs` until each stops or hits
-        its limit; finished rows leave the batch (their keys/values are kept)."""
+        its limit; finished rows leave the batch (their keys/values are kept).
+        offset > 0 (cascade): the cache and mask hold positions from `offset` on.
+        rank[i]: row i's place in the call (the batch may be reordered): rows draw their
+        random numbers, and leave their keys/values, in that order."""
         logits, attn, cache, reused = start
         for o, p, n in zip(outs, rows, reused):
             o.extra.update(reused_tokens=n, encoded_tokens=len(p) - n)
-        live, next_pos, kept = list(range(len(rows))), attn.sum(-1), []
+        rank = list(range(len(rows))) if rank is None else rank
+        live, next_pos, kept = list(range(len(rows))), attn.sum(-1) + offset, []
         while live:
-            proc = torch.stack([procs[i](outs[i].ids, logits[r]) if procs[i] is not None
-                                else logits[r] for r, i in enumerate(live)])
-            toks, lps = _sample_rows(proc, [sampling["temps"][i] for i in live],
-                                     gen=sampling["gen"], top_p=sampling["top_p"])
-            keep = []
+            toks, lps = self._sample_in_call_order(logits, live, outs, procs, sampling, rank)
+            keep, done = [], []
             for r, i in enumerate(live):
                 o, t = outs[i], int(toks[r])
                 o.ids.append(t)
@@ -341,7 +409,9 @@ class HFSampler(Sampler):
                     continue
                 o.extra["encoded_tokens"] += len(o.ids) - 1   # the last id is never fed
                 if self.kv_reuse:      # finished: keep what it encoded for the next call
-                    kept.append(self._extract(cache, attn, r, rows[i] + o.ids[:-1]))
+                    done.append((rank[i], self._extract(cache, attn, r,
+                                                        rows[i] + o.ids[:-1], offset)))
+            kept += [e for _, e in sorted(done, key=lambda x: x[0])]
             if not keep:
                 break
             if len(keep) < len(live):   # drop finished rows from batch and cache
@@ -355,6 +425,19 @@ class HFSampler(Sampler):
                                           next_pos.view(-1, 1), cache)
             next_pos = next_pos + 1
         self._entries = kept
+
+    @staticmethod
+    def _sample_in_call_order(logits, live, outs, procs, sampling, rank):
+        """Each live row's token and logprob, drawn in the call's row order (`rank`),
+        so that the order of the batch changes no draw."""
+        order = sorted(range(len(live)), key=lambda r: rank[live[r]])
+        proc = torch.stack([procs[live[r]](outs[live[r]].ids, logits[r])
+                            if procs[live[r]] is not None else logits[r] for r in order])
+        t, lp = _sample_rows(proc, [sampling["temps"][live[r]] for r in order],
+                             gen=sampling["gen"], top_p=sampling["top_p"])
+        toks, lps = torch.empty_like(t), torch.empty_like(lp)
+        toks[order], lps[order] = t, lp
+        return toks, lps
 
 
 class _GrowingLayer(DynamicLayer):
