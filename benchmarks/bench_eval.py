@@ -11,9 +11,10 @@ CPU seconds are recorded beside wall seconds (one thread: on a shared machine CP
 leaves out the time spent waiting for a core, though not slower memory). Engines:
   old: `policy.MERGED_EVAL = False` (greedy episodes in a second rollout) and the sampler's
        `legacy = True` (the decoding of issue 11's last stop, see ablate/samplers/hf.py);
-  new: as shipped, on the threads `run.num_threads=auto` gives (ablate/core/threads.py)
-       and with freed memory kept for reuse (run.malloc_reuse, ablate/core/memory.py); the
-       old engine ran on one thread with glibc's default allocator settings.
+  new: as shipped (cascade attention over the shared prefix, ablate/samplers/cascade.py),
+       on the threads `run.num_threads=auto` gives (ablate/core/threads.py) and with freed
+       memory kept for reuse (run.malloc_reuse, ablate/core/memory.py); the old engine
+       ran on one thread with glibc's default allocator settings.
 Reports each run's wall seconds and units, medians, the new/old ratio of the medians and
 of each pair, the load average seen, and whether every evaluation row (timing aside)
 equals the old engine's. Rows must be compared, not assumed: see docs/cpu.md.
