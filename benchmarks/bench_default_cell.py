@@ -7,9 +7,9 @@ Engines (ablate/loop/policy.py, ablate/samplers/hf.py):
   old: `policy.MERGED_EVAL = False` (each evaluation's greedy episodes in a second
        rollout) and the HF sampler's `legacy = True` (each prefill row encoded into its
        own buffers, then copied into the decoding batch's);
-  new: as shipped (with cascade attention over the shared prefix,
-       ablate/samplers/cascade.py) (run.num_threads=auto: ablate/core/threads.py; run.malloc_reuse:
-       ablate/core/memory.py); old runs on one thread with glibc's default settings.
+  new: as shipped (cascade attention: ablate/samplers/cascade.py; run.num_threads=auto:
+       ablate/core/threads.py; run.malloc_reuse: ablate/core/memory.py); old runs on one
+       thread with glibc's default settings.
 Each run is `run_cell` on the composed default config into its own directory; the
 machine-speed unit (benchmarks/machine_unit.py) is measured before and after it (one
 measurement between two runs serves as the first's "after" and the second's "before"), and
