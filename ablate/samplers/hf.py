@@ -16,8 +16,10 @@ Thinking mode's stripped history simply matches up to where it diverges. `share_
 pins a prefix common to every upcoming prompt (system prompt + tool schemas), encoded
 once per weight version; when every row of a call starts with it, the rows' caches leave
 it out and attention adds it from its one copy (cascade attention, ablate/samplers/
-cascade.py: each decoding step reads the prefix once, not once per row). Kept entries live until the next call (live episodes are in
-it; an episode that ended is not, so its cache is freed then); `load_weights` drops all.
+cascade.py: each decoding step reads the prefix once, not once per row; such rows run
+longest first, drawing their random numbers in the call's order). Equal prompts are
+encoded once. Kept entries live until the next call (live episodes are in it; an
+episode that ended is not, so its cache is freed then); `load_weights` drops all.
 Each prompt's new suffix is encoded alone (rows of different lengths would pay for their
 padding), then the rows are packed right-aligned, [pad | prompt], with an explicit 2D
 attention mask and position ids from the mask's cumsum for the batched decoding, so each
