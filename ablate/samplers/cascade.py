@@ -14,7 +14,7 @@ where (o_p, l_p) is attention (output, log-sum-exp of the scores) over the share
 computed for the queries of all rows at once against ONE copy of its keys/values, and
 (o_s, l_s) is attention over the row's own keys (after the prefix, its own mask). Every
 query comes after the prefix, so the prefix part needs no mask. Exact up to float
-rounding (the sum is ordered differently); tests/test_samplers.py compares it with plain
+rounding (the sum is ordered differently); tests/test_cascade.py compares it with plain
 attention over the whole sequence.
 
 The attention function is registered with transformers' AttentionInterface (and the
@@ -37,6 +37,7 @@ NAME = "ablate_cascade"
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _prefix: contextvars.ContextVar = contextvars.ContextVar("ablate_cascade_prefix",
                                                          default=None)
+_sdpa = None                              # transformers' sdpa attention (register())
 
 
 @contextlib.contextmanager
@@ -66,9 +67,6 @@ def register() -> bool:
     return True
 
 
-_sdpa = None
-
-
 def cascade_attention_forward(module, query, key, value, attention_mask, dropout=0.0,
                               scaling=None, **kwargs):
     """transformers' attention-function signature: query [B, H, q, d], key/value
@@ -83,7 +81,7 @@ def cascade_attention_forward(module, query, key, value, attention_mask, dropout
     kvh = key.shape[1]
     r = H // kvh
     qg = query.reshape(B, kvh, r * q, d)          # heads j*r..j*r+r-1 read kv head j
-    mask = _own_mask(attention_mask, B, q, key.shape[2], r, query.dtype)
+    mask = _own_mask(attention_mask, q, key.shape[2], r, query.dtype)
     o_s, l_s = _own_attention(qg, key, value, mask, scaling)
     # every row's queries against one copy of the prefix, no mask (all come after it)
     qp = qg.transpose(0, 1).reshape(1, kvh, B * r * q, d)
@@ -138,20 +136,25 @@ def additive_mask(attn: torch.Tensor, q: int, dtype: torch.dtype) -> torch.Tenso
         k = attn.shape[1]
         allowed = allowed & torch.ones((q, k), dtype=torch.bool,
                                        device=attn.device).tril(k - q)
+    return _additive(allowed, dtype)
+
+
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask (True: attend) as the additive one the flash kernel takes."""
     return torch.zeros(allowed.shape, dtype=dtype,
-                       device=attn.device).masked_fill_(~allowed, float("-inf"))
+                       device=allowed.device).masked_fill_(~allowed, float("-inf"))
 
 
-def _own_mask(mask: Optional[torch.Tensor], B: int, q: int, k: int, r: int,
+def _own_mask(mask: Optional[torch.Tensor], q: int, k: int, r: int,
               dtype: torch.dtype) -> Optional[torch.Tensor]:
     """The additive mask of the packed queries [B, 1, r*q, k] over the row's own keys;
     None (sdpa's mask skipped: causal, no padding) is the bottom-right causal mask."""
     if mask is None:
         if q == 1:
             return None
-        mask = torch.ones((q, k), dtype=torch.bool).tril(k - q).view(1, 1, q, k)
-    if mask.dtype == torch.bool:
-        mask = torch.zeros(mask.shape, dtype=dtype).masked_fill_(~mask, float("-inf"))
+        mask = additive_mask(torch.ones((1, k), dtype=torch.long), q, dtype)
+    elif mask.dtype == torch.bool:
+        mask = _additive(mask, dtype)
     mask = mask.to(dtype)
     if r > 1 and q > 1:
         mask = mask.expand(mask.shape[0], 1, q, k).repeat(1, 1, r, 1)

@@ -34,10 +34,9 @@ sampled and greedy episodes in one rollout this way, ablate/loop/policy.py).
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import dataclass
-
-import contextlib
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
@@ -340,8 +339,8 @@ class HFSampler(Sampler):
         self._entries = []                        # ended episodes are not asked again
         S = self._cascade_offset(rows)            # 0: rows attend over their whole cache
         if S:      # longest first: attention reads each run of rows' own span (cascade.py)
-            live = sorted(live, key=lambda i: -len(prompts[i]))
-            rows = [[int(t) for t in prompts[i]] for i in live]
+            order = sorted(range(len(rows)), key=lambda j: -len(rows[j]))
+            live, rows = [live[j] for j in order], [rows[j] for j in order]
         self.stats["cascade_rows"] += len(rows) if S else 0
         pool = [e for e in pool if e.offset == 0 or (e.offset == S and e.ids[:S]
                                                      == self._pinned.ids)]
