@@ -227,8 +227,9 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
         summary["eval/seconds"] = time.time() - te
         acc = summary["eval/accuracy"]
         tracker.log(summary, step)
-        log.info("eval step %d: accuracy %.3f (%s)", step, acc, ", ".join(
-            f"{k.split('_')[-1]} {v:.3f}" for k, v in summary.items() if "hops" in k))
+        log.info("eval step %d: accuracy %.3f (%s)", step, acc, ", ".join(   # by the
+            f"{env.breakdown_label} {k.split('hops')[-1]}: {v:.3f}"         # env's label
+            for k, v in summary.items() if "accuracy_hops" in k))
         if on_eval is not None:
             on_eval(step, summary)
         return summary
