@@ -33,3 +33,14 @@ def test_voyager_token_check(tmp_path, capsys):
     _run(tmp_path, "voyager", 1, [200, 200])     # 2x the tokens: not matched
     tokens.main([str(tmp_path)])
     assert "token-matched (every seed within x1.25): no" in capsys.readouterr().out
+
+
+def test_naive_trap_sizing_from_the_committed_pilots():
+    sizing = _load(REPO / "experiments" / "naive_trap" / "sizing.py")
+    pilots = REPO / "experiments" / "naive_trap" / "pilots"
+    out = sizing.sizing([pilots / "naive_s100", pilots / "naive_s101"])
+    assert out["step"] == 24 and out["questions"] == 64
+    assert out["seed_means"] == [0.0, 0.0625]        # 0 of 128 and 8 of 128 submitted
+    assert abs(out["mde_tau0"] - 0.0820) < 5e-4
+    committed = json.loads((pilots / "sizing.json").read_text())
+    assert committed == json.loads(json.dumps(out))
