@@ -171,6 +171,10 @@ def _planning(summary: dict, pct: bool) -> list[str]:
         return L + ["No cell has two or more seeds, so the seed variance cannot be "
                     "estimated and no planning table can be given.", ""]
     vc = summary["variance_components"]
+    if not any(vc[k] for k in ("sigma2_seed", "tau2", "sigma2_resid")):
+        return L + ["Every variance component of this sweep is 0 (every score is the same, "
+                    "e.g. at a floor), so a minimum detectable difference computed from "
+                    "them would be 0 and say nothing: no planning table is given.", ""]
     t = plan["mde_table"]
     unit = f", in{u}" if pct else ""
     L.append(f"Minimum detectable difference between two cells (two-sided α = "

@@ -619,3 +619,13 @@ def test_an_evaluation_only_sweep_draws_and_links_no_empty_curves(tmp_path):
     assert "forest.png" in made and not made & {"learning_curves.png", "training.png"}
     block = headline(s, "results/report")
     assert "learning_curves.png" not in block and "training.png" not in block
+
+
+def test_a_sweep_at_a_floor_gives_no_planning_table():
+    """Every score 0 (e.g. voyager_coderepair's repair rate): all variance components are
+    0, an MDE of 0 would say nothing, and the report says so instead of a table."""
+    from analysis.report import _planning
+    zero = {"sigma2_seed": 0.0, "tau2": 0.0, "sigma2_resid": 0.0}
+    lines = _planning({"planning": {"mde_table": {}}, "variance_components": zero}, True)
+    assert "no planning table is given" in " ".join(lines)
+    assert not any(line.startswith("| seeds per cell") for line in lines)
