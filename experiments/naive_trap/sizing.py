@@ -3,7 +3,7 @@ variance components at the pilots' last evaluation, and the minimum detectable
 difference (80% power, two-sided 5%) of the grid's design, 5 seeds per arm on 136
 held-out questions, with the seed variance pooled over its three arms.
 
-    python experiments/naive_trap/sizing.py [PILOT_DIR ...]   # default: pilots/*
+    PYTHONPATH=. python experiments/naive_trap/sizing.py [PILOT_DIR ...]   # default: pilots/*
 
 A pilot has one arm, so the question x arm variance of a difference (tau2) is not
 estimable from it: the MDE is given at tau2 = 0 and at tau2 = the pilots' question
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.collect import read_jsonl
 from analysis.stats import components, planned_mde
 
 HERE = Path(__file__).resolve().parent
@@ -26,7 +27,7 @@ SEEDS, QUESTIONS, ARMS = 5, 136, 3
 
 def per_question(run: Path, step: int | None = None) -> tuple[int, dict]:
     """(step, {task_id: mean of `answered` over the samples}) at `step` (default: last)."""
-    rows = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines() if x]
+    rows, _ = read_jsonl(run / "eval.jsonl", required=("step", "task_id", "answered"))
     rows = [r for r in rows if r.get("decoding", "sampled") == "sampled"]
     step = max(r["step"] for r in rows) if step is None else step
     out: dict = {}

@@ -2,20 +2,21 @@
 two arms' summed training `generated_tokens` (metrics.jsonl) and their ratio; the
 comparison counts as token-matched only if every seed's ratio is within a factor 1.25.
 
-    python experiments/voyager_coderepair/tokens.py [RUNS_DIR]   # default: results/runs
+    PYTHONPATH=. python experiments/voyager_coderepair/tokens.py [RUNS_DIR]   # default: results/runs
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+
+from analysis.collect import read_jsonl
 
 HERE = Path(__file__).resolve().parent
 FACTOR = 1.25
 
 
 def generated(run: Path) -> int:
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x]
+    rows, _ = read_jsonl(run / "metrics.jsonl")
     return sum(int(r.get("generated_tokens", 0)) for r in rows)
 
 
