@@ -191,6 +191,35 @@ def test_a_reply_without_answer_tags_is_no_answer_unless_answer_format_text():
     assert tag.prompt_tool_schemas() == [] and tag.tool_names() == ("answer",)
 
 
+def test_shots_are_train_questions_shown_as_earlier_turns():
+    """env.shots=K: the first K train questions with their gold answers in the answer
+    format, rendered by the chat template as user/assistant turns before the question;
+    K above env.train_tasks is one line."""
+    env = env_of(dataset="chain_sum", shots=2, train_tasks=5, test_tasks=3)
+    train = env.tasks("train")
+    assert env.examples() == [(t.prompt, f"<answer>{t.answer}</answer>") for t in train[:2]]
+    assert env_of(answer_format="text", shots=1, train_tasks=2,
+                  test_tasks=2).examples()[0][1] == env_of(
+        train_tasks=2, test_tasks=2).tasks("train")[0].answer
+    assert env_of(train_tasks=2, test_tasks=2).examples() == []
+    task = env.tasks("test")[0]
+    sampler = U.ScriptedSampler(U.tokenizer(), lambda prompt, turn: "<answer>1</answer>")
+    rollout([task], group_size=1, sampler=sampler, tokenizer=U.tokenizer(), env=env,
+            harness_cfg=HarnessConfig(), mode_cfg=ModeConfig(), max_turns=1,
+            temperature=1.0)
+    want = U.tokenizer().apply_chat_template(
+        [{"role": "system", "content": env.system_prompt()},
+         {"role": "user", "content": train[0].prompt},
+         {"role": "assistant", "content": f"<answer>{train[0].answer}</answer>"},
+         {"role": "user", "content": train[1].prompt},
+         {"role": "assistant", "content": f"<answer>{train[1].answer}</answer>"},
+         {"role": "user", "content": task.prompt}], tokenize=False,
+        add_generation_prompt=True, enable_thinking=False)
+    assert sampler.prompts[0] == want
+    with pytest.raises(EnvError, match=r"env.shots=6; allowed 0..env.train_tasks \(5\)"):
+        env_of(shots=6, train_tasks=5, test_tasks=3)
+
+
 # ------------------------------------------------------------------ cells
 def cell_overrides(dataset: str, *extra: str) -> list[str]:
     return normalise_overrides([

@@ -194,7 +194,8 @@ class Environment(ABC):
         the environment; one with constant prompts returns them without building."""
         env = cls.from_config(env_cfg)
         try:
-            return env.system_prompt() + json.dumps(env.prompt_tool_schemas())
+            return (env.system_prompt() + json.dumps(env.prompt_tool_schemas())
+                    + "".join(q + r for q, r in env.examples()))
         finally:
             env.close()
 
@@ -213,6 +214,11 @@ class Environment(ABC):
         tool_schemas()); an environment whose final answer is written as text
         (`text_answer`) may leave its answer tool out."""
         return self.tool_schemas()
+
+    def examples(self) -> list[tuple[str, str]]:
+        """Worked (question, reply) pairs shown before every question as earlier chat
+        turns (few-shot prompting; Brown et al. 2020, arXiv:2005.14165). Default: none."""
+        return []
 
     def text_answer(self, text: str) -> Optional[dict]:
         """The answer tool's arguments for a final answer written as text in a turn

@@ -151,7 +151,9 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
     vocab = token_bytes(tokenizer)
 
     states: list[_Live] = []
-    prompts = [conv.prompt_ids(system_prompt, task.prompt, tools_schema) for task in tasks]
+    examples = env.examples()   # few-shot (question, reply) turns; usually none
+    prompts = [conv.prompt_ids(system_prompt, task.prompt, tools_schema, examples)
+               for task in tasks]
     share = getattr(sampler, "share_prefix", None)   # optional (a duck-typed sampler)
     clear = getattr(sampler, "clear_cache", None)
     if clear is not None:   # every rollout starts from the same sampler state, whatever ran

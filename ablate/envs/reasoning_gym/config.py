@@ -20,3 +20,4 @@ class ReasoningGymEnvConfig(EnvConfig):
     prompt: str = "direct"               # a reasoning_gym.utils.SYSTEM_PROMPTS key, or the text
     correct_threshold: float = 1.0       # correct when score_answer >= this
     answer_format: str = "tag"           # tag: <answer>...</answer> | text: the whole reply
+    shots: int = 0                       # worked train questions shown first (few-shot)

@@ -11,7 +11,8 @@ with their own scorers) as an ablate environment.
   `rg_score` reward (partial credit where the dataset gives it).
 - Single-turn by default: the model writes its final answer as text between <answer>
   and </answer> (reasoning-gym's own format, `reasoning_gym.utils.extract_answer`),
-  routed through the answer tool `answer` (hidden from the prompt). With
+  routed through the answer tool `answer` (hidden from the prompt). `env.shots=K` shows the
+  first K train questions, answered, as earlier chat turns (few-shot). With
   `env.tools=calculator` (and `env.max_turns` > 1) the model may call `calculator`
   before answering, which exercises the multi-turn harness.
 
@@ -90,13 +91,14 @@ class ReasoningGymEnv(Environment):
                  gen_seed: int = 0, train_tasks: int = 400, test_tasks: int = 200,
                  tools: str = "none", prompt: str = "direct",
                  correct_threshold: float = 1.0, max_turns: int = 1,
-                 answer_format: str = "tag"):
+                 answer_format: str = "tag", shots: int = 0):
         self.dataset, self.options = dataset, dict(options or {})
         self.gen_seed, self.tools, self.prompt = int(gen_seed), tools, prompt
         self.correct_threshold, self.max_turns = float(correct_threshold), int(max_turns)
         self.counts = {"train": int(train_tasks), "test": int(test_tasks)}
-        self.answer_format = answer_format
-        self.check_values(dataset, self.options, tools, self.counts, answer_format)
+        self.answer_format, self.shots = answer_format, int(shots)
+        self.check_values(dataset, self.options, tools, self.counts, answer_format,
+                          self.shots)
         self._datasets: dict[str, Any] = {}
         self._tasks: dict[str, list[Task]] = {}
 
@@ -107,7 +109,7 @@ class ReasoningGymEnv(Environment):
         get = env_cfg.get if hasattr(env_cfg, "get") else (
             lambda k, d=None: getattr(env_cfg, k, d))
         keys = ("dataset", "gen_seed", "train_tasks", "test_tasks", "tools", "prompt",
-                "correct_threshold", "max_turns", "answer_format")
+                "correct_threshold", "max_turns", "answer_format", "shots")
         kw = {k: get(k) for k in keys if get(k, None) is not None}
         return cls(options=dict(get("options", None) or {}), **kw)
 
@@ -123,11 +125,11 @@ class ReasoningGymEnv(Environment):
         super().check_config({k: get(k) for k in _keys(env_cfg) if k != "options"})
         counts = {"train": get("train_tasks", 400), "test": get("test_tasks", 200)}
         cls.check_values(get("dataset", "chain_sum"), options, get("tools", "none"), counts,
-                         get("answer_format", "tag"))
+                         get("answer_format", "tag"), get("shots", 0))
 
     @staticmethod
     def check_values(dataset: str, options: dict, tools: str, counts: dict,
-                     answer_format: str = "tag") -> None:
+                     answer_format: str = "tag", shots: int = 0) -> None:
         if tools not in TOOLS:
             raise EnvError(f"env.tools={tools!r}; allowed: {', '.join(TOOLS)}")
         if answer_format not in FORMATS:
@@ -136,6 +138,9 @@ class ReasoningGymEnv(Environment):
         for split, n in counts.items():
             if not 1 <= int(n) < SPLIT_STRIDE:
                 raise EnvError(f"env.{split}_tasks={n}; allowed 1..{SPLIT_STRIDE - 1}")
+        if not 0 <= int(shots) <= int(counts["train"]):
+            raise EnvError(f"env.shots={shots}; allowed 0..env.train_tasks "
+                           f"({counts['train']}): the examples are train questions")
         allowed = generator_fields(dataset)
         for key in options:
             if key not in allowed:
@@ -215,6 +220,13 @@ class ReasoningGymEnv(Environment):
             text += ("\nYou may call the calculator tool to evaluate arithmetic before "
                      "you answer.")
         return text
+
+    def examples(self) -> list[tuple[str, str]]:
+        """env.shots > 0: the first `shots` train questions with their gold answers in
+        the answer format, shown as earlier turns (train only: test never shares a
+        question with train)."""
+        wrap = "<answer>{}</answer>" if self.answer_format == "tag" else "{}"
+        return [(t.prompt, wrap.format(t.answer)) for t in self.tasks("train")[:self.shots]]
 
     def text_answer(self, text: str) -> Optional[dict]:
         """answer_format=tag: the last <answer>...</answer> (reasoning_gym.utils.

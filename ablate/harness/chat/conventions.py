@@ -10,7 +10,10 @@ verifies the pieces token-exactly against one render of the whole conversation.
     ChatConventions.from_tokenizer(tokenizer, tool_format="auto", chat_template=None,
                                    enable_thinking=False)
     ChatConventions.from_config(tokenizer, model_cfg, mode_cfg)   the same, from a cell config
-        .prompt_ids(system, user, tools) -> list[int]      ends with the generation header
+        .prompt_ids(system, user, tools, examples=()) -> list[int]   ends with the
+                                                           generation header; examples:
+                                                           (question, reply) pairs as
+                                                           earlier turns (few-shot)
         .observation_ids(observations) -> list[int]        after a closed turn; ends with
                                                            the next generation header
         .header_text                                       the generation header
@@ -124,17 +127,24 @@ class ChatConventions:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def head_messages(self, system: str | None, user: str, tools=()) -> list[dict]:
+    def head_messages(self, system: str | None, user: str, tools=(),
+                      examples=()) -> list[dict]:
+        """system, then each worked example as a user turn and an assistant turn
+        (few-shot prompting as chat turns; Brown et al. 2020, arXiv:2005.14165), then the
+        question."""
         if tools and not self.renders_tools:
             system = _json_text_system(system or "", tools, self.fmt)
         msgs = [{"role": "system", "content": system}] if system else []
+        for question, reply in examples:
+            msgs += [{"role": "user", "content": question},
+                     {"role": "assistant", "content": reply}]
         return msgs + [{"role": "user", "content": user}]
 
     def tool_messages(self, observations: Sequence[str]) -> list[dict]:
         return [{"role": self.fmt.observation_role, "content": o} for o in observations]
 
-    def prompt_text(self, system, user, tools=()) -> str:
-        return self._render(self.head_messages(system, user, tools), tools)
+    def prompt_text(self, system, user, tools=(), examples=()) -> str:
+        return self._render(self.head_messages(system, user, tools, examples), tools)
 
     def observation_text(self, observations: Sequence[str]) -> str:
         """What follows a closed turn: the observation turn(s) and the next header, cut
@@ -202,8 +212,8 @@ class ChatConventions:
         closed = bool(generated) and generated[-1] == self.end_of_turn_id
         return [] if closed else [self.end_of_turn_id]
 
-    def prompt_ids(self, system, user, tools=()) -> list[int]:
-        return self.encode(self.prompt_text(system, user, tools))
+    def prompt_ids(self, system, user, tools=(), examples=()) -> list[int]:
+        return self.encode(self.prompt_text(system, user, tools, examples))
 
     def observation_ids(self, observations: Sequence[str]) -> list[int]:
         return self.encode(self.observation_text(observations))
