@@ -44,3 +44,24 @@ def test_naive_trap_sizing_from_the_committed_pilots():
     assert abs(out["mde_tau0"] - 0.0820) < 5e-4
     committed = json.loads((pilots / "sizing.json").read_text())
     assert committed == json.loads(json.dumps(out))
+
+
+def test_naive_trap_endings_count_each_way_an_episode_ended(tmp_path, capsys):
+    """An `answer` ending is a submission or an "I don't know" (answered false); the
+    other endings keep their name; greedy rows and other steps are left out."""
+    endings = _load(REPO / "experiments" / "naive_trap" / "endings.py")
+    d = tmp_path / "+algo=grpo,+reward=naive,seed=3"
+    d.mkdir()
+    rows = [{"step": 0, "end_reason": "answer", "answered": True},
+            {"step": 8, "end_reason": "answer", "answered": True},
+            {"step": 8, "end_reason": "answer", "answered": False},
+            {"step": 8, "end_reason": "max_turns", "answered": False},
+            {"step": 8, "end_reason": "max_turns", "answered": False},
+            {"step": 8, "end_reason": "answer", "answered": True, "decoding": "greedy"}]
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert endings.table(tmp_path) == [{"reward": "naive", "seed": 3, "step": 8,
+                                        "episodes": 4, "submitted": 1, "I don't know": 1,
+                                        "max_turns": 2}]
+    assert endings.table(tmp_path, step=0)[0]["submitted"] == 1
+    endings.main([str(tmp_path)])
+    assert "| naive | 3 | 8 | 4 | 1 | 1 | 2 | 0 | 0 |" in capsys.readouterr().out
