@@ -57,7 +57,10 @@ def _select_steps(sweep: Sweep, step, failed: list) -> dict:
 
 def _fields(metric: str, rewards: list[str]) -> dict:
     f = {metric: (metric, float)}
-    f.update({n: (key, tr) for n, (_, key, tr) in est.BEHAVIOUR.items() if n != metric})
+    # a behaviour that reads the metric's own row field (answer_rate when the metric is
+    # `answered`) is the metric under another name: not repeated beside it
+    f.update({n: (key, tr) for n, (_, key, tr) in est.BEHAVIOUR.items()
+              if n != metric and key != metric})
     f.update({r: (r, float) for r in rewards if r != metric})
     return f
 

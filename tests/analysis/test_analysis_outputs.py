@@ -629,3 +629,17 @@ def test_a_sweep_at_a_floor_gives_no_planning_table():
     lines = _planning({"planning": {"mde_table": {}}, "variance_components": zero}, True)
     assert "no planning table is given" in " ".join(lines)
     assert not any(line.startswith("| seeds per cell") for line in lines)
+
+
+def test_a_behaviour_that_is_the_metric_is_not_repeated_beside_it(sweep_dir):
+    """metric `answered`: answer_rate reads the same row field, so it is neither a
+    behaviour nor a change column (it would be the metric twice); with metric correct it
+    is both."""
+    by_metric = {m: analyse(collect([sweep_dir]), metric=m, B=200, rng_seed=1,
+                            baseline={"reward": "naive", "algo": "dapo"})
+                 for m in ("answered", "correct")}
+    for cell in by_metric["answered"]["cells"]:
+        assert "answer_rate" not in cell["behaviour"]
+        assert "answer_rate" not in (cell.get("change") or {}) and "answered" in cell["change"]
+    for cell in by_metric["correct"]["cells"]:
+        assert "answer_rate" in cell["behaviour"] and "answer_rate" in cell["change"]
