@@ -13,7 +13,7 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from analysis.collect import read_jsonl
+from analysis.collect import parse_assignments, read_jsonl
 
 HERE = Path(__file__).resolve().parent
 COLUMNS = ("submitted", "I don't know", "max_turns", "max_tokens", "malformed")
@@ -34,12 +34,12 @@ def table(runs: Path, step: int | None = None) -> list[dict]:
     """One row per (reward, seed): the step, its episodes and their endings (sampled rows)."""
     out = []
     for run in sorted(p for p in runs.iterdir() if (p / "eval.jsonl").is_file()):
-        keys = dict(kv.split("=", 1) for kv in run.name.split(","))
+        keys = parse_assignments(run.name)   # the sweep dir name: k=v,k=v
         rows, _ = read_jsonl(run / "eval.jsonl")
         rows = [r for r in rows if r.get("decoding", "sampled") != "greedy"]
         at = max(r["step"] for r in rows) if step is None else step
         mine = [r for r in rows if r["step"] == at]
-        out.append({"reward": keys["+reward"], "seed": int(keys["seed"]), "step": at,
+        out.append({"reward": keys["+reward"], "seed": keys["seed"], "step": at,
                     "episodes": len(mine), **endings(mine)})
     return sorted(out, key=lambda r: (r["reward"], r["seed"]))
 

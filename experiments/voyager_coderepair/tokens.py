@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from analysis.collect import read_jsonl
+from analysis.collect import parse_assignments, read_jsonl
 
 HERE = Path(__file__).resolve().parent
 FACTOR = 1.25
@@ -24,8 +24,8 @@ def table(runs: Path) -> list[dict]:
     """One row per seed with both arms: tokens per arm and voyager / react."""
     by = {}
     for run in sorted(p for p in runs.iterdir() if (p / "metrics.jsonl").is_file()):
-        keys = dict(kv.split("=", 1) for kv in run.name.split(","))
-        by.setdefault(int(keys["seed"]), {})[keys["agent"]] = generated(run)
+        keys = parse_assignments(run.name)   # the sweep dir name: k=v,k=v
+        by.setdefault(keys["seed"], {})[keys["agent"]] = generated(run)
     return [{"seed": s, "react": a["react"], "voyager": a["voyager"],
              "ratio": a["voyager"] / a["react"]}
             for s, a in sorted(by.items()) if {"react", "voyager"} <= a.keys()]
