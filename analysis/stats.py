@@ -18,6 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 from scipy import stats as sps
+from scipy.optimize import brentq
 
 # The df use max(MS_seed nu / chi2_{nu, SEED_BOUND}, MS_resid) in place of MS_seed (at 0.5:
 # the median-unbiased scale-up), so that seeds agreeing by chance do not inflate the df;
@@ -456,3 +457,21 @@ def questions_needed(effect: float, S: int, comps: dict, alpha=0.05, power=0.8,
     m = mde_grid([S], list(grid), comps, alpha, power)[0]
     hit = np.nonzero(m <= abs(effect))[0]
     return grid[hit[0]] if hit.size else None
+
+
+@lru_cache(maxsize=64)
+def pocock_nominal(looks: int, alpha: float = 0.05) -> float:
+    """Two-sided nominal level of each of `looks` equally spaced analyses whose overall
+    type I error is alpha (Pocock 1977): the constant c with P(max_k |Z_k| < c) = 1 - alpha,
+    Z_k the cumulative z at look k, corr(Z_i, Z_j) = sqrt(i / j) for i <= j."""
+    k = np.arange(1, looks + 1)
+    corr = np.sqrt(np.minimum.outer(k, k) / np.maximum.outer(k, k))
+    mvn = sps.multivariate_normal(mean=np.zeros(looks), cov=corr, seed=0)
+
+    def excess(c: float) -> float:
+        inside = mvn.cdf(np.full(looks, c), lower_limit=np.full(looks, -c)) if looks > 1 \
+            else 1 - 2 * sps.norm.sf(c)
+        return inside - (1 - alpha)
+
+    c = brentq(excess, sps.norm.isf(alpha / 2) - 1e-9, 5.0, xtol=1e-8)
+    return float(2 * sps.norm.sf(c))

@@ -210,3 +210,19 @@ def test_constant_cells_that_differ_get_no_p_value():
     data = [_cell(np.ones((20, 3))), _cell(np.zeros((20, 3)))]
     r = evaluate(data, {0: 1.0, 1: -1.0})
     assert r["estimate"] == 1.0 and r["se"] == 0.0 and r["p"] is None
+
+
+def test_pocock_nominal_matches_pocock_1977_table_and_controls_error_by_simulation():
+    from analysis.stats import pocock_nominal
+    # Pocock (1977), Table 1 (two-sided 0.05): 2 looks 0.0294, 3 looks 0.0221, 5 looks 0.0158
+    assert pocock_nominal(1) == pytest.approx(0.05, abs=1e-6)
+    assert pocock_nominal(2) == pytest.approx(0.0294, abs=1e-4)
+    assert pocock_nominal(3) == pytest.approx(0.0221, abs=1e-4)
+    assert pocock_nominal(5) == pytest.approx(0.0158, abs=1e-4)
+    # under the null, rejecting at either of two equally spaced looks happens 5% of the time
+    rng = np.random.default_rng(0)
+    inc = rng.standard_normal((200_000, 2))
+    z1, z2 = inc[:, 0], inc.sum(axis=1) / np.sqrt(2)
+    c = sps.norm.isf(pocock_nominal(2) / 2)
+    reject = (np.abs(z1) > c) | (np.abs(z2) > c)
+    assert reject.mean() == pytest.approx(0.05, abs=0.002)
