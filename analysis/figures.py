@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.estimates import field_kind  # noqa: E402
-from analysis.labels import behaviour_words, env_word  # noqa: E402
+from analysis.labels import behaviour_words, env_word, level  # noqa: E402
 from analysis.lifelong import KIND, QUANTITIES, WORDS  # noqa: E402
 from analysis.tables import (factor_name, has_change, has_curves, has_training,  # noqa: E402
                              is_pct)
@@ -432,7 +432,7 @@ def change(summary: dict, out: Path) -> dict:
         steps = "/".join(map(str, cells[0]["change"][metric]["from_step"]))
         _drop_unused(axes, len(names))
         fig.suptitle(f"change from step {steps} to the analysed step, paired by seed and "
-                     "question (95% intervals)", fontsize=8)
+                     f"question ({level(summary['alpha'])} intervals)", fontsize=8)
         fig.tight_layout()
         plotted["_axes"] = _save(fig, out, "change")
     return plotted

@@ -113,3 +113,9 @@ def hop_words(h: str, env: str | None) -> str:
     if word == "hops":
         return f"{h} hop{'' if str(h) == '1' else 's'}"
     return f"{word} {h}"
+
+
+def level(alpha: float, tex: bool = False) -> str:
+    """The confidence level of the intervals an analysis at `alpha` draws: '95%' at 0.05,
+    '97.06%' at Pocock's 0.0294 (analysis.yaml `alpha`)."""
+    return f"{100 * (1 - alpha):.4g}" + ("\\%" if tex else "%")

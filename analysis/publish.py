@@ -22,7 +22,7 @@ from analysis.collect import AnalysisError, read_config
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis import hygiene
 from analysis.export import export
-from analysis.labels import behaviour_words
+from analysis.labels import behaviour_words, level
 from analysis.tables import (baseline_comparisons, fmt, fmt_ci, fmt_est, fmt_p, has_change,
                              has_curves, has_lifelong, has_training, is_pct)
 
@@ -65,7 +65,8 @@ def compute_table(summary: dict, pct: bool) -> list[str]:
     # neighbours on a shared machine inflate
     cpu = all("train_cpu_seconds" in c["compute"] for c in rows)
     L = ["", f"Training compute per seed (mean over seeds, up to the analysed step) and per "
-         f"{unit} of change (– where the change's 95% interval includes 0 or lies below it: "
+         f"{unit} of change (– where the change's {level(summary['alpha'])} interval "
+         "includes 0 or lies below it: "
          "a ratio to a gain that may be nothing is not a cost):", "",
          f"| cell | sampled tokens | training {'CPU ' if cpu else ''}minutes | change | "
          f"tokens per {unit} | minutes per {unit} |", "|---|---:|---:|---:|---:|---:|"]
@@ -102,7 +103,8 @@ def headline(summary: dict, report_rel: str,
     steps = "/".join(map(str, summary["steps"]))
     base = baseline_comparisons(summary)
     words = summary["metric_words"]
-    L = [f"{words[:1].upper()}{words[1:]} at step {steps} (seeds x questions; 95% "
+    L = [f"{words[:1].upper()}{words[1:]} at step {steps} (seeds x questions; "
+         f"{level(summary['alpha'])} "
          f"intervals over seeds and questions), its change from the first evaluation "
          f"(paired by seed and question), and each cell against the baseline "
          f"**{summary['baseline_short']}** (Holm-adjusted p; verdicts against ±"

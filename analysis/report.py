@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis.lifelong import KIND, QUANTITIES, WORDS
-from analysis.labels import behaviour_words, env_word, hop_words, legend
+from analysis.labels import behaviour_words, env_word, hop_words, legend, level
 from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, fmt, fmt_ci, fmt_est,
                              fmt_p, has_change, has_curves, has_lifelong, has_training,
                              is_pct)
@@ -21,14 +21,15 @@ VERDICT_WORDS = {
 }
 
 
-def _sentence(c: dict, pct: bool, sesoi: str, lower_is_better: bool = False) -> str:
+def _sentence(c: dict, pct: bool, sesoi: str, lower_is_better: bool = False,
+              alpha: float = 0.05) -> str:
     u = " points" if pct else ""
     name = f"{c['label']} vs {c['vs']}"
     if c["delta"] is None:
         return f"- {name}: not compared ({'; '.join(c['warnings'])})."
     adj = "Holm" if c["correction"] == "holm" else "BH"
     core = (f"{name}: Δ = {fmt(c['delta'], pct, True)}{u} "
-            f"(95% CI {fmt(c['ci'][0], pct, True)} to {fmt(c['ci'][1], pct, True)}, "
+            f"({level(alpha)} CI {fmt(c['ci'][0], pct, True)} to {fmt(c['ci'][1], pct, True)}, "
             f"{c['n_questions']} shared questions")
     if c["verdict"] is None:
         return f"- {core}) — {'; '.join(c['warnings']) or 'no test'}."
@@ -88,9 +89,9 @@ def _method_words(summary: dict) -> str:
                 "(docs/statistics.md).")
     return ("Each question's score is first averaged over its samples; a seed's score is "
             "the mean over questions and a cell's score the mean over its seeds. Intervals "
-            "are 95% t intervals whose variance adds the seed, question and seed × question "
-            "residual components once each (method of moments for the crossed seeds × "
-            "questions design), the seed variance pooled over the cells of the design, with "
+            f"are {level(summary['alpha'])} t intervals whose variance adds the seed, "
+            "question and seed × question residual components once each (method of "
+            "moments for the crossed seeds × questions design), the seed variance pooled over the cells of the design, with "
             "degrees of freedom that do not grow when seeds agree by chance; p-values use "
             "the same t reference, so a comparison is significant exactly when its interval "
             "excludes 0. Cell intervals of rates are Wilson intervals (inside [0, 1]), of "
@@ -131,9 +132,10 @@ def _seed_variance(summary: dict) -> list[str]:
 
 
 def _cell_table(summary: dict, pct: bool) -> list[str]:
+    lv = level(summary["alpha"])
     L = ["## Cell estimates", "",
-         f"| cell | seeds | questions | mean{' (%)' if pct else ''} | 95% CI | IQM of seeds | "
-         "seed means | Δ vs baseline [95% CI] | Holm p | verdict |",
+         f"| cell | seeds | questions | mean{' (%)' if pct else ''} | {lv} CI | IQM of seeds | "
+         f"seed means | Δ vs baseline [{lv} CI] | Holm p | verdict |",
          "|---|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     base = baseline_comparisons(summary)
     for c in summary["cells"]:
@@ -229,8 +231,8 @@ def _behaviour(summary: dict) -> list[str]:
         return []
     n = sum(n in c.get("behaviour", {}) for c in summary["cells"] for n in names)
     L = ["## Behaviour (exploratory)", "",
-         f"{n} intervals (95%, unadjusted for their number): descriptions, not tests; an "
-         "interval that excludes a value here is a lead for a pre-registered experiment, "
+         f"{n} intervals ({level(summary['alpha'])}, unadjusted for their number): "
+         "descriptions, not tests; an interval that excludes a value here is a lead for a pre-registered experiment, "
          "not a finding.", "", "| cell | " + " | ".join(
         behaviour_words(n, summary.get("env")) + (" (%)" if n in RATES else "")
         for n in names) + " |",
@@ -253,7 +255,8 @@ def _changes(summary: dict, pct: bool) -> list[str]:
          "Each seed's last minus first evaluation, per question, then the same seeds x "
          "questions interval as a cell mean (p: two-sided, no change; unadjusted; † one "
          f"seed: question noise only). The {len(names) * len(cells)} behaviour changes are "
-         "exploratory (unadjusted 95% intervals over the family shown).", "",
+         f"exploratory (unadjusted {level(summary['alpha'])} intervals over the family "
+         "shown).", "",
          "| " + " | ".join(["cell", "from step", summary["metric_words"]] + [
              behaviour_words(n, summary.get("env")) + (" (%)" if n in RATES else "")
              for n in names]) + " |",
@@ -333,8 +336,8 @@ def _lifelong(summary: dict) -> list[str]:
     env = summary.get("env")
     cols = [(WORDS[q], KIND[q] == "rate") for q in QUANTITIES]
     L = ["## Lifelong (skill library)", "",
-         "At each cell's last step, with 95% intervals (library quantities: t over seeds, "
-         "log scale; held-out quantities: over seeds and questions, Wilson). Forgotten: "
+         f"At each cell's last step, with {level(summary['alpha'])} intervals (library "
+         "quantities: t over seeds, log scale; held-out quantities: over seeds and questions, Wilson). Forgotten: "
          "questions solved (at least half the samples correct) at an earlier evaluation "
          "and not at this one. Descriptive; the curves per seed are in figure `lifelong`.",
          "", "| cell | " + " | ".join(env_word(w, env) + (" (%)" if pct else "")
@@ -373,11 +376,11 @@ def render(summary: dict) -> str:
               f"{' points' if pct else ''}, {counts['inconclusive']} inconclusive"
               + (f", {counts[None]} without a test" if counts[None] else "") + ".", ""]
         low = bool(summary.get("lower_is_better"))
-        L += [_sentence(c, pct, sesoi, low) for c in conf]
+        L += [_sentence(c, pct, sesoi, low, summary["alpha"]) for c in conf]
         sim = [c for c in conf if c.get("ci_simultaneous")]
         if sim:
-            L += ["", "Simultaneous 95% intervals (max-|t|) for the cell comparisons: "
-                  + "; ".join(f"{c['label']} {fmt_ci(c['ci_simultaneous'], pct, True)}"
+            L += ["", f"Simultaneous {level(summary['alpha'])} intervals (max-|t|) for the "
+                  "cell comparisons: " + "; ".join(f"{c['label']} {fmt_ci(c['ci_simultaneous'], pct, True)}"
                               for c in sim) + "."]
     else:
         L.append("Only one cell: there is nothing to compare.")
@@ -385,7 +388,7 @@ def render(summary: dict) -> str:
     pairs = [c for c in summary["comparisons"] if c["family"] == "all_pairs"]
     if pairs:
         L += ["## Exploratory: all pairs (Benjamini–Hochberg)", ""]
-        L += [_sentence(c, pct, sesoi, bool(summary.get("lower_is_better")))
+        L += [_sentence(c, pct, sesoi, bool(summary.get("lower_is_better")), summary["alpha"])
               for c in pairs] + [""]
     L += _hypotheses(summary, pct)
     L += _changes(summary, pct) + _warm_start(summary)

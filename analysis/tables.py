@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from analysis.estimates import BEHAVIOUR, RATES
-from analysis.labels import env_word, hop_words
+from analysis.labels import env_word, hop_words, level
 from analysis.lifelong import KIND
 
 PCT_METRICS = {"correct", "answered", "read_after_hit"}
@@ -154,7 +154,8 @@ def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
 
 
 def _interval_words(summary: dict) -> str:
-    return ("each value over its 95\\% t interval from the seed, question and residual "
+    return (f"each value over its {level(summary['alpha'], tex=True)} t interval from the "
+            "seed, question and residual "
             "variance (method of moments; one-seed cells: question noise only)")
 
 
@@ -237,8 +238,9 @@ def comparisons_table(summary: dict, out: Path) -> None:
                    f"of the factors that differ, then of those shared, as {tex_escape(order)}")
         caption = (f"Differences in {words}{unit} {against}, on the questions both cells "
                    f"evaluated; {_interval_words(summary)}; $p$ adjusted by {corr}. "
-                   f"Better/worse: adjusted $p<{summary['alpha']}$; equivalent: the 90\\% "
-                   f"interval lies within $\\pm${sesoi}{unit} (TOST).")
+                   f"Better/worse: adjusted $p<{summary['alpha']}$; equivalent: the "
+                   f"{level(2 * summary['alpha'], tex=True)} interval lies within "
+                   f"$\\pm${sesoi}{unit} (TOST).")
         (out / f"{name}.tex").write_text(_tabular(header, _comparison_rows(comps, pct),
                                                   caption, f"tab:{name}", "lrrl"))
     _write_csv(out / "comparisons.csv", [
@@ -352,11 +354,12 @@ def hypotheses_tables(summary: dict, out: Path) -> None:
                              q["direction_ok"], h["p"], h["p_holm"], h["p_perm"],
                              h["p_perm_holm"], h["verdict"]])
     unit = " (points)" if pct else ""
-    caption = ("Pre-registered hypotheses: each part's difference" + unit + " with its 95\\% "
+    lv = level(summary["alpha"], tex=True)
+    caption = ("Pre-registered hypotheses: each part's difference" + unit + f" with its {lv} "
                "interval and p; joint p by the stated rule (all: intersection-union, any: "
                "Bonferroni), Holm-adjusted across the hypotheses.")
     (out / "hypotheses.tex").write_text(_tabular(
-        ["Hypothesis", "Join", "Part", "$\\Delta$", "95\\% CI", "$p$", "Joint $p$",
+        ["Hypothesis", "Join", "Part", "$\\Delta$", f"{lv} CI", "$p$", "Joint $p$",
          "Holm $p$", "Verdict"], rows, caption, "tab:hypotheses", "lllrrrrrl", wide=True))
     _write_csv(out / "hypotheses.csv",
                ["hypothesis", "join", "part", "vs", "expect", "delta", "ci_lo", "ci_hi", "p",
@@ -395,7 +398,8 @@ def lifelong_table(summary: dict, out: Path) -> None:
         csv_rows.append(row)
     env = summary.get("env")
     caption = (f"Lifelong quantities at the last step: skills in the library and skills "
-               f"used per training episode (metrics.jsonl; 95\\% t interval over seeds, "
+               f"used per training episode (metrics.jsonl; "
+               f"{level(summary['alpha'], tex=True)} t interval over seeds, "
                f"log scale), {env_word('held-out solve rate', env)} and "
                f"{env_word('held-out tasks forgotten', env)} (eval rows; "
                f"{_interval_words(summary)}).")

@@ -643,3 +643,19 @@ def test_a_behaviour_that_is_the_metric_is_not_repeated_beside_it(sweep_dir):
         assert "answer_rate" not in (cell.get("change") or {}) and "answered" in cell["change"]
     for cell in by_metric["correct"]["cells"]:
         assert "answer_rate" in cell["behaviour"] and "answer_rate" in cell["change"]
+
+
+def test_interval_words_follow_the_analysed_alpha(tmp_path):
+    # a Pocock design analyses at 0.0294: its intervals are 97.06%, and no text calls
+    # them 95% (only the MDE table's range from the components' uncertainty stays 95%)
+    write_sweep(tmp_path, rewards=("naive", "shaped"), algos=("grpo",), seeds=(0, 1, 2),
+                n_questions=20, steps=(0, 5))
+    out = tmp_path / "o"
+    assert cli.main([str(tmp_path), "--out", str(out), "--B", "100", "--no-figures",
+                     "--baseline", "reward.name=shaped", "--alpha", "0.0294"]) == 0
+    report = (out / "report.md").read_text()
+    assert "97.06% CI" in report and "are 97.06% t intervals" in report
+    assert "95% CI" not in report and "95% t" not in report
+    assert "97.06\\% t interval" in (out / "results.tex").read_text()
+    assert "the 94.12\\% interval lies within" in (out / "comparisons.tex").read_text()
+    assert "95\\%" not in (out / "results.tex").read_text()
