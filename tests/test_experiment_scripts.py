@@ -65,3 +65,42 @@ def test_naive_trap_endings_count_each_way_an_episode_ended(tmp_path, capsys):
     assert endings.table(tmp_path, step=0)[0]["submitted"] == 1
     endings.main([str(tmp_path)])
     assert "| naive | 3 | 8 | 4 | 1 | 1 | 2 | 0 | 0 |" in capsys.readouterr().out
+
+
+def _eval_rows(d: Path, step: int, correct: dict) -> None:
+    """eval.jsonl with rows {task_id: [correct per sample]} at `step` (plus a greedy row
+    and an earlier step, both to be ignored)."""
+    d.mkdir(parents=True)
+    rows = [{"step": step, "task_id": q, "sample": k, "correct": c}
+            for q, cs in correct.items() for k, c in enumerate(cs)]
+    rows.append({"step": step, "task_id": "q0", "correct": True, "decoding": "greedy"})
+    if step:
+        rows.append({"step": step - 8, "task_id": "q0", "correct": True})
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_reward_resolution_gains_over_the_warm_start(tmp_path):
+    gains = _load(REPO / "experiments" / "reward_resolution" / "gains.py")
+    _eval_rows(tmp_path / "warm", 0, {"q0": [0, 0, 1, 1], "q1": [0, 0, 0, 0]})  # 0.5, 0
+    runs = tmp_path / "runs"
+    _eval_rows(runs / "+algo=grpo,+reward=outcome,seed=10", 16, {"q0": [1, 1], "q1": [0, 1]})
+    _eval_rows(runs / "+algo=grpo,+reward=outcome,seed=11", 16, {"q0": [1, 0], "q1": [0, 0]})
+    _eval_rows(runs / "+algo=grpo,+reward=shaped,seed=10", 16, {"q0": [0, 0], "q1": [0, 0]})
+    _eval_rows(runs / "+algo=grpo,+reward=shaped,seed=11", 16, {"q0": [1, 1], "q1": [1, 1]})
+    out = gains.gains(runs, tmp_path / "warm", 0.05)
+    assert out["warm_start"]["accuracy"] == 0.25 and out["warm_start"]["questions"] == 2
+    # outcome: seed 10 ((1 - .5) + (.5 - 0)) / 2 = .5; seed 11 ((.5 - .5) + 0) / 2 = 0
+    assert out["arms"]["outcome"]["seed_gains"] == {10: 0.5, 11: 0.0}
+    assert out["arms"]["shaped"]["seed_gains"] == {10: -0.25, 11: 0.75}
+    assert out["arms"]["outcome"]["mean"] == 0.25
+    lo, hi = out["arms"]["outcome"]["ci_over_seeds"]     # t(0.975, 1) = 12.706, SE 0.25
+    assert abs(lo - (0.25 - 12.706 * 0.25)) < 1e-3 and abs(hi - (0.25 + 12.706 * 0.25)) < 1e-3
+
+
+def test_reward_resolution_sizing_from_the_committed_testbed_cells():
+    sizing = _load(REPO / "experiments" / "reward_resolution" / "sizing.py")
+    out = sizing.sizing()
+    assert out["step"] == 16 and out["testbed_questions"] == 136
+    assert abs(out["pocock_nominal_alpha"] - 0.0294) < 1e-4
+    committed = json.loads((REPO / "experiments" / "reward_resolution" / "sizing.json").read_text())
+    assert committed == json.loads(json.dumps(out))
