@@ -4,6 +4,7 @@ uninterrupted one (critic weights and optimiser state saved inside each checkpoi
 from __future__ import annotations
 
 import json
+import shutil
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +17,7 @@ from ablate.algos.ppo import PPO, Critic
 from ablate.loop.cell import run_cell
 from ablate.apps.cli import compose_config, normalise_overrides
 from ablate.harness.episode import Segment
+from ablate.learners.base import write_digests
 from ablate.models.loading import load_policy
 from test_algos_protocol import SMALL
 
@@ -81,9 +83,17 @@ def test_resumed_ppo_cell_reproduces_the_uninterrupted_run(tmp_path, monkeypatch
     assert (folder / "critic" / "step_00000002.pt").exists()    # digested with it
     assert "critic/step_00000002.pt" in json.loads((folder / "DIGESTS.json").read_text())
     (part / "COMPLETE").unlink()             # as if stopped after step 2's checkpoint
+    legacy = tmp_path / "legacy"             # the layout of older cells: critic beside
+    shutil.copytree(part, legacy)
+    old = legacy / "ckpt" / "critic" / "step_00000002.pt"
+    old.parent.mkdir()
+    shutil.move(legacy / "ckpt" / "step_00000002" / "critic" / "step_00000002.pt", old)
+    shutil.rmtree(legacy / "ckpt" / "step_00000002" / "critic")
+    write_digests(legacy / "ckpt" / "step_00000002")
     resumed = run(part, 3)
     assert [r["step"] for r in resumed] == [1, 2, 3]
     assert resumed == whole
+    assert run(legacy, 3) == whole
     assert whole[-1]["ppo/value_loss"] > 0 and "ppo/value_mean" in whole[-1]
 
 
