@@ -288,7 +288,7 @@ def test_killed_cell_resumes_with_the_uninterrupted_library(tmp_path, monkeypatc
         cell_mod.run_cell(cfg, tmp_path / "cell")
     monkeypatch.setattr(cell_mod, "train_step", real)
     cell_mod.run_cell(cfg, tmp_path / "cell")
-    lib = (lambda d, s: json.loads((tmp_path / d / "ckpt" / "voyager" /
+    lib = (lambda d, s: json.loads((tmp_path / d / "ckpt" / f"step_{s:08d}" / "voyager" /
                                     f"step_{s:08d}.json").read_text()))
     assert lib("cell", 2) == lib("ref", 2) and lib("cell", 1) == lib("ref", 1)
     assert lib("ref", 2)["skills"], "the tiny model verified no skill: nothing compared"

@@ -1,11 +1,13 @@
 """PPO with a critic: GAE through the algorithm chained across an episode's segments, the
 critic's value loss falling on a fixed batch, and a resumed cell reproducing the
-uninterrupted one (critic weights and optimiser state saved beside the checkpoints)."""
+uninterrupted one (critic weights and optimiser state saved inside each checkpoint)."""
 from __future__ import annotations
 
 import json
+import shutil
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from ablate.algos import gae
@@ -15,6 +17,7 @@ from ablate.algos.ppo import PPO, Critic
 from ablate.loop.cell import run_cell
 from ablate.apps.cli import compose_config, normalise_overrides
 from ablate.harness.episode import Segment
+from ablate.learners.base import write_digests
 from ablate.models.loading import load_policy
 from test_algos_protocol import SMALL
 
@@ -76,9 +79,50 @@ def test_resumed_ppo_cell_reproduces_the_uninterrupted_run(tmp_path, monkeypatch
     whole = run(tmp_path / "whole", 3)
     part = tmp_path / "part"
     run(part, 2)
-    assert (part / "ckpt" / "critic" / "step_00000002.pt").exists()
+    folder = part / "ckpt" / "step_00000002"      # the critic inside the checkpoint,
+    assert (folder / "critic" / "step_00000002.pt").exists()    # digested with it
+    assert "critic/step_00000002.pt" in json.loads((folder / "DIGESTS.json").read_text())
     (part / "COMPLETE").unlink()             # as if stopped after step 2's checkpoint
+    legacy = tmp_path / "legacy"             # the layout of older cells: critic beside
+    shutil.copytree(part, legacy)
+    old = legacy / "ckpt" / "critic" / "step_00000002.pt"
+    old.parent.mkdir()
+    shutil.move(legacy / "ckpt" / "step_00000002" / "critic" / "step_00000002.pt", old)
+    shutil.rmtree(legacy / "ckpt" / "step_00000002" / "critic")
+    write_digests(legacy / "ckpt" / "step_00000002")
     resumed = run(part, 3)
     assert [r["step"] for r in resumed] == [1, 2, 3]
     assert resumed == whole
+    assert run(legacy, 3) == whole
     assert whole[-1]["ppo/value_loss"] > 0 and "ppo/value_mean" in whole[-1]
+
+
+def test_a_kill_between_the_learner_and_critic_writes_cannot_strand_the_cell(tmp_path,
+                                                                             monkeypatch):
+    """The critic is written inside the learner's temporary checkpoint folder, before it
+    is completed: a kill while it is written leaves no complete checkpoint of that step,
+    so the cell resumes from the previous one and still reproduces the uninterrupted run
+    (before, a learner checkpoint without its critic file stopped every resume)."""
+    import ablate.algos.ppo as ppo_mod
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    base = [o for o in SMALL if not o.startswith("trainer.max_steps")]
+    cfg = compose_config(normalise_overrides(
+        [*base, "+algo=ppo", "learner.checkpoint_every=1", "algo.ppo.critic_lr=1e-3",
+         "trainer.max_steps=3"]))
+    rows = (lambda d: [{k: v for k, v in json.loads(x).items()
+                        if not k.endswith(("_s", "seconds"))}
+                       for x in (d / "metrics.jsonl").read_text().splitlines() if x])
+    run_cell(cfg, tmp_path / "whole")
+    real = ppo_mod.PPO.save
+
+    def killed(self, ckpt_dir, step):
+        if step == 2:
+            raise KeyboardInterrupt("killed while the critic was written")
+        return real(self, ckpt_dir, step)
+    monkeypatch.setattr(ppo_mod.PPO, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(cfg, tmp_path / "cell")
+    assert not (tmp_path / "cell" / "ckpt" / "step_00000002").exists()
+    monkeypatch.setattr(ppo_mod.PPO, "save", real)
+    run_cell(cfg, tmp_path / "cell")
+    assert rows(tmp_path / "cell") == rows(tmp_path / "whole")

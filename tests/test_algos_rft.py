@@ -6,6 +6,7 @@ and resume after SIGKILL (the helper serves tests/test_curriculum.py too)."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 import test_harness_util as U
 import test_learners as L
 from ablate.algos import RFT, STaR
+from ablate.algos.hints import remask, same_masks
 from ablate.algos.protocol import StepContext
 from ablate.algos.rft import keep_mask
 from ablate.loop.cell import score
@@ -209,3 +211,19 @@ def test_new_algorithm_runs_a_cell_and_resumes_after_sigkill(algo, key, tmp_path
     assert all(key in r for r in rows)
     import json
     assert json.loads((tmp_path / "ref" / "objective.json").read_text())["algorithm"] == algo
+
+
+def test_star_rebuilds_masks_with_the_cells_tool_format(tmp_path):
+    """remask builds the chat conventions from the cell's model config, as the rollout
+    does: with the format the episode was rolled out in it reproduces the recorded masks;
+    with another (model.tool_format=llama3_json) it does not, so an auto-detected format
+    in its place would drop every hinted episode of a cell that set one."""
+    cfg = compose_config([])
+    db = U.make_db(tmp_path)
+    episode = Policy(db, cfg, U.demo_script(U.demo_steps())).act(U.TASKS, 1)[0]
+    assert any(s.allowed for s in episode.segments)    # action masks were recorded
+    fmt = (lambda name: SimpleNamespace(tool_format=name, chat_template=None))
+    rebuilt = (lambda model: remask(episode, U.tokenizer(), cfg.harness, cfg.mode,
+                                    U.email_env(db), model))
+    assert same_masks(episode, rebuilt(None)) and same_masks(episode, rebuilt(fmt("hermes")))
+    assert not same_masks(episode, rebuilt(fmt("llama3_json")))

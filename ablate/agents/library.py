@@ -20,7 +20,7 @@ Tables (the rows are the state; the FTS index is rebuilt from them):
         record of the fixed held-out stream (forgetting: solved before, failing now)
     meta(key, value)   the latest evaluation's lifelong figures (JSON)
 
-Checkpoints: `save(ckpt_dir, step)` writes every row to ckpt/voyager/step_N.json
+Checkpoints: `save(folder, step)` writes every row to <folder>/voyager/step_N.json
 (write-then-rename with fsync, as the cell's outputs); `load` restores them row for row
 into a fresh in-memory database, so a resumed cell's library equals the uninterrupted
 one's.

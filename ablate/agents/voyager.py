@@ -195,7 +195,7 @@ class Voyager(Agent):
     episodes (Wang et al., 2023, "Voyager", arXiv:2305.16291, §2).
 
     One instance lives for the whole cell (`persistent`): its library is the state
-    checkpointed beside the learner's (LibraryExperience.save / load)."""
+    checkpointed inside the learner's (LibraryExperience.save / load)."""
     name = "voyager"
     persistent = True
 

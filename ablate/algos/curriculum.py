@@ -20,7 +20,7 @@ are the behaviour policy's, so the PPO ratio π_θ/π_behaviour is the importanc
 the learner and truncates π_old/π_behaviour (ablate.algos.correction). Logged:
 `buffer/size`, `buffer/replayed`, `buffer/revisited`.
 
-Both states are saved beside each learner checkpoint (ckpt/experience/step_N.pt), so a
+Both states are saved inside each learner checkpoint (ckpt/step_N/experience/step_N.pt), so a
 resumed cell continues exactly."""
 from __future__ import annotations
 

@@ -83,14 +83,16 @@ def _vocab(tokenizer):
     return token_bytes(tokenizer)
 
 
-def remask(episode, tokenizer, harness_cfg, mode_cfg, env) -> Optional[list[dict]]:
+def remask(episode, tokenizer, harness_cfg, mode_cfg, env,
+           model_cfg=None) -> Optional[list[dict]]:
     """Per segment, the action masks the harness would have built for this episode's
     generated ids in its own context: the environment's state for the episode's task,
     replayed through its calls so far (the mask candidates come from that state); None
-    when the harness builds none."""
+    when the harness builds none. `model_cfg` (model.tool_format, model.chat_template)
+    selects the chat conventions as the rollout did (None: auto-detected)."""
     from ablate.harness.rollout import _mask_for
     from ablate.harness.chat import ChatConventions
-    conv = ChatConventions.from_tokenizer(tokenizer, enable_thinking=mode_cfg.enable_thinking)
+    conv = ChatConventions.from_config(tokenizer, model_cfg, mode_cfg)
     out: list[dict] = [{} for _ in episode.segments]
     vocab, any_mask = None, False
     state = env.reset(episode.task)

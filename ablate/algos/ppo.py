@@ -8,7 +8,7 @@ Why a separate critic and not a value head on the policy: the learner (ZeRO-3 or
 stays what it is, one engine around the policy, with its checkpoint and weight export
 unchanged; the critic, a copy of the initial policy's transformer with a scalar head
 (as verl and OpenRLHF initialise theirs), is trained here with plain torch AdamW, and its
-weights and optimiser state are saved beside each learner checkpoint (exact resume).
+weights and optimiser state are saved inside each learner checkpoint (exact resume).
 The critic is not partitioned: for models that need ZeRO-3 to fit, it doubles the memory.
 
 Rewards: the episode's reward on its last policy token, 0 elsewhere (no KL in the reward).

@@ -219,11 +219,11 @@ class STaR(RFT):
         stripped = strip_hint(episode, p0, task)
         if not any(s.allowed for s in episode.segments):
             return stripped
-        h, m = ctx.cfg.harness, ctx.cfg.mode
-        if not same_masks(episode, remask(episode, ctx.tokenizer, h, m, ctx.env)):
+        h, m, model = ctx.cfg.harness, ctx.cfg.mode, ctx.cfg.model
+        if not same_masks(episode, remask(episode, ctx.tokenizer, h, m, ctx.env, model)):
             self.dropped += 1
             return None
-        allowed = remask(stripped, ctx.tokenizer, h, m, ctx.env)
+        allowed = remask(stripped, ctx.tokenizer, h, m, ctx.env, model)
         if not masks_admit(stripped, allowed):
             self.dropped += 1
             return None

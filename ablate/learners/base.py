@@ -346,10 +346,13 @@ class Learner:
         return merged_state_dict(self.model, sd) if _is_peft(self.model) else sd
 
     # --- checkpoints ---------------------------------------------------------------------
-    def save(self, step: int, client_state: dict) -> None:
+    def save(self, step: int, client_state: dict,
+             extra: Optional[Callable[[Path], None]] = None) -> None:
         """Atomic: written under .tmp-step_N, marked complete, then renamed to step_N;
         only the newest `keep_checkpoints` are kept. RNG states travel along so that a
-        resumed run continues bit-exactly."""
+        resumed run continues bit-exactly. `extra(folder)` writes state of its own into
+        the same folder on rank 0 (an algorithm's critic or buffer, identical on every
+        rank): it is digested, completed, renamed and pruned with the learner's."""
         final, tmp = self._step_dir(step), self.ckpt_dir / f".tmp-step_{step:08d}"
         if self.rank == 0:
             for stale in self.ckpt_dir.glob(".tmp-step_*"):   # saves cut short by a kill
@@ -359,6 +362,8 @@ class Learner:
         try:
             self._save_state(tmp, {"step": int(step), "client_state": client_state,
                                    "rng": _rng_state()})
+            if extra is not None and self.rank == 0:
+                extra(tmp)
         except (OSError, RuntimeError) as exc:   # disk full: "basic_ios::clear", ENOSPC
             if not isinstance(exc, OSError) and not _io_failure(exc):
                 raise
@@ -402,6 +407,10 @@ class Learner:
                                   + "; ".join(problems) + "; delete that directory to "
                                   "restart the cell from step 0")
         return None
+
+    def checkpoint_dir(self, step: int) -> Path:
+        """The folder of the complete checkpoint of `step` (where `extra` state lives)."""
+        return self._step_dir(step)
 
     def _step_dir(self, step: int) -> Path:
         return self.ckpt_dir / f"step_{step:08d}"

@@ -237,7 +237,7 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     algorithm = build_algorithm(cfg.algo, max_len=cfg.harness.max_tokens_per_episode, cfg=cfg)
     algorithm = with_agent_state(policy, algorithm)   # agent=voyager's library, curriculum
     if start > 0:   # an algorithm's own state (e.g. PPO's critic) resumes with the learner
-        algorithm.load(cell.ckpt, start)
+        load_algorithm_state(algorithm, policy.learner, cell.ckpt, start)
     # every setting of the algorithm, implicit defaults included, beside the config
     cell.write_text("objective.json", json.dumps(algorithm.describe(), indent=2))
     max_steps = cfg.trainer.max_steps if policy.learns else 0
@@ -267,8 +267,10 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
                 last_eval = evaluate(step)
             ck = cfg.learner.checkpoint_every
             if (ck and step % ck == 0) or step == max_steps:
-                policy.learner.save(step, {"step": step, "metrics_row": row})
-                algorithm.save(cell.ckpt, step)
+                # the algorithm's state inside the learner's checkpoint folder: one
+                # atomic, digested checkpoint (a kill cannot leave one without the other)
+                policy.learner.save(step, {"step": step, "metrics_row": row},
+                                    extra=lambda folder: algorithm.save(folder, step))
     finally:
         progress.close()
         if getattr(policy, "remote", None) is not None:
@@ -278,6 +280,18 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     cell.mark_complete(summary)
     tracker.finish(summary)
     return summary
+
+
+def load_algorithm_state(algorithm, learner, legacy_dir: Path, step: int) -> None:
+    """Restore the algorithm's state of the checkpoint the learner resumed from: inside its
+    folder, or (checkpoints written before it moved there) beside it under `legacy_dir`."""
+    try:
+        algorithm.load(learner.checkpoint_dir(step), step)
+    except FileNotFoundError as missing:
+        try:
+            algorithm.load(legacy_dir, step)
+        except FileNotFoundError:
+            raise missing from None
 
 
 def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:

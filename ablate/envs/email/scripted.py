@@ -147,9 +147,6 @@ class ScriptedAgent:
         return ep, steps
 
     # ------------------------------------------------------------------ policies
-    def _turns_left(self, act_count: int) -> int:
-        return self.max_turns - act_count
-
     def _follow(self, task, plan, act, finish, rng, give_up_at):
         entity, words = plan
         qwords = _content_words(task.question)
