@@ -91,7 +91,8 @@ def _method_words(summary: dict) -> str:
             "the mean over questions and a cell's score the mean over its seeds. Intervals "
             f"are {level(summary['alpha'])} t intervals whose variance adds the seed, "
             "question and seed × question residual components once each (method of "
-            "moments for the crossed seeds × questions design), the seed variance pooled over the cells of the design, with "
+            "moments for the crossed seeds × questions design), the seed variance pooled "
+            "over the cells of the design, with "
             "degrees of freedom that do not grow when seeds agree by chance; p-values use "
             "the same t reference, so a comparison is significant exactly when its interval "
             "excludes 0. Cell intervals of rates are Wilson intervals (inside [0, 1]), of "
@@ -232,7 +233,8 @@ def _behaviour(summary: dict) -> list[str]:
     n = sum(n in c.get("behaviour", {}) for c in summary["cells"] for n in names)
     L = ["## Behaviour (exploratory)", "",
          f"{n} intervals ({level(summary['alpha'])}, unadjusted for their number): "
-         "descriptions, not tests; an interval that excludes a value here is a lead for a pre-registered experiment, "
+         "descriptions, not tests; an interval that excludes a value here is a lead for "
+         "a pre-registered experiment, "
          "not a finding.", "", "| cell | " + " | ".join(
         behaviour_words(n, summary.get("env")) + (" (%)" if n in RATES else "")
         for n in names) + " |",
@@ -337,7 +339,8 @@ def _lifelong(summary: dict) -> list[str]:
     cols = [(WORDS[q], KIND[q] == "rate") for q in QUANTITIES]
     L = ["## Lifelong (skill library)", "",
          f"At each cell's last step, with {level(summary['alpha'])} intervals (library "
-         "quantities: t over seeds, log scale; held-out quantities: over seeds and questions, Wilson). Forgotten: "
+         "quantities: t over seeds, log scale; held-out quantities: over seeds and "
+         "questions, Wilson). Forgotten: "
          "questions solved (at least half the samples correct) at an earlier evaluation "
          "and not at this one. Descriptive; the curves per seed are in figure `lifelong`.",
          "", "| cell | " + " | ".join(env_word(w, env) + (" (%)" if pct else "")
@@ -380,8 +383,9 @@ def render(summary: dict) -> str:
         sim = [c for c in conf if c.get("ci_simultaneous")]
         if sim:
             L += ["", f"Simultaneous {level(summary['alpha'])} intervals (max-|t|) for the "
-                  "cell comparisons: " + "; ".join(f"{c['label']} {fmt_ci(c['ci_simultaneous'], pct, True)}"
-                              for c in sim) + "."]
+                  "cell comparisons: " + "; ".join(
+                      f"{c['label']} {fmt_ci(c['ci_simultaneous'], pct, True)}"
+                      for c in sim) + "."]
     else:
         L.append("Only one cell: there is nothing to compare.")
     L.append("")
