@@ -216,6 +216,19 @@ def added_keys(configs: list[dict]) -> list[str]:
     return out
 
 
+def _of_the_group_choice(key: str, configs: list[dict]) -> bool:
+    """True when `key` (e.g. reward.weights.witness) is present exactly in the runs whose
+    group `name` (reward.name) has certain values: a setting of that choice (the shaped
+    reward's weights), not one an older ablate did not write."""
+    group = key.split(".")[0] + ".name"
+    if group == key:
+        return False
+    present: dict = {}
+    for c in configs:
+        present.setdefault(json.dumps(c.get(group), default=str), set()).add(key in c)
+    return len(present) > 1 and all(len(v) == 1 for v in present.values())
+
+
 def infer_factors(configs: list[dict]) -> list[str]:
     """Keys whose values differ between runs, seed and bookkeeping excluded. When a
     group's `name` differs, the name is the factor, and the group's other differing keys
@@ -341,7 +354,8 @@ def config_warnings(runs: list[Run]) -> list[str]:
         out.append("runs of different experiments are mixed: " + "; ".join(
             f"{json.loads(k)} ({f})" for k, f in by_exp.items()))
     configs = [r.config for r in runs]
-    added = [k for k in added_keys(configs) if not _excluded(k)]
+    added = [k for k in added_keys(configs)
+             if not _excluded(k) and not _of_the_group_choice(k, configs)]
     if added:
         n = sum(1 for c in configs if any(k not in c for k in added))
         out.append(f"{n} run(s) lack keys the others set to one value (an older ablate "

@@ -7,6 +7,7 @@ import math
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 from collections import defaultdict
 from pathlib import Path
 
@@ -659,3 +660,17 @@ def test_interval_words_follow_the_analysed_alpha(tmp_path):
     assert "97.06\\% t interval" in (out / "results.tex").read_text()
     assert "the 94.12\\% interval lies within" in (out / "comparisons.tex").read_text()
     assert "95\\%" not in (out / "results.tex").read_text()
+
+
+def test_keys_of_one_reward_choice_are_not_called_an_older_ablate(tmp_path):
+    """The shaped reward's weights exist only in shaped runs: no "older ablate" warning;
+    a key missing from some runs of the same reward still gets one."""
+    from analysis.collect import config_warnings
+    runs = [SimpleNamespace(seed=s, config_file=f"c{s}", config=c) for s, c in enumerate([
+        {"seed": 0, "reward.name": "outcome"},
+        {"seed": 1, "reward.name": "shaped", "reward.weights.witness": 0.1},
+        {"seed": 2, "reward.name": "shaped", "reward.weights.witness": 0.1}])]
+    assert not any("older ablate" in w for w in config_warnings(runs))
+    runs[1].config.pop("reward.weights.witness")
+    assert any("older ablate" in w and "reward.weights.witness" in w
+               for w in config_warnings(runs))
