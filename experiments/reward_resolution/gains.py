@@ -18,21 +18,19 @@ import numpy as np
 import yaml
 from scipy import stats as sps
 
-from analysis.collect import parse_assignments, read_jsonl
+from analysis import estimates as est
+from analysis.collect import Run, parse_assignments
 
 HERE = Path(__file__).resolve().parent
 
 
-def per_question(run: Path) -> dict:
-    """{task_id: mean `correct` of the sampled rows at the run's last step}."""
-    rows, _ = read_jsonl(run / "eval.jsonl", required=("step", "task_id", "correct"))
-    rows = [r for r in rows if r.get("decoding", "sampled") == "sampled"]
-    last = max(r["step"] for r in rows)
-    out: dict = {}
-    for r in rows:
-        if r["step"] == last:
-            out.setdefault(r["task_id"], []).append(float(r["correct"]))
-    return {q: float(np.mean(v)) for q, v in out.items()}
+def per_question(run_dir: Path) -> dict:
+    """{task_id: mean `correct` of the sampled rows at the run's last step}
+    (analysis.estimates.per_question, as the report averages them)."""
+    run = Run(run_dir, {}, None, True, run_dir / "config.yaml")
+    ids, means, *_ = est.per_question(run, est.select_step(run, None),
+                                      {"correct": ("correct", float)}, required=("correct",))
+    return {q: float(m) for q, m in zip(ids, means["correct"])}
 
 
 def t_interval(x: np.ndarray, alpha: float) -> list[float]:

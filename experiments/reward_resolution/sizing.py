@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.collect import read_jsonl
+from analysis import estimates as est
+from analysis.collect import Run
 from analysis.stats import components, planned_mde, pocock_nominal
 
 HERE = Path(__file__).resolve().parent
@@ -26,14 +27,13 @@ CELLS = ["round4/seed0", "round4/seed1", "round4/seed2", "round5/seed3", "round5
 STEP, QUESTIONS, ARMS, LOOKS = 16, 200, 2, 2
 
 
-def per_question(run: Path, step: int) -> dict:
-    """{task_id: mean `correct` over the sampled rows} at `step`."""
-    rows, _ = read_jsonl(run / "eval.jsonl", required=("step", "task_id", "correct"))
-    out: dict = {}
-    for r in rows:
-        if r["step"] == step and r.get("decoding", "sampled") == "sampled":
-            out.setdefault(r["task_id"], []).append(float(r["correct"]))
-    return {q: float(np.mean(v)) for q, v in out.items()}
+def per_question(run_dir: Path, step: int) -> dict:
+    """{task_id: mean `correct` over the sampled rows at `step`}
+    (analysis.estimates.per_question, as the report averages them)."""
+    run = Run(run_dir, {}, None, True, run_dir / "config.yaml")
+    ids, means, *_ = est.per_question(run, step, {"correct": ("correct", float)},
+                                      required=("correct",))
+    return {q: float(m) for q, m in zip(ids, means["correct"])}
 
 
 def sizing() -> dict:
