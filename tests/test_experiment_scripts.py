@@ -104,3 +104,32 @@ def test_reward_resolution_sizing_from_the_committed_testbed_cells():
     assert abs(out["pocock_nominal_alpha"] - 0.0294) < 1e-4
     committed = json.loads((REPO / "experiments" / "reward_resolution" / "sizing.json").read_text())
     assert committed == json.loads(json.dumps(out))
+
+
+def test_smollm_sizing_from_the_committed_pilots():
+    from scipy import stats
+    sizing = _load(REPO / "experiments" / "smollm_reasoning_gym" / "sizing.py")
+    out = sizing.sizing()
+    committed = json.loads((REPO / "experiments" / "smollm_reasoning_gym" / "pilots"
+                            / "sizing.json").read_text())
+    assert committed == json.loads(json.dumps(out))
+    assert out["warm_start"] == 0.18 and out["pilot_change"] == [0.045, 0.045]
+    # the change's MDE by hand: 4 seeds (3 df), seed variance 0, 200 questions
+    s2q = out["change_components"]["sigma2_question"]
+    k = stats.t.ppf(0.975, 3) + stats.t.ppf(0.8, 3)
+    assert abs(out["mde_change_estimate"][4] - round(k * (s2q / 200) ** 0.5, 4)) < 1e-4
+
+
+def test_smollm_shortcut_split_of_the_committed_pilots():
+    from omegaconf import OmegaConf
+    shortcut = _load(REPO / "experiments" / "smollm_reasoning_gym" / "shortcut.py")
+    pilots = REPO / "experiments" / "smollm_reasoning_gym" / "pilots"
+    kind = shortcut.classes(OmegaConf.load(pilots / "seed100" / "config.yaml"))
+    env_cfg = OmegaConf.load(pilots / "seed100" / "config.yaml").env
+    tasks = shortcut.ReasoningGymEnv.from_config(env_cfg).tasks("test")
+    for t in tasks:   # the generator's own sequence: the answer is its last element
+        seq = t.payload["metadata"]["sequence"]
+        assert (kind[t.id] == "repeat") == (seq[-1] == seq[-2]), t.payload["question"]
+    out = shortcut.split(pilots)["grpo"]
+    assert out[30] == {"other": [0.019, 158], "repeat": [1.0, 42]}
+    assert out[0]["repeat"] == [0.7857, 42]
