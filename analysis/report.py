@@ -16,7 +16,8 @@ def p_is(p) -> str:
 VERDICT_WORDS = {
     "better": "better: the difference is significant after correction and {good}",
     "worse": "worse: the difference is significant after correction and {bad}",
-    "equivalent": "equivalent: the 90% interval lies within ±SESOI",
+    # two one-sided tests at alpha: the 1 - 2 alpha interval (stats.verdict)
+    "equivalent": "equivalent: the {tost} interval lies within ±SESOI",
     "inconclusive": "inconclusive: neither a difference nor equivalence is shown",
 }
 
@@ -41,7 +42,7 @@ def _sentence(c: dict, pct: bool, sesoi: str, lower_is_better: bool = False,
     signs = ("negative (lower is better)", "positive") if lower_is_better else (
         "positive", "negative")
     words = VERDICT_WORDS[c["verdict"]].replace("SESOI", sesoi + u).format(
-        good=signs[0], bad=signs[1])
+        good=signs[0], bad=signs[1], tost=level(2 * alpha))
     text = f"- {core} — {words}."
     if c["verdict"] == "inconclusive" and c.get("mde") is not None:
         text += (f" With this design the minimum detectable difference is "
@@ -164,6 +165,13 @@ def _cell_table(summary: dict, pct: bool) -> list[str]:
     return L
 
 
+def _seed_source(vc: dict) -> str:
+    where = f"pooled over the {vc['n_cells']} of {vc['n_cells_total']} cells with two or more seeds"
+    if vc.get("seed_pooled_for_tests", True):
+        return where
+    return where + " (for planning only: the tests use each cell's own, above)"
+
+
 def _planning(summary: dict, pct: bool) -> list[str]:
     u = " points" if pct else ""
     L = ["## How many seeds and questions a claim needs", ""]
@@ -183,8 +191,7 @@ def _planning(summary: dict, pct: bool) -> list[str]:
     L.append(f"Minimum detectable difference between two cells (two-sided α = "
              f"{summary['alpha']}, {int(100 * summary['power'])}% power){unit}, "
              f"from the variance components of this sweep (seed {vc['sigma2_seed']:.2e} on "
-             f"{vc['nu_seed']} df, pooled over the {vc['n_cells']} of {vc['n_cells_total']} "
-             f"cells with two or more seeds; question × cell {vc['tau2']:.2e}"
+             f"{vc['nu_seed']} df, {_seed_source(vc)}; question × cell {vc['tau2']:.2e}"
              f"{' (assumed)' if vc['tau2_assumed'] else ''} on {vc['nu_tau2']} df; residual "
              f"{vc['sigma2_resid']:.2e} on {vc['nu_resid']} df), not from the observed "
              "differences. Each value with its 95% range from the uncertainty of the "

@@ -462,9 +462,13 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
     pool = ctx.pools.get(metric)
     confirm, pairs = _comparisons(sweep, cells, data, base, alpha, names, all_pairs, pool)
     cell_pairs = [(r["ia"], r["ib"]) for r in confirm if r["kind"] == "cell"]
-    comps = planning_components(data, cell_pairs, pool)
+    # where the tests use each cell's own seed variance (Bartlett), plan on their pool all
+    # the same: with equal seeds it is the mean of the cells' own, which is what the
+    # variance of a two-cell difference adds up
+    comps = planning_components(data, cell_pairs, pool or st.pool([d.y for d in data]))
     if comps is not None:
         comps["pool_cells"] = comps["n_cells"]
+        comps["seed_pooled_for_tests"] = pool is not None
     _annotate(confirm + pairs, data, comps, base, B, rng_seed, sesoi, alpha, power, pool)
     _family(confirm, st.holm, "holm", alpha, sesoi, lower_is_better)
     _family(pairs, st.benjamini_hochberg, "bh", alpha, sesoi, lower_is_better)

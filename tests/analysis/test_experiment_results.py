@@ -44,3 +44,19 @@ def test_readme_headline_is_the_published_one(exp):
 
 def test_the_reward_experiment_is_published():
     assert EXPERIMENTS / "enronhop_rewards" in PUBLISHED
+
+
+def test_unpooled_seed_variances_still_plan_and_tost_names_its_level():
+    """reward_resolution's arms fail Bartlett's test (tests use each arm's own seed
+    variance); the planning table is still given, from their pool, and its equivalence
+    verdict names the 1 - 2 alpha interval of two one-sided tests at alpha = 0.0294."""
+    exp = EXPERIMENTS / "reward_resolution"
+    summary = json.loads((exp / "results" / "report" / "summary.json").read_text())
+    assert summary["seed_variance"]["pooled"]["used"] is False
+    vc = summary["variance_components"]
+    assert vc["seed_pooled_for_tests"] is False and vc["nu_seed"] == 18
+    assert summary["planning"]["mde_table"]["rows"]
+    report = (exp / "results" / "report" / "report.md").read_text()
+    assert "for planning only: the tests use each cell's own" in report
+    assert "equivalent: the 94.12% interval lies within ±5.0 points" in report
+    assert "No cell has two or more seeds" not in report
