@@ -271,6 +271,7 @@ def behaviour(summary: dict, out: Path) -> dict:
                         + (" (%)" if nme in RATES else ""))
             a.set_yticks(range(len(cells)))
             a.set_yticklabels([c["short_label"] for c in reversed(cells)])
+            a.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=4))  # no overlap
             a.grid(True, axis="x")
         _drop_unused(axes, len(names))
         fig.tight_layout()
@@ -428,6 +429,7 @@ def change(summary: dict, out: Path) -> dict:
             ax.set_xlabel("change (points)" if pct else "change")
             ax.set_yticks(range(len(cells)))
             ax.set_yticklabels([c["short_label"] for c in reversed(cells)])
+            ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=4))  # no overlap
             ax.grid(True, axis="x")
         steps = "/".join(map(str, cells[0]["change"][metric]["from_step"]))
         _drop_unused(axes, len(names))

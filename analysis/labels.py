@@ -32,12 +32,16 @@ ENV_WORDS = {
                    "answer rate": "submission rate",
                    "held-out solve rate": "held-out repair rate",
                    "held-out tasks forgotten": "held-out repositories forgotten"},
+    "reasoning_gym": {"hops": "difficulty", "training answer rate": "training answer rate",
+                      "held-out tasks forgotten": "held-out questions forgotten"},
 }
 # behaviour fields an environment does not have (computed from generic episode fields,
 # they would read as a measurement): left out of its summary
-ENV_SKIPPED = {"coderepair": ("idk_rate",)}
+ENV_SKIPPED = {"coderepair": ("idk_rate",), "reasoning_gym": ("idk_rate",)}
 # words that must not appear in an environment's figures (tests/analysis/test_figures.py)
 FOREIGN_WORDS = {"coderepair": ("hop", "email", "keyword", "search"),
+                 "reasoning_gym": ("hop", "email", "keyword", "search", "repair",
+                                   "submission", "i don't know"),
                  "synthetic": ("test run", "repair", "submission"),
                  "enronhop": ("test run", "repair", "submission")}
 

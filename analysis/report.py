@@ -285,10 +285,19 @@ def _warm_start(summary: dict) -> list[str]:
     w = summary.get("warm_start")
     if not w or not w["shared"]:
         return []
+    step = w["shared"][0]["step"]
+    if any("seeds" in g for g in w["shared"]):   # one evaluation across seeds (greedy)
+        seeds = ", ".join(str(x) for g in w["shared"] for x in g.get("seeds", [g["seed"]]))
+        return [f"The first evaluations are {w['distinct']} distinct evaluation(s), not "
+                f"{w['evaluations']}: the step {step} rows of every arm of seeds {seeds} are "
+                "identical (the same weights and evaluation set, and an evaluation that does "
+                "not depend on the seed, e.g. greedy decoding), so each is counted once — a "
+                "shared starting point of the arms and seeds, not independent "
+                "measurements.", ""]
     seeds = ", ".join(str(g["seed"]) for g in w["shared"])
     return [f"The first evaluations are {w['distinct']} distinct evaluations, not "
             f"{w['evaluations']}: for seed(s) {seeds} every arm's step "
-            f"{w['shared'][0]['step']} rows are identical (the same weights, evaluation set, "
+            f"{step} rows are identical (the same weights, evaluation set, "
             "sampling seed and samples before any update), so each is counted once — a "
             "shared starting point of the arms, not independent measurements.", ""]
 
@@ -406,10 +415,12 @@ def render(summary: dict) -> str:
     L += _planning(summary, pct) + _hops(summary, pct) + _behaviour(summary)
     L += _lifelong(summary) + _bookkeeping(summary)
     figs = ["learning_curves"] * has_curves(summary) + ["change"] * has_change(summary) + [
-        "forest", "seeds", "hops", "behaviour", "factor_intervals"] + [
+        "forest", "seeds"] + ["hops"] * bool(summary.get("hops")) + [
+        "behaviour", "factor_intervals"] + [
         "training"] * has_training(summary) + ["lifelong"] * has_lifelong(summary)
-    L += [f"Figures: {', '.join(figs)} (.png, .pdf). Tables: results, comparisons, hops, "
-          "behaviour, mde" + (", hypotheses" if summary.get("hypotheses") else "")
+    L += [f"Figures: {', '.join(figs)} (.png, .pdf). Tables: results, comparisons, "
+          + "hops, " * bool(summary.get("hops"))
+          + "behaviour, mde" + (", hypotheses" if summary.get("hypotheses") else "")
           + (", lifelong" if has_lifelong(summary) else "") + " (.tex, .csv).", ""]
     return "\n".join(L)
 

@@ -111,6 +111,13 @@ def _estimate(d, name: str, ctx: Ctx, questions=None, pool=None) -> dict:
     return {**r, "ci": bounded(r, est.field_kind(name), n, ctx.alpha)}
 
 
+def _breakdown_levels(out_cells: list) -> list[str]:
+    """The task levels to break the metric down by: none when every task has one level
+    (the breakdown would repeat the cell estimate, e.g. a reasoning-gym task set)."""
+    levels = sorted({h for c in out_cells for h in c["by_hops"]}, key=str)
+    return levels if len(levels) > 1 else []
+
+
 def _cell_summary(c, mats, changes, curves, ctx: Ctx, names, with_curves, steps) -> dict:
     d = mats[ctx.metric]
     r = _estimate(d, ctx.metric, ctx)
@@ -495,7 +502,7 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
         "baseline_short": lb.cell_name(cells[base].factors, names),
         "baseline_source": baseline_source if baseline else "only cell",
         "steps": sorted(set(steps.values()), key=str), "n_questions": Q_now,
-        "hops": sorted({h for c in out_cells for h in c["by_hops"]}, key=str),
+        "hops": _breakdown_levels(out_cells),
         "factor_levels": _factor_levels(sweep, cells, data, alpha, pool, metric),
         "variance_components": comps,
         "evaluation_only": evaluation_only,
@@ -529,9 +536,16 @@ def warm_start(cells) -> dict | None:
     if len(groups) == sum(len(v) for v in groups.values()):
         return {"evaluations": len(groups), "distinct": len(groups), "shared": []}
     shared = [{"step": k[0], "seed": v[0]["seed"], "cells": [x["cell"] for x in v]}
-              for k, v in groups.items() if len(v) > 1]
+              | _seeds_if_several(v) for k, v in groups.items() if len(v) > 1]
     return {"evaluations": sum(len(v) for v in groups.values()), "distinct": len(groups),
             "shared": shared}
+
+
+def _seeds_if_several(group: list) -> dict:
+    """{"seeds": [...]} when one shared first evaluation spans runs of several seeds (an
+    evaluation that does not depend on the seed, e.g. greedy decoding); else {}."""
+    seeds = sorted({x["seed"] for x in group}, key=str)
+    return {"seeds": seeds} if len(seeds) > 1 else {}
 
 
 def is_evaluation_only(sweep: Sweep) -> bool:

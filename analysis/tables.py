@@ -286,6 +286,10 @@ def behaviour_table(summary: dict, out: Path) -> None:
 def hops_table(summary: dict, out: Path) -> None:
     pct = is_pct(summary)
     hops = summary.get("hops", [])
+    if not hops:     # one task level: no breakdown (analysis/summary.py); none left over
+        for name in ("hops.tex", "hops.csv"):
+            (out / name).unlink(missing_ok=True)
+        return
     header = ["Cell"] + [hop_words(h, summary.get("env")) for h in hops]
     rows, csv_rows = [], []
     for c in summary["cells"]:

@@ -151,6 +151,31 @@ def test_estimates_average_per_question_first(tmp_path):
     assert analyse(collect([tmp_path]), B=200, step=1)["cells"][0]["mean"] == 1.0
 
 
+def test_one_task_level_gets_no_breakdown(tmp_path):
+    """Every task at one level (a reasoning-gym task set): no 'by level' table, figure or
+    report section that would repeat the cell estimate; two levels keep them."""
+    from analysis import report, tables
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "config.yaml").write_text("seed: 0\nreward: {name: shaped}\n")
+    rows = [{"step": 2, "task_id": q, "sample": 0, "hops": 1, "correct": q == "A"}
+            for q in "ABC"]
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "COMPLETE").write_text("")
+    s = analyse(collect([tmp_path]), B=100)
+    assert s["hops"] == [] and s["cells"][0]["by_hops"]["1"]["mean"] == pytest.approx(1 / 3)
+    out = tmp_path / "out"
+    (out).mkdir()
+    (out / "hops.csv").write_text("stale")
+    tables.write_all(s, out)
+    assert not (out / "hops.csv").exists() and not (out / "hops.tex").exists()
+    assert figures.hops(s, out) == {} and "## By" not in report.render(s)
+    rows[1]["hops"] = 2
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = analyse(collect([tmp_path]), B=100)
+    assert s["hops"] == ["1", "2"] and "## By task level" in report.render(s)
+
+
 # ---------------------------------------------------------------- summary values
 def _manual_cell_means(sweep_dir, step=None):
     """Independent re-computation from the files: per-question mean over samples, mean

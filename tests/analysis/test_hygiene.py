@@ -1,6 +1,8 @@
 """publish refuses a confirmatory comparison on tuning seeds or on questions another
 experiment confirms on (experiments/ledger.yaml, analysis/hygiene.py); the warm start
 evaluated identically in every arm is recognised and counted once (issue 27, item 3)."""
+from pathlib import Path
+
 import pytest
 
 from analysis.collect import collect
@@ -82,3 +84,16 @@ def test_an_identical_warm_start_is_counted_once(tmp_path):
                 n_questions=5, steps=(0, 2))
     s = analyse(collect([different]), B=100, baseline={"reward": "naive"}, with_curves=False)
     assert s["warm_start"] == {"evaluations": 4, "distinct": 4, "shared": []}
+
+
+def test_a_greedy_warm_start_is_one_evaluation_across_seeds():
+    """experiments/smollm_reasoning_gym evaluates greedily: the step-0 rows of all 8 runs
+    (2 arms x seeds 1-4) are one evaluation, and the report names every seed."""
+    from analysis.report import render
+    runs = Path(__file__).resolve().parents[2] / "experiments" / "smollm_reasoning_gym" \
+        / "results" / "runs"
+    s = analyse(collect([runs]), B=100, baseline={"algo": "dr_grpo"}, with_curves=False)
+    w = s["warm_start"]
+    assert (w["evaluations"], w["distinct"]) == (8, 1)
+    assert w["shared"][0]["seeds"] == [1, 2, 3, 4] and len(w["shared"][0]["cells"]) == 8
+    assert "every arm of seeds 1, 2, 3, 4 are identical" in render(s)
