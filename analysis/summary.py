@@ -544,7 +544,8 @@ def warm_start(cells) -> dict | None:
 def _seeds_if_several(group: list) -> dict:
     """{"seeds": [...]} when one shared first evaluation spans runs of several seeds (an
     evaluation that does not depend on the seed, e.g. greedy decoding); else {}."""
-    seeds = sorted({x["seed"] for x in group}, key=str)
+    seeds = sorted({x["seed"] for x in group},
+                   key=lambda s: (0, s, "") if isinstance(s, int) else (1, 0, str(s)))
     return {"seeds": seeds} if len(seeds) > 1 else {}
 
 
