@@ -192,7 +192,7 @@ def find_run_dirs(root: Path) -> list[tuple[Path, Path]]:
     return found
 
 
-def _sort_key(v):
+def sort_key(v):
     if v is None:
         return (0, 0, "")
     if isinstance(v, bool):
@@ -314,13 +314,13 @@ def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
                             "is analysed, this one is listed under duplicates")
             continue
         cell.runs.append(r)
-    ordered = sorted(cells.values(), key=lambda c: [_sort_key(c.factors[k]) for k in factors])
+    ordered = sorted(cells.values(), key=lambda c: [sort_key(c.factors[k]) for k in factors])
     for c in ordered:
-        c.runs.sort(key=lambda r: _sort_key(r.seed))
+        c.runs.sort(key=lambda r: sort_key(r.seed))
 
     levels = {k: sorted({json.dumps(r.config.get(k), default=str) for r in runs})
               for k in factors}
-    levels = {k: sorted((json.loads(v) for v in vs), key=_sort_key) for k, vs in levels.items()}
+    levels = {k: sorted((json.loads(v) for v in vs), key=sort_key) for k, vs in levels.items()}
     present = {tuple(json.dumps(c.factors[k], default=str) for k in factors) for c in ordered}
     observed = {tuple(json.dumps(r.config.get(k), default=str) for k in factors) for r in runs}
     missing = []

@@ -285,21 +285,20 @@ def _warm_start(summary: dict) -> list[str]:
     w = summary.get("warm_start")
     if not w or not w["shared"]:
         return []
-    step = w["shared"][0]["step"]
+    step, n = w["shared"][0]["step"], w["distinct"]
+    seeds = ", ".join(str(x) for g in w["shared"] for x in g.get("seeds", [g["seed"]]))
     if any("seeds" in g for g in w["shared"]):   # one evaluation across seeds (greedy)
-        seeds = ", ".join(str(x) for g in w["shared"] for x in g.get("seeds", [g["seed"]]))
-        return [f"The first evaluations are {w['distinct']} distinct evaluation(s), not "
-                f"{w['evaluations']}: the step {step} rows of every arm of seeds {seeds} are "
-                "identical (the same weights and evaluation set, and an evaluation that does "
-                "not depend on the seed, e.g. greedy decoding), so each is counted once — a "
-                "shared starting point of the arms and seeds, not independent "
-                "measurements.", ""]
-    seeds = ", ".join(str(g["seed"]) for g in w["shared"])
-    return [f"The first evaluations are {w['distinct']} distinct evaluations, not "
-            f"{w['evaluations']}: for seed(s) {seeds} every arm's step "
-            f"{step} rows are identical (the same weights, evaluation set, "
-            "sampling seed and samples before any update), so each is counted once — a "
-            "shared starting point of the arms, not independent measurements.", ""]
+        who = f"the step {step} rows of every arm of seeds {seeds} are identical"
+        why = ("the same weights and evaluation set, and an evaluation that does not "
+               "depend on the seed, e.g. greedy decoding")
+        of = "arms and seeds"
+    else:
+        who = f"for seed(s) {seeds} every arm's step {step} rows are identical"
+        why = "the same weights, evaluation set, sampling seed and samples before any update"
+        of = "arms"
+    return [f"The first evaluations are {n} distinct evaluation{'s' * (n != 1)}, not "
+            f"{w['evaluations']}: {who} ({why}), so each is counted once — a shared "
+            f"starting point of the {of}, not independent measurements.", ""]
 
 
 def _hops(summary: dict, pct: bool) -> list[str]:

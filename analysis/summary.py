@@ -14,7 +14,7 @@ from analysis import estimates as est
 from analysis import labels as lb
 from analysis import lifelong as ll
 from analysis import stats as st
-from analysis.collect import AnalysisError, Sweep, cell_label, match_cell
+from analysis.collect import AnalysisError, Sweep, cell_label, match_cell, sort_key
 from analysis.compare import evaluate, rows_of, shared, simultaneous
 
 SEED_GRID = (2, 3, 5, 10, 20)
@@ -544,8 +544,7 @@ def warm_start(cells) -> dict | None:
 def _seeds_if_several(group: list) -> dict:
     """{"seeds": [...]} when one shared first evaluation spans runs of several seeds (an
     evaluation that does not depend on the seed, e.g. greedy decoding); else {}."""
-    seeds = sorted({x["seed"] for x in group},
-                   key=lambda s: (0, s, "") if isinstance(s, int) else (1, 0, str(s)))
+    seeds = sorted({x["seed"] for x in group}, key=sort_key)
     return {"seeds": seeds} if len(seeds) > 1 else {}
 
 

@@ -165,7 +165,7 @@ def test_one_task_level_gets_no_breakdown(tmp_path):
     s = analyse(collect([tmp_path]), B=100)
     assert s["hops"] == [] and s["cells"][0]["by_hops"]["1"]["mean"] == pytest.approx(1 / 3)
     out = tmp_path / "out"
-    (out).mkdir()
+    out.mkdir()
     (out / "hops.csv").write_text("stale")
     tables.write_all(s, out)
     assert not (out / "hops.csv").exists() and not (out / "hops.tex").exists()
