@@ -20,8 +20,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from analysis.estimates import field_kind  # noqa: E402
 from analysis.labels import behaviour_words, env_word, level  # noqa: E402
 from analysis.lifelong import KIND, QUANTITIES, WORDS  # noqa: E402
-from analysis.tables import (factor_name, has_change, has_curves, has_training,  # noqa: E402
-                             is_pct)
+from analysis.tables import (behaviour_panels, constant_fields, factor_name,  # noqa: E402
+                             has_change, has_curves, has_training, is_pct)
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9",
              "#F0E442", "#000000"]
@@ -245,17 +245,16 @@ def hops(summary: dict, out: Path) -> dict:
 def behaviour(summary: dict, out: Path) -> dict:
     """The behaviour metrics of each cell with 95% intervals, one panel per metric."""
     from analysis.estimates import RATES
-    from analysis.tables import BEHAVIOUR_TABLE
-    names = [n for n in BEHAVIOUR_TABLE if any(n in c.get("behaviour", {})
-                                               for c in summary["cells"])]
+    cells = summary["cells"]
+    names, constant = behaviour_panels(summary)
     plotted = {}
     if not names:
-        return plotted
-    cells = summary["cells"]
+        return _nothing_to_draw(out, "behaviour")
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(rows, cols, figsize=(DOUBLE, (0.18 * len(cells) + 0.7) * rows),
+        fig, axes = plt.subplots(rows, cols, figsize=(SINGLE if cols == 1 else DOUBLE,
+                                                      (0.18 * len(cells) + 0.7) * rows),
                                  squeeze=False, sharey=True)
         for a, nme in zip(axes.flat, names):
             kk = 100.0 if nme in RATES else 1.0
@@ -272,8 +271,14 @@ def behaviour(summary: dict, out: Path) -> dict:
             a.set_yticks(range(len(cells)))
             a.set_yticklabels([c["short_label"] for c in reversed(cells)])
             a.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=4))  # no overlap
+            a.set_ylim(-0.5, len(cells) - 0.5)   # the end rows clear of the spines
             a.grid(True, axis="x")
         _drop_unused(axes, len(names))
+        if constant:   # named, not drawn: a panel of identical points says nothing
+            fig.suptitle("the same in every cell: " + ", ".join(
+                f"{behaviour_words(n, summary.get('env'))} = "
+                + (f"{v * 100:g}%" if n in RATES else f"{v:g}") for n, v in constant.items()),
+                fontsize=7)
         fig.tight_layout()
         plotted["_axes"] = _save(fig, out, "behaviour")
     return plotted
@@ -405,14 +410,18 @@ def change(summary: dict, out: Path) -> dict:
     cells = [c for c in summary["cells"] if (c.get("change") or {}).get(metric)]
     if not has_change(summary) or not cells:
         return _nothing_to_draw(out, "change")
-    names = [metric] + [n for n in BEHAVIOUR_TABLE if n != metric
-                        and all(n in c["change"] for c in cells)][:5]
+    names = [n for n in BEHAVIOUR_TABLE if n != metric and all(n in c["change"] for c in cells)]
+    same = [n for n, v in constant_fields(cells, "change", names).items() if v == 0]
+    names = [metric] + [n for n in names if n not in same][:5]
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
+    title = _change_title(summary, cells[0]["change"][metric]["from_step"], same, cols)
     plotted = {}
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(rows, cols, figsize=(DOUBLE, (0.2 * len(cells) + 0.9) * rows),
-                                 squeeze=False, sharey=True)
+        fig, axes = plt.subplots(rows, cols, figsize=(
+            SINGLE if cols == 1 else DOUBLE,
+            (0.2 * len(cells) + 0.9) * rows + 0.14 * title.count("\n")), squeeze=False,
+            sharey=True)
         for ax, name in zip(axes.flat, names):
             pct = (name == metric and is_pct(summary)) or name in RATES
             kk = 100.0 if pct else 1.0
@@ -430,14 +439,23 @@ def change(summary: dict, out: Path) -> dict:
             ax.set_yticks(range(len(cells)))
             ax.set_yticklabels([c["short_label"] for c in reversed(cells)])
             ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=4))  # no overlap
+            ax.set_ylim(-0.5, len(cells) - 0.5)   # the end rows clear of the spines
             ax.grid(True, axis="x")
-        steps = "/".join(map(str, cells[0]["change"][metric]["from_step"]))
         _drop_unused(axes, len(names))
-        fig.suptitle(f"change from step {steps} to the analysed step, paired by seed and "
-                     f"question ({level(summary['alpha'])} intervals)", fontsize=8)
+        fig.suptitle(title, fontsize=8)
         fig.tight_layout()
         plotted["_axes"] = _save(fig, out, "change")
     return plotted
+
+
+def _change_title(summary: dict, from_step, same: list[str], cols: int) -> str:
+    """The change figure's title; it names the fields with no change in any cell (not
+    drawn), e.g. turns in a one-turn task."""
+    words = ", ".join(behaviour_words(n, summary.get("env")) for n in same)
+    return (f"change from step {'/'.join(map(str, from_step))} to the analysed step,"
+            + ("\n" if cols == 1 else " ") + "paired by seed and question "
+            f"({level(summary['alpha'])} intervals)"
+            + (f"\nno change in any cell: {words}" if same else ""))
 
 
 def seeds(summary: dict, out: Path) -> dict:

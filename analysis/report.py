@@ -4,9 +4,9 @@ from __future__ import annotations
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis.lifelong import KIND, QUANTITIES, WORDS
 from analysis.labels import behaviour_words, env_word, hop_words, legend, level
-from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, fmt, fmt_ci, fmt_est,
-                             fmt_p, has_change, has_curves, has_lifelong, has_training,
-                             is_pct)
+from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, behaviour_panels, fmt,
+                             fmt_ci, fmt_est, fmt_p, has_change, has_curves, has_lifelong,
+                             has_training, is_pct)
 
 def p_is(p) -> str:
     s = fmt_p(p)
@@ -415,7 +415,7 @@ def render(summary: dict) -> str:
     L += _lifelong(summary) + _bookkeeping(summary)
     figs = ["learning_curves"] * has_curves(summary) + ["change"] * has_change(summary) + [
         "forest", "seeds"] + ["hops"] * bool(summary.get("hops")) + [
-        "behaviour", "factor_intervals"] + [
+        "behaviour"] * bool(behaviour_panels(summary)[0]) + ["factor_intervals"] + [
         "training"] * has_training(summary) + ["lifelong"] * has_lifelong(summary)
     L += [f"Figures: {', '.join(figs)} (.png, .pdf). Tables: results, comparisons, "
           + "hops, " * bool(summary.get("hops"))

@@ -47,6 +47,28 @@ def has_training(summary: dict) -> bool:
                for cur in c.get("train_curves", {}).values())
 
 
+def behaviour_panels(summary: dict) -> tuple[list[str], dict[str, float]]:
+    """The behaviour fields the behaviour figure draws, and those it only names: a field
+    that is one point (zero-width interval) at the same value in every cell, such as
+    turns = 1 in a one-turn task, has nothing to show."""
+    cells = summary["cells"]
+    names = [n for n in BEHAVIOUR_TABLE if any(n in c.get("behaviour", {}) for c in cells)]
+    constant = constant_fields(cells, "behaviour", names)
+    return [n for n in names if n not in constant], constant
+
+
+def constant_fields(cells: list[dict], key: str, names: list[str]) -> dict[str, float]:
+    """Of `names`, those that every cell's `key` (behaviour, change) holds as one point at
+    the same value, with that value."""
+    out = {}
+    for n in names:
+        vs = [(c.get(key) or {}).get(n) for c in cells]
+        pts = {(v["mean"], *v["ci"]) for v in vs if v is not None}
+        if None not in vs and len(pts) == 1 and len(set(pts.pop())) == 1:
+            out[n] = vs[0]["mean"]
+    return out
+
+
 def fmt(x, pct: bool = True, signed: bool = False) -> str:
     """Accuracy-like values in percentage points with one decimal, else 3 decimals."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):

@@ -2,12 +2,18 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 
 import pytest
 
 from ablate.loop.config import ALLOWED
+
+# Cells run by tests track nothing (as .ci/run does): an offline wandb run per test cell
+# starts wandb's service, and its exit hook printed a HandleAbandonedError traceback after
+# pytest's summary. tests/test_tracking.py sets run.wandb_mode=offline where it tests it.
+os.environ.setdefault("WANDB_MODE", "disabled")
 
 
 @pytest.fixture(autouse=True)

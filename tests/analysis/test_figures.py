@@ -82,3 +82,23 @@ def test_lifelong_figure_is_paper_ready(sweep, tmp_path):
     react = [c for c in summary["cells"] if c["factors"]["agent.name"] == "react"]
     assert set(drawn["lifelong"]["library_size"]) == {c["label"] for c in voyager}
     assert set(drawn["lifelong"]["solve_rate"]) == {c["label"] for c in voyager + react}
+
+
+def test_a_field_the_same_in_every_cell_is_named_not_drawn(tmp_path):
+    """One turn in every reasoning-gym episode: no behaviour panel of identical points and
+    no change panel of zero changes (the published smollm report), the fields named in the
+    title instead; a field that varies is drawn."""
+    from analysis.tables import behaviour_panels
+    path = REPO / "experiments/smollm_reasoning_gym/results/report/summary.json"
+    summary = json.loads(path.read_text())
+    assert behaviour_panels(summary) == (["answer_rate"], {"mean_turns": 1.0})
+    axes = figures.behaviour(summary, tmp_path)["_axes"]
+    assert [a["texts"][0] for a in axes] == ["answer rate (%)"]
+    change = figures.change(summary, tmp_path)["_axes"]          # answer rate, turns: 0
+    assert [a["texts"][0] for a in change] == ["held-out accuracy"]
+    summary["cells"][0]["behaviour"]["mean_turns"] = {"mean": 1.5, "ci": [1.0, 2.0]}
+    summary["cells"][0]["change"]["mean_turns"] = {"mean": 0.5, "ci": [0.0, 1.0]}
+    drawn, constant = behaviour_panels(summary)
+    assert drawn == ["answer_rate", "mean_turns"] and constant == {}
+    change = figures.change(summary, tmp_path)["_axes"]
+    assert [a["texts"][0] for a in change] == ["held-out accuracy", "turns"]
