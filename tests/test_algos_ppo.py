@@ -66,6 +66,7 @@ def test_value_loss_falls_on_a_fixed_batch():
     assert losses[-1] < 0.25 * losses[0], losses
 
 
+@pytest.mark.slow
 def test_resumed_ppo_cell_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
     base = [o for o in SMALL if not o.startswith("trainer.max_steps")]

@@ -203,8 +203,10 @@ def cell_resumes_after_sigkill(overrides, tmp_path) -> list[dict]:
     return expected["metrics"]
 
 
-@pytest.mark.parametrize("algo,key", [("rft", "rft/kept"), ("star", "star/rationalized"),
-                                      ("dpo", "dpo/pairs")])
+@pytest.mark.parametrize("algo,key", [
+    pytest.param("rft", "rft/kept", marks=pytest.mark.slow),      # the kept-sample path,
+    pytest.param("star", "star/rationalized", marks=pytest.mark.slow),   # as dpo's below
+    ("dpo", "dpo/pairs")])
 def test_new_algorithm_runs_a_cell_and_resumes_after_sigkill(algo, key, tmp_path):
     rows = cell_resumes_after_sigkill([f"+algo={algo}"], tmp_path)
     assert [r["step"] for r in rows] == [1, 2]

@@ -217,6 +217,7 @@ def gone(pid: int, wait_s: float = 15.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_sigkill_mid_async_run_resumes(tmp_path):
     """Killed after step 2's update, before its row and checkpoint (k=1): the rerun resumes
     from the step-1 checkpoint and restarts the pipeline there, so step 2 is rolled out by

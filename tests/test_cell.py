@@ -85,6 +85,7 @@ def test_two_step_cell_writes_every_output(tmp_path, cache):
         "tool_call" in (out / "trajectories.txt").read_text()
 
 
+@pytest.mark.slow
 def test_killed_cell_resumes_to_identical_metrics(tmp_path, cache):
     args = [*SMALL, "trainer.max_steps=3", "learner.checkpoint_every=1", "+algo=grpo"]
     ref = tmp_path / "ref"
