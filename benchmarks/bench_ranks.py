@@ -10,7 +10,9 @@ OMP_NUM_THREADS=1): A, B, A, B, ... so that both see the same machine load. Read
 `step_s` (rollout + update + weight push, rank 0's wall clock, so waits for the other rank
 included) and `step_cpu_s` (rank 0's own CPU seconds) from metrics.jsonl, drops each run's first step (warm-up), and reports the
 median of each side and their ratio (two ranks / one rank; the target is <= 0.60 on two
-cores). Writes benchmarks/results/bench_ranks.json. Absolute seconds depend on the
+cores). `--half` adds a third side: one rank alone on half the step's tasks (one thread), a
+rank's share with no other rank to exchange with or wait for, so half/one bounds what two
+ranks can reach with free communication. Writes benchmarks/results/bench_ranks.json. Absolute seconds depend on the
 machine's load; the ratio is the measurement.
 """
 from __future__ import annotations
@@ -37,7 +39,7 @@ DIST = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "ABLAT
 
 
 def run(ranks: int, overrides: list[str], out: Path, cache: Path,
-        one_rank_threads: str = "1") -> dict:
+        one_rank_threads: str = "1", side: str = "") -> dict:
     env = {k: v for k, v in os.environ.items() if k not in DIST}
     env.update(PYTHONPATH=str(ROOT), WANDB_MODE="disabled", OMP_NUM_THREADS="1",
                ABLATE_CACHE=str(cache))
@@ -49,7 +51,7 @@ def run(ranks: int, overrides: list[str], out: Path, cache: Path,
     if proc.returncode != 0:
         raise SystemExit(f"{ranks}-rank run failed:\n{proc.stderr[-3000:]}{proc.stdout[-2000:]}")
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
-    return {"ranks": ranks, "wall_s": time.time() - t0,
+    return {"ranks": ranks, "side": side or str(ranks), "wall_s": time.time() - t0,
             "step_s": [r["step_s"] for r in rows], "rollout_s": [r["rollout_s"] for r in rows],
             "update_s": [r["update_s"] for r in rows], "episodes": rows[0]["episodes"],
             "step_cpu_s": [r["step_cpu_s"] for r in rows],
@@ -66,6 +68,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--one-rank-threads", default="1",
                     help="run.num_threads of the one-rank side (auto: the default, both "
                          "cores); the two ranks take one each either way")
+    ap.add_argument("--half", action="store_true",
+                    help="also one rank on half the tasks: the bound with free communication")
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args(argv)
     overrides = [f"trainer.max_steps={a.steps}", f"trainer.tasks_per_step={a.tasks}",
@@ -73,21 +77,25 @@ def main(argv: list[str] | None = None) -> dict:
     runs = []
     with tempfile.TemporaryDirectory(prefix="bench_ranks_") as tmp:
         tmp = Path(tmp)
+        half = [*overrides, f"trainer.tasks_per_step={max(a.tasks // 2, 1)}"]
+        sides = [(1, "1", overrides, a.one_rank_threads), (2, "2", overrides, "1")]
+        sides += [(1, "half", half, "1")] if a.half else []
         for rep in range(a.reps):
-            for ranks in (1, 2):
-                r = run(ranks, overrides, tmp / f"r{rep}_{ranks}", tmp / "cache",
-                        a.one_rank_threads)
-                print(json.dumps({k: r[k] for k in ("ranks", "wall_s", "step_s")}), flush=True)
+            for ranks, side, over, threads in sides:
+                r = run(ranks, over, tmp / f"r{rep}_{side}", tmp / "cache", threads, side)
+                print(json.dumps({k: r[k] for k in ("side", "wall_s", "step_s")}), flush=True)
                 runs.append(r)
-    med = {n: statistics.median(s for r in runs if r["ranks"] == n for s in r["step_s"][1:])
-           for n in (1, 2)}
-    parts = {f"{k}_{n}": statistics.median(s for r in runs if r["ranks"] == n for s in r[k][1:])
-             for k in ("rollout_s", "update_s", "step_cpu_s") for n in (1, 2)}
+    names = [side for _, side, _, _ in sides]
+    med = {n: statistics.median(s for r in runs if r["side"] == n for s in r["step_s"][1:])
+           for n in names}
+    parts = {f"{k}_{n}": statistics.median(s for r in runs if r["side"] == n for s in r[k][1:])
+             for k in ("rollout_s", "update_s", "step_cpu_s") for n in names}
     result = {"benchmark": "bench_ranks", "overrides": overrides, "reps": a.reps,
               "one_rank_threads": a.one_rank_threads,
               "cpu_count": os.cpu_count(), "load_avg": os.getloadavg(),
-              "median_step_s": {"1": med[1], "2": med[2]}, "median_parts_s": parts,
-              "ratio_two_over_one": med[2] / med[1], "target": 0.60,
+              "median_step_s": med, "median_parts_s": parts,
+              "ratio_two_over_one": med["2"] / med["1"], "target": 0.60,
+              **({"ratio_half_over_one": med["half"] / med["1"]} if a.half else {}),
               # rank 0's own CPU seconds a step, two ranks over one: what the wall ratio
               # would be with a free core per rank and balanced ranks (blocking waits
               # are not counted); a secondary figure for a loaded machine, not the target
@@ -95,8 +103,10 @@ def main(argv: list[str] | None = None) -> dict:
               "runs": runs}
     out = ROOT / "benchmarks" / "results" / a.out
     out.write_text(json.dumps(result, indent=1))
+    bound = (f"; half the tasks alone / one rank {result['ratio_half_over_one']:.3f}"
+             if a.half else "")
     print(f"two ranks / one rank step time: {result['ratio_two_over_one']:.3f} "
-          f"(median {med[2]:.2f}s vs {med[1]:.2f}s; target <= 0.60); rank 0 CPU s/step "
+          f"(median {med['2']:.2f}s vs {med['1']:.2f}s; target <= 0.60){bound}; rank 0 CPU s/step "
           f"ratio {result['cpu_ratio_rank0']:.3f}; load average {os.getloadavg()[0]:.1f}; "
           f"wrote {out}")
     return result
