@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 
 from analysis import figures, hypotheses, report, tables
-from analysis.collect import AnalysisError, collect, parse_assignments, read_config
+from analysis.collect import (REPO, AnalysisError, collect, parse_assignments, read_config,
+                              shown)
 from analysis.summary import DEFAULT_SESOI, analyse
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+EXPERIMENTS = REPO / "experiments"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,7 +80,7 @@ def settings(args, spec: dict, spec_path) -> tuple[dict | None, str, bool]:
     if args.baseline is not None:
         baseline = parse_assignments(args.baseline)
     elif spec.get("baseline") is not None:
-        baseline, source = spec["baseline"], str(spec_path)
+        baseline, source = spec["baseline"], shown(spec_path)
         if not isinstance(baseline, dict):
             raise AnalysisError(f"{spec_path}: baseline is {baseline!r}; expected a mapping "
                                 "such as {reward.name: shaped}")

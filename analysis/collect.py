@@ -18,6 +18,18 @@ from analysis.errors import AnalysisError  # noqa: F401  (re-exported)
 # ending in `path` or `dir` such as model.path or env.emails_path changes the result):
 # bookkeeping groups (hydra, run: logging, device, wandb; paths), the preset's name, the
 # seed, and the two cache locations (a cache holds results computed from the other keys).
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shown(path) -> str:
+    """A path as a report records it: relative to the repository when inside it, so that
+    a report does not depend on where the checkout lives or the command ran."""
+    try:
+        return str(Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
 EXCLUDED_PREFIXES = ("hydra", "run", "experiment", "paths", "seed")
 EXCLUDED_KEYS = ("env.cache_dir", "judge.cache_dir")
 
@@ -289,7 +301,7 @@ def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
     cells: dict[tuple, Cell] = {}
     for r in sorted(runs, key=lambda r: str(r.path)):
         fac = {k: r.config.get(k) for k in factors}
-        info = {"path": str(r.path), "factors": fac, "seed": r.seed}
+        info = {"path": shown(r.path), "factors": fac, "seed": r.seed}
         if not r.complete:
             incomplete.append(info)
             if not include_incomplete:
@@ -301,15 +313,15 @@ def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
             failed.append({**info, "reason": "eval.jsonl is empty"})
             continue
         if r.truncated:
-            warnings.append(f"{r.eval_file}: still being written; its incomplete last line "
+            warnings.append(f"{shown(r.eval_file)}: still being written; its incomplete last line "
                             "is left out")
         key = tuple(json.dumps(fac[k], sort_keys=True, default=str) for k in factors)
         cell = cells.setdefault(key, Cell(factors=fac))
         first = next((x for x in cell.runs if x.seed == r.seed), None)
         if first is not None:
             same = _rows_key(first) == _rows_key(r)
-            duplicates.append({**info, "first": str(first.path), "identical_rows": same})
-            warnings.append(f"{r.path}: the same cell and seed {r.seed} as {first.path} "
+            duplicates.append({**info, "first": shown(first.path), "identical_rows": same})
+            warnings.append(f"{shown(r.path)}: the same cell and seed {r.seed} as {shown(first.path)} "
                             f"({'identical rows' if same else 'different rows'}); the first "
                             "is analysed, this one is listed under duplicates")
             continue
@@ -344,12 +356,12 @@ def _rows_key(run: Run) -> str:
 def config_warnings(runs: list[Run]) -> list[str]:
     """Runs without a seed, and runs from different experiment presets mixed in one
     analysis (each named by its config file)."""
-    out = [f"{r.config_file}: no top-level 'seed'; its seeds cannot be told apart"
+    out = [f"{shown(r.config_file)}: no top-level 'seed'; its seeds cannot be told apart"
            for r in runs if r.seed is None]
     by_exp: dict = {}
     for r in runs:
         exp = r.config.get("experiment.name", r.config.get("experiment"))
-        by_exp.setdefault(json.dumps(exp, default=str), r.config_file)
+        by_exp.setdefault(json.dumps(exp, default=str), shown(r.config_file))
     if len(by_exp) > 1:
         out.append("runs of different experiments are mixed: " + "; ".join(
             f"{json.loads(k)} ({f})" for k, f in by_exp.items()))

@@ -14,7 +14,7 @@ from analysis import estimates as est
 from analysis import labels as lb
 from analysis import lifelong as ll
 from analysis import stats as st
-from analysis.collect import AnalysisError, Sweep, cell_label, match_cell, sort_key
+from analysis.collect import AnalysisError, Sweep, cell_label, match_cell, shown, sort_key
 from analysis.compare import evaluate, rows_of, shared, simultaneous
 
 SEED_GRID = (2, 3, 5, 10, 20)
@@ -46,7 +46,7 @@ def _select_steps(sweep: Sweep, step, failed: list) -> dict:
         for run in c.runs:
             s = est.select_step(run, step)
             if s is None:
-                failed.append({"path": str(run.path), "factors": c.factors, "seed": run.seed,
+                failed.append({"path": shown(run.path), "factors": c.factors, "seed": run.seed,
                                "reason": f"no evaluation at step {step}"})
                 continue
             steps[str(run.path)] = s
@@ -147,7 +147,7 @@ def _cell_summary(c, mats, changes, curves, ctx: Ctx, names, with_curves, steps)
         "by_hops": by_hops,
         "behaviour": {n: v for n, v in extra.items() if n in est.BEHAVIOUR},
         "reward": {n: v for n, v in extra.items() if n not in est.BEHAVIOUR},
-        "runs": [str(run.path) for run in c.runs],
+        "runs": [shown(run.path) for run in c.runs],
         "change": {n: v for n, v in _changes(changes, ctx).items() if n not in skipped},
         "compute": _compute(c, steps),
     }

@@ -2,7 +2,9 @@
 re-analysing an experiment's committed runs (and the runs its analysis.yaml includes)
 with its analysis.yaml reproduces its summary.json and report.md byte for byte (the seed
 variance is pooled over the design's cells, so only the whole design reproduces a
-cell), and the README's headline table is the one analysis.publish writes."""
+cell), from any directory and through absolute paths (a report names paths inside the
+repository relative to it: analysis.collect.shown), and the README's headline table is
+the one analysis.publish writes."""
 from __future__ import annotations
 
 import json
@@ -21,12 +23,11 @@ PUBLISHED = [p.parents[2] for p in sorted(EXPERIMENTS.glob("*/results/report/sum
 
 @pytest.mark.parametrize("exp", PUBLISHED, ids=[p.name for p in PUBLISHED])
 def test_committed_report_regenerates_byte_for_byte(exp, tmp_path, monkeypatch):
-    monkeypatch.chdir(REPO)              # publish writes the runs' paths from the root
-    rel = exp.relative_to(REPO)
-    spec = rel / "analysis.yaml"
-    reused = [str(rel / d) for d in (read_config(spec).get("include") or [])]
+    monkeypatch.chdir(tmp_path)          # not the repository, and absolute paths
+    spec = exp / "analysis.yaml"
+    reused = [str(exp / d) for d in (read_config(spec).get("include") or [])]
     out = tmp_path / "report"
-    assert cli.main([str(rel / "results" / "runs"), *reused, "--out", str(out),
+    assert cli.main([str(exp / "results" / "runs"), *reused, "--out", str(out),
                      "--spec", str(spec), "--no-figures"]) == 0
     for name in ("summary.json", "report.md"):
         assert (out / name).read_bytes() == (exp / "results" / "report" / name).read_bytes(), \
