@@ -21,6 +21,7 @@ from ablate.envs.reasoning_gym.calculator import CalcError, evaluate  # noqa: E4
 from ablate.harness.config import HarnessConfig, ModeConfig  # noqa: E402
 from ablate.harness.rollout import rollout  # noqa: E402
 from ablate.loop.cell import run_cell  # noqa: E402
+from ablate.loop.config import validate  # noqa: E402
 
 import test_harness_util as U  # noqa: E402
 
@@ -218,6 +219,30 @@ def test_shots_are_train_questions_shown_as_earlier_turns():
     assert sampler.prompts[0] == want
     with pytest.raises(EnvError, match=r"env.shots=6; allowed 0..env.train_tasks \(5\)"):
         env_of(shots=6, train_tasks=5, test_tasks=3)
+
+
+def test_shots_seed_draws_the_examples_from_the_whole_train_split():
+    """env.shots_seed=S: K distinct train questions drawn with S, in train order, the same
+    for the same seed; null keeps the first K; through Hydra the key composes and the
+    cell's environment gets it."""
+    train = env_of(train_tasks=30, test_tasks=3).tasks("train")
+    index = {t.prompt: i for i, t in enumerate(train)}
+
+    def picked(seed):
+        return [index[q] for q, _ in env_of(shots=4, shots_seed=seed, train_tasks=30,
+                                            test_tasks=3).examples()]
+    draws = {seed: picked(seed) for seed in range(6)}
+    for got in draws.values():
+        assert len(set(got)) == 4 and got == sorted(got)
+    assert picked(3) == draws[3]                            # a function of the seed
+    assert len({tuple(d) for d in draws.values()}) >= 5     # and not the same draw
+    assert any(max(d) >= 4 for d in draws.values())         # beyond the first four
+    assert picked(None) == [0, 1, 2, 3]
+    cfg = compose_config(normalise_overrides(["env=reasoning_gym", "env.shots=2",
+                                              "env.shots_seed=7", "env.train_tasks=30"]))
+    validate(cfg)
+    env = make_env(cfg.env)
+    assert env.shots_seed == 7 and len(env.examples()) == 2
 
 
 # ------------------------------------------------------------------ cells

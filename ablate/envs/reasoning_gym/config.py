@@ -4,6 +4,7 @@ ablate.envs.config.EnvConfig. The dataset's generator arguments go under `env.op
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from ablate.envs.config import EnvConfig
 
@@ -21,3 +22,4 @@ class ReasoningGymEnvConfig(EnvConfig):
     correct_threshold: float = 1.0       # correct when score_answer >= this
     answer_format: str = "tag"           # tag: <answer>...</answer> | text: the whole reply
     shots: int = 0                       # worked train questions shown first (few-shot)
+    shots_seed: Optional[int] = None     # null: the first `shots`; an int: drawn with it

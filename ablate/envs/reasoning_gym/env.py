@@ -12,7 +12,8 @@ with their own scorers) as an ablate environment.
 - Single-turn by default: the model writes its final answer as text between <answer>
   and </answer> (reasoning-gym's own format, `reasoning_gym.utils.extract_answer`),
   routed through the answer tool `answer` (hidden from the prompt). `env.shots=K` shows the
-  first K train questions, answered, as earlier chat turns (few-shot). With
+  first K train questions (`env.shots_seed`: K drawn), answered, as earlier chat turns
+  (few-shot). With
   `env.tools=calculator` (and `env.max_turns` > 1) the model may call `calculator`
   before answering, which exercises the multi-turn harness.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -91,12 +93,14 @@ class ReasoningGymEnv(Environment):
                  gen_seed: int = 0, train_tasks: int = 400, test_tasks: int = 200,
                  tools: str = "none", prompt: str = "direct",
                  correct_threshold: float = 1.0, max_turns: int = 1,
-                 answer_format: str = "tag", shots: int = 0):
+                 answer_format: str = "tag", shots: int = 0,
+                 shots_seed: Optional[int] = None):
         self.dataset, self.options = dataset, dict(options or {})
         self.gen_seed, self.tools, self.prompt = int(gen_seed), tools, prompt
         self.correct_threshold, self.max_turns = float(correct_threshold), int(max_turns)
         self.counts = {"train": int(train_tasks), "test": int(test_tasks)}
         self.answer_format, self.shots = answer_format, int(shots)
+        self.shots_seed = None if shots_seed is None else int(shots_seed)
         self.check_values(dataset, self.options, tools, self.counts, answer_format,
                           self.shots)
         self._datasets: dict[str, Any] = {}
@@ -109,7 +113,7 @@ class ReasoningGymEnv(Environment):
         get = env_cfg.get if hasattr(env_cfg, "get") else (
             lambda k, d=None: getattr(env_cfg, k, d))
         keys = ("dataset", "gen_seed", "train_tasks", "test_tasks", "tools", "prompt",
-                "correct_threshold", "max_turns", "answer_format", "shots")
+                "correct_threshold", "max_turns", "answer_format", "shots", "shots_seed")
         kw = {k: get(k) for k in keys if get(k, None) is not None}
         return cls(options=dict(get("options", None) or {}), **kw)
 
@@ -222,11 +226,15 @@ class ReasoningGymEnv(Environment):
         return text
 
     def examples(self) -> list[tuple[str, str]]:
-        """env.shots > 0: the first `shots` train questions with their gold answers in
-        the answer format, shown as earlier turns (train only: test never shares a
-        question with train)."""
+        """env.shots > 0: `shots` train questions with their gold answers in the answer
+        format, shown as earlier turns (train only: test never shares a question with
+        train): the first ones, or with env.shots_seed a draw without replacement in
+        train order, so that the choice of examples can be varied as a factor."""
         wrap = "<answer>{}</answer>" if self.answer_format == "tag" else "{}"
-        return [(t.prompt, wrap.format(t.answer)) for t in self.tasks("train")[:self.shots]]
+        train = self.tasks("train")
+        picked = (range(self.shots) if self.shots_seed is None else
+                  sorted(random.Random(self.shots_seed).sample(range(len(train)), self.shots)))
+        return [(train[i].prompt, wrap.format(train[i].answer)) for i in picked]
 
     def text_answer(self, text: str) -> Optional[dict]:
         """answer_format=tag: the last <answer>...</answer> (reasoning_gym.utils.
