@@ -14,10 +14,6 @@ import yaml
 from analysis import validate
 from analysis.errors import AnalysisError  # noqa: F401  (re-exported)
 
-# Keys that never define a cell, named one by one (never by the shape of a name: a key
-# ending in `path` or `dir` such as model.path or env.emails_path changes the result):
-# bookkeeping groups (hydra, run: logging, device, wandb; paths), the preset's name, the
-# seed, and the two cache locations (a cache holds results computed from the other keys).
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -30,6 +26,10 @@ def shown(path) -> str:
         return str(path)
 
 
+# Keys that never define a cell, named one by one (never by the shape of a name: a key
+# ending in `path` or `dir` such as model.path or env.emails_path changes the result):
+# bookkeeping groups (hydra, run: logging, device, wandb; paths), the preset's name, the
+# seed, and the two cache locations (a cache holds results computed from the other keys).
 EXCLUDED_PREFIXES = ("hydra", "run", "experiment", "paths", "seed")
 EXCLUDED_KEYS = ("env.cache_dir", "judge.cache_dir")
 
@@ -313,17 +313,18 @@ def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
             failed.append({**info, "reason": "eval.jsonl is empty"})
             continue
         if r.truncated:
-            warnings.append(f"{shown(r.eval_file)}: still being written; its incomplete last line "
-                            "is left out")
+            warnings.append(f"{shown(r.eval_file)}: still being written; its incomplete "
+                            "last line is left out")
         key = tuple(json.dumps(fac[k], sort_keys=True, default=str) for k in factors)
         cell = cells.setdefault(key, Cell(factors=fac))
         first = next((x for x in cell.runs if x.seed == r.seed), None)
         if first is not None:
             same = _rows_key(first) == _rows_key(r)
             duplicates.append({**info, "first": shown(first.path), "identical_rows": same})
-            warnings.append(f"{shown(r.path)}: the same cell and seed {r.seed} as {shown(first.path)} "
-                            f"({'identical rows' if same else 'different rows'}); the first "
-                            "is analysed, this one is listed under duplicates")
+            rows = "identical rows" if same else "different rows"
+            warnings.append(f"{shown(r.path)}: the same cell and seed {r.seed} as "
+                            f"{shown(first.path)} ({rows}); the first is analysed, this "
+                            "one is listed under duplicates")
             continue
         cell.runs.append(r)
     ordered = sorted(cells.values(), key=lambda c: [sort_key(c.factors[k]) for k in factors])

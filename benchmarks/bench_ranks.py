@@ -3,17 +3,18 @@
     python benchmarks/bench_ranks.py [--reps 2] [--steps 4] [-- hydra overrides...]
 
 Runs the same small cell (tiny model, `trainer.tasks_per_step` x `trainer.group_size`
-episodes a step, evaluation reduced to the final one) alternately as one process
-(`python -m ablate`) and as two ranks (`python -m torch.distributed.run
---nproc-per-node 2 -m ablate`), each rank with one CPU thread (run.num_threads=1,
-OMP_NUM_THREADS=1): A, B, A, B, ... so that both see the same machine load. Reads
-`step_s` (rollout + update + weight push, rank 0's wall clock, so waits for the other rank
-included) and `step_cpu_s` (rank 0's own CPU seconds) from metrics.jsonl, drops each run's first step (warm-up), and reports the
-median of each side and their ratio (two ranks / one rank; the target is <= 0.60 on two
-cores). `--half` adds a third side: one rank alone on half the step's tasks (one thread), a
-rank's share with no other rank to exchange with or wait for, so half/one bounds what two
-ranks can reach with free communication. Writes benchmarks/results/bench_ranks.json. Absolute seconds depend on the
-machine's load; the ratio is the measurement.
+episodes a step, evaluation reduced to the final one) alternately as one process (`python
+-m ablate`) and as two ranks (`python -m torch.distributed.run --nproc-per-node 2 -m
+ablate`), each rank with one CPU thread (run.num_threads=1, OMP_NUM_THREADS=1): A, B, A,
+B, ... so that both see the same machine load. Reads `step_s` (rollout + update + weight
+push, rank 0's wall clock, so waits for the other rank included) and `step_cpu_s` (rank
+0's own CPU seconds) from metrics.jsonl, drops each run's first step (warm-up), and
+reports the median of each side and their ratio (two ranks / one rank; the target is <=
+0.60 on two cores). `--half` adds a third side: one rank alone on half the step's tasks
+(one thread), a rank's share with no other rank to exchange with or wait for, so half/one
+bounds what two ranks can reach with free communication. Writes
+benchmarks/results/bench_ranks.json. Absolute seconds depend on the machine's load; the
+ratio is the measurement.
 """
 from __future__ import annotations
 

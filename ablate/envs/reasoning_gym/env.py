@@ -13,9 +13,8 @@ with their own scorers) as an ablate environment.
   and </answer> (reasoning-gym's own format, `reasoning_gym.utils.extract_answer`),
   routed through the answer tool `answer` (hidden from the prompt). `env.shots=K` shows the
   first K train questions (`env.shots_seed`: K drawn), answered, as earlier chat turns
-  (few-shot). With
-  `env.tools=calculator` (and `env.max_turns` > 1) the model may call `calculator`
-  before answering, which exercises the multi-turn harness.
+  (few-shot). With `env.tools=calculator` (and `env.max_turns` > 1) the model may call
+  `calculator` before answering, which exercises the multi-turn harness.
 
 The package is an optional extra: `pip install 'ablate[reasoning-gym]'`
 (reasoning-gym==0.1.25); without it, building or checking this environment is one
