@@ -39,8 +39,8 @@ LAUNCH = {1: [sys.executable, "-m", "ablate"],
 DIST = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "ABLATE_DIST_ENV_PID")
 
 
-def run(ranks: int, overrides: list[str], out: Path, cache: Path,
-        one_rank_threads: str = "1", side: str = "") -> dict:
+def run(ranks: int, side: str, overrides: list[str], out: Path, cache: Path,
+        one_rank_threads: str = "1") -> dict:
     env = {k: v for k, v in os.environ.items() if k not in DIST}
     env.update(PYTHONPATH=str(ROOT), WANDB_MODE="disabled", OMP_NUM_THREADS="1",
                ABLATE_CACHE=str(cache))
@@ -52,7 +52,7 @@ def run(ranks: int, overrides: list[str], out: Path, cache: Path,
     if proc.returncode != 0:
         raise SystemExit(f"{ranks}-rank run failed:\n{proc.stderr[-3000:]}{proc.stdout[-2000:]}")
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
-    return {"ranks": ranks, "side": side or str(ranks), "wall_s": time.time() - t0,
+    return {"ranks": ranks, "side": side, "wall_s": time.time() - t0,
             "step_s": [r["step_s"] for r in rows], "rollout_s": [r["rollout_s"] for r in rows],
             "update_s": [r["update_s"] for r in rows], "episodes": rows[0]["episodes"],
             "step_cpu_s": [r["step_cpu_s"] for r in rows],
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
         sides += [(1, "half", half, "1")] if a.half else []
         for rep in range(a.reps):
             for ranks, side, over, threads in sides:
-                r = run(ranks, over, tmp / f"r{rep}_{side}", tmp / "cache", threads, side)
+                r = run(ranks, side, over, tmp / f"r{rep}_{side}", tmp / "cache", threads)
                 print(json.dumps({k: r[k] for k in ("side", "wall_s", "step_s")}), flush=True)
                 runs.append(r)
     names = [side for _, side, _, _ in sides]
@@ -107,8 +107,9 @@ def main(argv: list[str] | None = None) -> dict:
     bound = (f"; half the tasks alone / one rank {result['ratio_half_over_one']:.3f}"
              if a.half else "")
     print(f"two ranks / one rank step time: {result['ratio_two_over_one']:.3f} "
-          f"(median {med['2']:.2f}s vs {med['1']:.2f}s; target <= 0.60){bound}; rank 0 CPU s/step "
-          f"ratio {result['cpu_ratio_rank0']:.3f}; load average {os.getloadavg()[0]:.1f}; "
+          f"(median {med['2']:.2f}s vs {med['1']:.2f}s; target <= 0.60){bound}; "
+          f"rank 0 CPU s/step ratio {result['cpu_ratio_rank0']:.3f}; "
+          f"load average {os.getloadavg()[0]:.1f}; "
           f"wrote {out}")
     return result
 
