@@ -23,7 +23,8 @@ def _plain(q, k, v, mask, scale):
 
 @pytest.mark.parametrize("q_len", [1, 5])
 @pytest.mark.parametrize("padded", [True, False])
-def test_split_at_the_prefix_equals_whole_attention(q_len, padded):
+@pytest.mark.parametrize("host", [True, False])       # the CPU kernel / the portable one
+def test_split_at_the_prefix_equals_whole_attention(q_len, padded, host):
     g = torch.Generator().manual_seed(0)
     B, H, KVH, d, S, own = 3, 4, 2, 16, 11, 9
     q = torch.randn(B, H, q_len, d, generator=g)
@@ -39,7 +40,7 @@ def test_split_at_the_prefix_equals_whole_attention(q_len, padded):
     want = _plain(q, torch.cat([kp.expand(B, -1, -1, -1), ko], 2),
                   torch.cat([vp.expand(B, -1, -1, -1), vo], 2), whole_mask, 0.25)
     module = SimpleNamespace(layer_idx=1)
-    with cascade.shared([(kp * 0, vp * 0), (kp, vp)]):           # layer 1 reads the second
+    with cascade.shared([(kp * 0, vp * 0), (kp, vp)], host=host):  # layer 1: the second
         got, weights = cascade.cascade_attention_forward(
             module, q, ko, vo, mask if padded or q_len == 1 else None, scaling=0.25)
     assert weights is None and got.shape == (B, q_len, H, d)

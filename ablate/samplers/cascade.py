@@ -27,28 +27,57 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 NAME = "ablate_cascade"
 # torch's CPU flash-attention kernel, the one F.scaled_dot_product_attention uses on CPU,
-# called directly because it also returns the log-sum-exp the merge needs
-_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+# called directly because it also returns the log-sum-exp the merge needs; CPU only
+_flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _prefix: contextvars.ContextVar = contextvars.ContextVar("ablate_cascade_prefix",
                                                          default=None)
 _sdpa = None                              # transformers' sdpa attention (register())
 
 
+@dataclass
+class _Shared:
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    host: bool                            # the sampler's device is the CPU: its kernel
+    spans: Optional[list[int]] = None     # this decoding step's own-key counts per row
+
+
 @contextlib.contextmanager
-def shared(kv: list[tuple[torch.Tensor, torch.Tensor]]):
+def shared(kv: list[tuple[torch.Tensor, torch.Tensor]], host: bool = True):
     """Within: attention layer i adds the keys/values kv[i] ([1, kv_heads, S, head_dim],
-    positions 0..S-1) before each row's own."""
-    token = _prefix.set([(k.contiguous(), v.contiguous()) for k, v in kv])
+    positions 0..S-1) before each row's own. `host`: the tensors live on the CPU (its
+    flash kernel); otherwise a portable attention in plain tensor ops runs on any device."""
+    token = _prefix.set(_Shared([(k.contiguous(), v.contiguous()) for k, v in kv], host))
     try:
         yield
     finally:
         _prefix.reset(token)
+
+
+def set_spans(spans: Optional[list[int]]) -> None:
+    """The next forwards' decoding rows attend to their last spans[b] own keys (known to
+    the sampler on the host: reading them off the mask would sync every layer)."""
+    state = _prefix.get()
+    if state is not None:
+        state.spans = spans
+
+
+def _attend(q, k, v, attn_mask=None, scale=None, host=True):
+    """(output [B, H, q, d], log-sum-exp [B, H, q]) of softmax attention."""
+    if host:
+        return _flash_cpu(q, k, v, attn_mask=attn_mask, scale=scale)
+    s = (q.float() @ k.float().transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+    if attn_mask is not None:
+        s = s + attn_mask.float()
+    lse = torch.logsumexp(s, -1)
+    safe = lse.masked_fill(lse == float("-inf"), 0.0)    # a fully masked row: output 0
+    return ((s - safe.unsqueeze(-1)).exp() @ v.float()).to(q.dtype), lse
 
 
 def register() -> bool:
@@ -72,20 +101,20 @@ def cascade_attention_forward(module, query, key, value, attention_mask, dropout
     """transformers' attention-function signature: query [B, H, q, d], key/value
     [B, KVH, k, d] (the row's own cache), a bool mask [B, 1, q, k] or None; returns
     ([B, q, H, d], None)."""
-    prefix = _prefix.get()
-    if prefix is None:
+    state = _prefix.get()
+    if state is None:
         return _sdpa(module, query, key, value, attention_mask, dropout=dropout,
                      scaling=scaling, **kwargs)
-    kp, vp = prefix[module.layer_idx]
+    kp, vp = state.kv[module.layer_idx]
     B, H, q, d = query.shape
     kvh = key.shape[1]
     r = H // kvh
     qg = query.reshape(B, kvh, r * q, d)          # heads j*r..j*r+r-1 read kv head j
-    mask = _own_mask(attention_mask, q, key.shape[2], r, query.dtype)
-    o_s, l_s = _own_attention(qg, key, value, mask, scaling)
+    mask = _own_mask(attention_mask, q, key.shape[2], r, query.dtype, query.device)
+    o_s, l_s = _own_attention(qg, key, value, mask, scaling, state)
     # every row's queries against one copy of the prefix, no mask (all come after it)
     qp = qg.transpose(0, 1).reshape(1, kvh, B * r * q, d)
-    o_p, l_p = _flash(qp, kp, vp, scale=scaling)
+    o_p, l_p = _attend(qp, kp, vp, scale=scaling, host=state.host)
     o_p = o_p.reshape(kvh, B, r * q, d).transpose(0, 1)
     l_p = l_p.reshape(kvh, B, r * q).transpose(0, 1)
     m = torch.maximum(l_p, l_s)
@@ -94,20 +123,22 @@ def cascade_attention_forward(module, query, key, value, attention_mask, dropout
     return out.reshape(B, H, q, d).transpose(1, 2).contiguous().to(query.dtype), None
 
 
-def _own_attention(q, k, v, mask, scale):
+def _own_attention(q, k, v, mask, scale, state: _Shared):
     """Attention over each row's own keys. Decoding (one query per row) with rows
     right-aligned in the buffers, longest first (HFSampler orders them so): each run of
     rows of similar length reads only its last `span` positions, not the padding of the
     longest row (a row's span starts at its first unmasked key)."""
     if mask is None or mask.shape[2] != 1:       # a prefill's rows: one call
-        return _flash(q, k, v, attn_mask=mask, scale=scale)
+        return _attend(q, k, v, attn_mask=mask, scale=scale, host=state.host)
     K = k.shape[2]
-    spans = (K - (mask[:, 0, 0, :] == 0).int().argmax(-1)).tolist()
+    spans = state.spans
+    if spans is None or len(spans) != q.shape[0]:     # read off the mask (a sync)
+        spans = (K - (mask[:, 0, 0, :] == 0).int().argmax(-1)).tolist()
     outs, lses, b0 = [], [], 0
     for b1 in _runs(spans):
         lo = K - max(spans[b0:b1])
-        o, lse = _flash(q[b0:b1], k[b0:b1, :, lo:], v[b0:b1, :, lo:],
-                        attn_mask=mask[b0:b1, ..., lo:], scale=scale)
+        o, lse = _attend(q[b0:b1], k[b0:b1, :, lo:], v[b0:b1, :, lo:],
+                         attn_mask=mask[b0:b1, ..., lo:], scale=scale, host=state.host)
         outs.append(o)
         lses.append(lse)
         b0 = b1
@@ -146,13 +177,13 @@ def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _own_mask(mask: Optional[torch.Tensor], q: int, k: int, r: int,
-              dtype: torch.dtype) -> Optional[torch.Tensor]:
+              dtype: torch.dtype, device: torch.device) -> Optional[torch.Tensor]:
     """The additive mask of the packed queries [B, 1, r*q, k] over the row's own keys;
     None (sdpa's mask skipped: causal, no padding) is the bottom-right causal mask."""
     if mask is None:
         if q == 1:
             return None
-        mask = additive_mask(torch.ones((1, k), dtype=torch.long), q, dtype)
+        mask = additive_mask(torch.ones((1, k), dtype=torch.long, device=device), q, dtype)
     elif mask.dtype == torch.bool:
         mask = _additive(mask, dtype)
     mask = mask.to(dtype)

@@ -26,8 +26,11 @@ attention mask and position ids from the mask's cumsum for the batched decoding,
 row sees exactly its own sequence at its own positions. `kv_reuse=False` is the old
 engine (one left-padded prefill of every whole prompt), kept as the benchmarks' baseline.
 
-Determinism: sampling draws from a torch.Generator seeded by `seed`, so the same prompts,
-weights and seed give the same completions on CPU. `temperature` may be one value per
+Determinism: sampling draws from a torch.Generator on the sampler's device seeded by
+`seed`, so the same prompts, weights and seed give the same completions on one device type
+(a CUDA generator draws other numbers than the CPU's: CPU and GPU runs of a cell differ).
+Every decoding step reads its sampled ids and logprobs back to the host once; the rest
+stays on the device (ablate/core/device_audit.py checks it on CPU). `temperature` may be one value per
 prompt (`mixed_temperatures`): greedy rows (0) take the argmax and sampled rows are drawn
 together, in order, exactly as a call with only them would draw (the evaluation runs its
 sampled and greedy episodes in one rollout this way, ablate/loop/policy.py).
@@ -305,16 +308,14 @@ class HFSampler(Sampler):
 
     @staticmethod
     def _extract(cache, attn, r, ids, offset: int = 0) -> _Entry:
-        """Row r's keys and values (the positions its mask attends to), for `ids`
-        (from `offset` on: a cascade row's cache leaves the shared prefix out)."""
-        idx = attn[r].nonzero().view(-1)
-        kv = []
-        for layer in cache.layers:
-            kv.append((layer.keys[r:r + 1].index_select(2, idx),
-                       layer.values[r:r + 1].index_select(2, idx)))
-        if len(idx) != len(ids) - offset:
-            raise RuntimeError(f"KV store: {len(idx)} cached positions for "
-                               f"{len(ids) - offset} ids")
+        """Row r's keys and values for `ids` (from `offset` on: a cascade row's cache
+        leaves the shared prefix out): rows are right-aligned and attend to one run of
+        positions, the last len(ids) - offset (copied: the batch's buffers are freed)."""
+        n, K = len(ids) - offset, attn.shape[1]
+        kv = [(layer.keys[r:r + 1, :, K - n:].clone(), layer.values[r:r + 1, :, K - n:].clone())
+              for layer in cache.layers]
+        if n > K:
+            raise RuntimeError(f"KV store: {K} cached positions for {n} ids")
         return _Entry(list(ids), kv, offset)
 
     @torch.no_grad()
@@ -350,7 +351,7 @@ class HFSampler(Sampler):
             else:                                 # the old engine: one padded prefill
                 start = self._prefill(rows, pool)
             del pool
-            gen = torch.Generator(device="cpu")
+            gen = torch.Generator(device=self.device)   # draws where the logits are
             gen.manual_seed(int(seed) if seed is not None else torch.seed())
             self._decode(start, rows, [outs[i] for i in live], [limits[i] for i in live],
                          [procs[i] for i in live], dict(temps=[temps[i] for i in live],
@@ -378,7 +379,7 @@ class HFSampler(Sampler):
         config._attn_implementation = cascade_attn.NAME
         self._cascade_on = True
         try:
-            with cascade_attn.shared(self._pinned.kv):
+            with cascade_attn.shared(self._pinned.kv, host=self.device == torch.device("cpu")):
                 yield
         finally:
             config._attn_implementation = before
@@ -398,11 +399,13 @@ class HFSampler(Sampler):
         live, next_pos, kept = list(range(len(rows))), attn.sum(-1) + offset, []
         while live:
             toks, lps = self._sample_in_call_order(logits, live, outs, procs, sampling, rank)
+            # the step's one device -> host read (ids and float32 logprobs exact in double)
+            host_toks, host_lps = torch.stack((toks.double(), lps.double())).tolist()
             keep, done = [], []
             for r, i in enumerate(live):
-                o, t = outs[i], int(toks[r])
+                o, t = outs[i], int(host_toks[r])
                 o.ids.append(t)
-                o.logprobs.append(float(lps[r]))
+                o.logprobs.append(host_lps[r])
                 if t in stops:
                     o.finish_reason = "stop"
                 elif len(o.ids) < limits[i]:
@@ -422,6 +425,9 @@ class HFSampler(Sampler):
                 live = [live[r] for r in keep]
             attn = torch.cat([attn, attn.new_ones((len(live), 1))], dim=1)
             self.stats["encoded_tokens"] += len(live)
+            if offset:     # each row's own keys, known here without reading the mask
+                cascade_attn.set_spans([len(rows[i]) - offset + len(outs[i].ids)
+                                        for i in live])
             logits, cache = self._forward(toks.view(-1, 1).to(self.device), attn,
                                           next_pos.view(-1, 1), cache)
             next_pos = next_pos + 1
@@ -437,7 +443,8 @@ class HFSampler(Sampler):
         t, lp = _sample_rows(proc, [sampling["temps"][live[r]] for r in order],
                              gen=sampling["gen"], top_p=sampling["top_p"])
         toks, lps = torch.empty_like(t), torch.empty_like(lp)
-        toks[order], lps[order] = t, lp
+        at = torch.tensor(order, device=t.device)
+        toks[at], lps[at] = t, lp
         return toks, lps
 
 
@@ -484,18 +491,19 @@ def _sample_rows(logits: torch.Tensor, temps: list[float], top_p: float,
     that group alone (greedy rows draw nothing)."""
     if len(set(temps)) == 1:
         return _sample(logits, temps[0], top_p, gen)
-    toks = torch.empty(len(temps), dtype=torch.long)
-    lps = torch.empty(len(temps), dtype=logits.dtype)
+    toks = torch.empty(len(temps), dtype=torch.long, device=logits.device)
+    lps = torch.empty(len(temps), dtype=logits.dtype, device=logits.device)
     for t in sorted(set(temps), key=lambda t: t > 0):   # greedy first: no draws
-        idx = torch.tensor([r for r, x in enumerate(temps) if x == t])
+        idx = torch.tensor([r for r, x in enumerate(temps) if x == t], device=logits.device)
         toks[idx], lps[idx] = _sample(logits[idx], t, top_p, gen)
     return toks, lps
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_p: float,
             gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sampled ids and their logprobs under softmax(logits / T) (T = 1 when greedy)."""
-    logits = logits.cpu()
+    """Sampled ids and their logprobs under softmax(logits / T) (T = 1 when greedy), on
+    the logits' device with `gen` made for it (a CUDA generator draws other numbers than
+    the CPU's for the same seed: a cell is reproducible per device type)."""
     if temperature <= 0:
         logp = torch.log_softmax(logits, dim=-1)
         toks = logits.argmax(dim=-1)
