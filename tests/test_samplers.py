@@ -299,3 +299,34 @@ def test_vllm_cpu_memory_shortfall_names_the_key_and_a_value_that_fits():
     assert "set sampler.gpu_memory_utilization=0.35 or less" in msg   # 0.394 -> 0.35
     assert cpu_memory_shortfall(0.35, meminfo) is None
     assert cpu_memory_shortfall(0.5, "MemTotal: 100 kB\n") is None   # unknown: no claim
+
+
+def test_vllm_sleeps_during_the_update_and_wakes_weights_before_the_cache():
+    """sampler.sleep_during_update (a GPU engine beside the learner): level-1 sleep
+    before the update, then weights woken, pushed, prefix cache reset, KV cache woken."""
+    from ablate.samplers.vllm import VLLMSampler
+    calls = []
+
+    class FakeLLM:
+        def sleep(self, level):
+            calls.append(("sleep", level))
+
+        def wake_up(self, tags):
+            calls.append(("wake", tuple(tags)))
+
+        def collective_rpc(self, name, args):
+            calls.append(("push", name))
+
+        def reset_prefix_cache(self):
+            calls.append(("reset",))
+
+    s = VLLMSampler.__new__(VLLMSampler)
+    s.llm, s.tied, s.weight_sync = FakeLLM(), True, "file"
+    s.sleeps, s.asleep = True, False
+    s.yield_memory()
+    s.yield_memory()                                   # already asleep: once
+    s.load_weights({"w": torch.ones(2)})
+    s.load_weights({"w": torch.ones(2)})               # awake: no wake calls
+    assert calls == [("sleep", 1), ("wake", ("weights",)), ("push", "ablate_push_weights"),
+                     ("reset",), ("wake", ("kv_cache",)), ("push", "ablate_push_weights"),
+                     ("reset",)]

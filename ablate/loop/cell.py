@@ -375,6 +375,7 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
         batch = algorithm.prepare(eps, rewards, groups, policy.learner)
         row.update(batch.metrics)
         loss_fn = algorithm.loss_fn(batch)
+        policy.sampler.yield_memory()   # vLLM on the learner's GPU sleeps until the push
         for epoch in range(a.ppo_epochs):
             stats = policy.learner.update(batch.segments, batch.advantages, loss_fn,
                                           **learner_rows(batch, loss_fn))

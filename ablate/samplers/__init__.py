@@ -55,7 +55,8 @@ def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampl
                        gpu_memory_utilization=sampler_cfg.gpu_memory_utilization,
                        enforce_eager=sampler_cfg.enforce_eager, seed=seed,
                        tie_word_embeddings=tied, weight_sync=sampler_cfg.weight_sync,
-                       timeout_s=sampler_cfg.request_timeout_s)
+                       timeout_s=sampler_cfg.request_timeout_s,
+                       sleep_during_update=getattr(sampler_cfg, "sleep_during_update", False))
 
 
 @SAMPLERS.register("vllm_server")

@@ -61,6 +61,10 @@ class Sampler(ABC):
     def release_episodes(self) -> None:
         """No earlier prompt will be extended again: per-episode caches may be freed."""
 
+    def yield_memory(self) -> None:
+        """The learner updates next: a sampler sharing its device may free what it holds
+        there until the next `load_weights` (vLLM's sleep mode); others keep it."""
+
     @property
     def max_context(self) -> int | None:
         return None

@@ -15,7 +15,10 @@ class SamplerConfig:
     # vllm and vllm_server
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.5
-    enforce_eager: bool = True
+    enforce_eager: bool = True           # false on a GPU: CUDA graphs for decoding
+    # vllm in-process on a GPU: weights to host memory and KV cache freed during each
+    # learner update (vLLM sleep mode, level 1), so the update has the device's memory
+    sleep_during_update: bool = True
     weight_sync: str = "file"            # file | collective: how weights reach vLLM
     # vllm_server only (ablate/samplers/vllm_server.py)
     urls: List[str] = field(default_factory=list)  # running servers; [] = start num_servers

