@@ -81,6 +81,17 @@ def test_assign_sets_cuda_visible_devices(monkeypatch):
     assert assign(4, 2) == ["0", "1"]           # the machine's list, not the last job's
 
 
+def test_a_worker_that_initialised_cuda_keeps_its_devices(monkeypatch):
+    """joblib reuses worker processes: once CUDA has read CUDA_VISIBLE_DEVICES a change is
+    ignored, so a later job of the same worker keeps (and reports) the first job's."""
+    from ablate.apps import devices
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.delenv("ABLATE_GRID_DEVICES", raising=False)
+    assert devices.assign(1, 1) == ["1"]
+    monkeypatch.setattr(devices, "_cuda_initialized", lambda: True)
+    assert devices.assign(2, 1) == ["1"] and os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+
+
 # --- one update: two ranks == one rank ---------------------------------------------------
 WORKER = r'''
 import json, os, sys, torch, transformers

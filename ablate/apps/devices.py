@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 log = logging.getLogger("ablate.apps.devices")
 
@@ -42,6 +43,14 @@ def assign(job_index: int, per_cell: int) -> list[str] | None:
     that runs several jobs draws each job's devices from the whole machine's list."""
     if per_cell <= 0:
         return None
+    if _cuda_initialized():
+        # a reused worker (joblib's loky): CUDA read CUDA_VISIBLE_DEVICES when its first
+        # job started and ignores any change now, so the worker keeps that job's devices
+        # (its first job's slot; the S workers' first jobs are S consecutive indices)
+        kept = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+        log.info("grid job %d: this worker initialised CUDA already; it keeps "
+                 "CUDA_VISIBLE_DEVICES=%s", job_index, ",".join(kept))
+        return kept
     if "ABLATE_GRID_DEVICES" not in os.environ:
         os.environ["ABLATE_GRID_DEVICES"] = ",".join(visible_devices())
     devices = [d for d in os.environ["ABLATE_GRID_DEVICES"].split(",") if d]
@@ -49,6 +58,12 @@ def assign(job_index: int, per_cell: int) -> list[str] | None:
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
     log.info("grid job %d: CUDA_VISIBLE_DEVICES=%s", job_index, ",".join(chosen))
     return chosen
+
+
+def _cuda_initialized() -> bool:
+    """Whether this process has initialised CUDA (without importing torch for it)."""
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
 
 
 def export_submitit_ranks() -> bool:
