@@ -26,19 +26,21 @@ __all__ = ["LEARNERS", "Learner", "LossFn", "LossInputs", "make_learner",
            "build_model_for_learner", "zero3_init"]
 
 
-# name -> factory `fn(learner_cfg, model, *, lr, seed, temperature, ckpt_dir, ref_model)
-# -> Learner`: the single source of `learner.name` (ablate.core.registry)
+# name -> factory `fn(learner_cfg, model, *, lr, seed, temperature, ckpt_dir, ref_model,
+# device) -> Learner`: the single source of `learner.name` (ablate.core.registry)
 LEARNERS = Registry("learner.name", "learner")
 
 
 def make_learner(learner_cfg: Any, model: torch.nn.Module, *, lr: float, seed: int,
-                 temperature: float, ckpt_dir, ref_model: Optional[torch.nn.Module] = None
-                 ) -> Learner:
+                 temperature: float, ckpt_dir, ref_model: Optional[torch.nn.Module] = None,
+                 device: Optional[str] = None) -> Learner:
     """`model` is taken over (DeepSpeed partitions it in place): give the sampler its own
-    copy. Weights are kept exactly as loaded."""
+    copy. Weights are kept exactly as loaded. `device` (run.device: cpu, cuda, cuda:N):
+    where the learner trains (the torch learner moves the model and the reference there;
+    DeepSpeed's accelerator must be of that type); None leaves the model where it is."""
     factory = LEARNERS.get_checked(learner_cfg.name)
     return factory(learner_cfg, model, lr=lr, seed=seed, temperature=temperature,
-                   ckpt_dir=ckpt_dir, ref_model=ref_model)
+                   ckpt_dir=ckpt_dir, ref_model=ref_model, device=device)
 
 
 @LEARNERS.register("deepspeed")

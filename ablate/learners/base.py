@@ -51,7 +51,9 @@ class LossInputs:
     old_logprobs: torch.Tensor             # the sampler's
     advantages: torch.Tensor               # [b]
     mask: torch.Tensor                     # float, 1 on policy-generated tokens
-    entropy: torch.Tensor                  # full-vocabulary entropy per token, with grad
+    # full-vocabulary entropy per token; its gradient is computed (in the backward, chunk
+    # by chunk: batching.shifted_stats) only when the loss uses it (an entropy bonus)
+    entropy: torch.Tensor
     ref_logprobs: Optional[torch.Tensor]   # frozen reference model's, or None
     num_tokens: int                        # masked tokens in the WHOLE batch (all ranks)
     num_seqs: int                          # segments with >= 1 masked token, whole batch
@@ -94,6 +96,13 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     if rest:
         groups.append({"params": rest, "weight_decay": 0.0})
     return groups
+
+
+def enable_tf32() -> None:
+    """float32 matmuls and convolutions on TF32 tensor cores (CUDA; torch's switches,
+    https://pytorch.org/docs/stable/notes/cuda.html, "TensorFloat-32 (TF32)")."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
 
 
 def _in_update_threads(update):
@@ -289,6 +298,8 @@ class Learner:
                                 num_tokens=num_tokens, num_seqs=num_seqs, index=mb.index)
             loss, metrics = loss_fn(inputs)
             self._backward(loss, last)
+            if pre is not None:
+                pre.flush_grads()   # bf16 prefix gradients summed in float32
             total_loss += float(loss.detach())
             parts.append((metrics, float(mb.mask.sum())))
         if pre is not None:

@@ -112,16 +112,39 @@ def _apply_allowed(lg: torch.Tensor, allowed: list[Optional[dict]], offset: int
     return lg.index_put((r, c), masked)
 
 
+# positions whose [chunk, vocab] float32 log-softmax exists at once (shifted_stats): at
+# Qwen3's 151,936-token vocabulary 256 positions are 0.16 GB per temporary, against 2.5 GB
+# per temporary for 4096 unchunked positions (benchmarks/bench_logprob_chunk.py)
+LOGPROB_CHUNK = 256
+
+
 def shifted_stats(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
-                  allowed: Optional[list], offset: int, entropy: bool = True
+                  allowed: Optional[list], offset: int, entropy: bool = True,
+                  chunk: Optional[int] = None
                   ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Logprob of targets[:, j] under softmax(logits[:, j] / temperature) and that
     distribution's full-vocabulary entropy, [b, n]; `offset` is the position of
     targets[:, 0] in its row (where `allowed` constrains it). float32, or float64 when the
-    model computes in float64."""
+    model computes in float64.
+
+    Computed `chunk` positions at a time (default LOGPROB_CHUNK; 0: all at once, plain
+    autograd): forward without a graph, backward recomputing each chunk's log-softmax, so
+    no [positions, vocab] float32 tensor is ever held. Per-chunk values and gradients come
+    from the same operations as the unchunked ones (tests/test_learner_scale.py)."""
+    chunk = LOGPROB_CHUNK if chunk is None else int(chunk)
+    allowed = allowed if allowed is not None and any(a for a in allowed) else None
+    if chunk <= 0:
+        return _dense_stats(logits, targets, temperature, allowed, offset, entropy)
+    lp, ent = _ChunkedStats.apply(logits, targets, float(temperature), allowed, int(offset),
+                                  bool(entropy), chunk)
+    return lp, (ent if entropy else None)
+
+
+def _dense_stats(logits, targets, temperature, allowed, offset, entropy):
+    """shifted_stats over all of `logits` [b, n, V] at once, with autograd."""
     lg = logits if logits.dtype == torch.float64 else logits.float()
     lg = lg / temperature
-    if allowed is not None and any(a for a in allowed):
+    if allowed is not None:
         lg = _apply_allowed(lg, allowed, offset)
     logp = F.log_softmax(lg, dim=-1)
     lp = logp.gather(-1, targets[..., None]).squeeze(-1)
@@ -130,6 +153,63 @@ def shifted_stats(logits: torch.Tensor, targets: torch.Tensor, temperature: floa
     # p·log p with masked (-inf) entries as 0; the masked_fill keeps their gradient finite
     safe = logp.masked_fill(~torch.isfinite(logp), 0.0)
     return lp, -(logp.exp() * safe).sum(-1)
+
+
+def _chunks(b: int, n: int, size: int) -> list[tuple[int, int, int]]:
+    """(row, start, end) spans of at most `size` positions covering a [b, n] grid."""
+    return [(i, a, min(a + size, n)) for i in range(b) for a in range(0, n, size)]
+
+
+def _span_stats(x, targets, temperature, allowed, offset, entropy, span):
+    """_dense_stats of one span (row i, positions a..e-1) from its logits x [1, e-a, V]."""
+    i, a, e = span
+    spec = [allowed[i]] if allowed is not None and allowed[i] else None
+    return _dense_stats(x, targets[i:i + 1, a:e], temperature, spec, offset + a, entropy)
+
+
+class _ChunkedStats(torch.autograd.Function):
+    """shifted_stats chunk by chunk. Forward: no graph, only `logits` (the model's output,
+    held anyway) is saved. Backward: per chunk, the forward's operations are rerun with
+    autograd on a detached copy of that chunk and their gradient written into the
+    chunk's rows of one logits-sized gradient (the recompute of activation
+    checkpointing, Chen et al. 2016, arXiv:1604.06174); an unused output (the entropy
+    when the loss has no entropy term) gets no gradient work."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, temperature, allowed, offset, entropy, chunk):
+        b, n = targets.shape
+        out_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+        lp = torch.zeros((b, n), dtype=out_dtype, device=logits.device)
+        ent = torch.zeros_like(lp)
+        ctx.spans = _chunks(b, n, chunk)
+        ctx.args = (temperature, allowed, offset)
+        for s in ctx.spans:
+            i, a, e = s
+            c_lp, c_ent = _span_stats(logits[i:i + 1, a:e], targets, *ctx.args, entropy, s)
+            lp[i, a:e] = c_lp[0]
+            if entropy:
+                ent[i, a:e] = c_ent[0]
+        ctx.save_for_backward(logits, targets)
+        ctx.set_materialize_grads(False)
+        return lp, ent
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_lp, g_ent):
+        logits, targets = ctx.saved_tensors
+        if g_lp is None and g_ent is None:
+            return (None,) * 7
+        grad = torch.zeros_like(logits)
+        for s in ctx.spans:
+            i, a, e = s
+            x = logits[i:i + 1, a:e].detach().requires_grad_()
+            with torch.enable_grad():
+                c_lp, c_ent = _span_stats(x, targets, *ctx.args, g_ent is not None, s)
+            outs = [(o, g[i:i + 1, a:e]) for o, g in ((c_lp, g_lp), (c_ent, g_ent))
+                    if g is not None]
+            grad[i, a:e] = torch.autograd.grad([o for o, _ in outs], x,
+                                               [g for _, g in outs])[0][0]
+        return grad, None, None, None, None, None, None
 
 
 def token_stats(logits: torch.Tensor, ids: torch.Tensor, temperature: float,

@@ -25,6 +25,10 @@ class LearnerConfig:
     # gradients, see ablate/learners/prefix.py); used when at least this many are shared
     shared_prefix: bool = True
     shared_prefix_min_tokens: int = 16
+    # rerun each decoder layer's forward in backward instead of keeping its activations
+    # (ablate/learners/recompute.py; the shared prefix's KV cache is kept): on in the GPU
+    # presets, where a 16k-token micro-batch of Qwen3-4B would hold ~70-100 GB otherwise
+    activation_checkpointing: bool = False
     # threads for update() alone (0: the process's, run.num_threads, which `auto` already
     # sets to the unshared cores); on a loaded machine two threads were 2x slower than one
     # (docs/cpu.md)

@@ -23,7 +23,8 @@ from typing import Any, Optional
 
 import torch
 
-from ablate.learners.base import Learner, WarmupConstant, param_groups
+from ablate.learners.base import Learner, WarmupConstant, enable_tf32, param_groups
+from ablate.learners import recompute
 from ablate.learners.lora import apply_lora
 
 # torch 2.13 deprecates an API DeepSpeed calls on every step (reduce_scatter_tensor)
@@ -78,12 +79,41 @@ def ds_config(cfg: Any) -> dict:
         "steps_per_print": 10 ** 9,
         "wall_clock_breakdown": False,
     }
+    if cfg.dtype == "bfloat16" and int(cfg.zero_stage) >= 1:
+        # gradients summed over micro-batches in fp32 (DeepSpeed's data_types config,
+        # deepspeed/runtime/engine.py get_data_types; stage 0 supports no such mix)
+        base["data_types"] = {"grad_accum_dtype": "fp32"}
     return _merge(base, over)
+
+
+def cpu_adam(config: dict) -> bool:
+    """DeepSpeedCPUAdam only where ZeRO offloads the optimizer to the CPU (its fused
+    step, deepspeed/ops/adam/cpu_adam.py); torch AdamW otherwise, since the op
+    JIT-compiles for ~2 min on first use."""
+    off = config.get("zero_optimization", {}).get("offload_optimizer") or {}
+    return str(off.get("device", "none")).lower() == "cpu"
+
+
+def make_optimizer(model: torch.nn.Module, cfg: Any, lr: float, config: dict):
+    groups = param_groups(model, cfg.weight_decay)
+    if cpu_adam(config):
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+        return DeepSpeedCPUAdam(groups, lr=lr, betas=tuple(cfg.betas), adamw_mode=True)
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(cfg.betas))
+
+
+def check_device(engine_device: torch.device, device: Optional[str]) -> None:
+    """The engine runs where `run.device` asked (DeepSpeed picks its accelerator itself)."""
+    have = torch.device(engine_device).type
+    if device is not None and have != torch.device(device).type:
+        raise ValueError(f"run.device={device} but DeepSpeed's accelerator is {have}: "
+                         f"choose run.device={have} or install DeepSpeed for {device}")
 
 
 class DeepSpeedLearner(Learner):
     def __init__(self, cfg: Any, model: torch.nn.Module, *, lr: float, seed: int,
-                 temperature: float, ckpt_dir, ref_model: Optional[torch.nn.Module] = None):
+                 temperature: float, ckpt_dir, ref_model: Optional[torch.nn.Module] = None,
+                 device: Optional[str] = None):
         super().__init__(cfg, lr=lr, seed=seed, temperature=temperature, ckpt_dir=ckpt_dir)
         ensure_dist_env()
         import deepspeed
@@ -92,10 +122,11 @@ class DeepSpeedLearner(Learner):
             model = model.float()   # a bf16 checkpoint trains on fp32 weights (bf16: engine casts)
         if cfg.lora.enable:
             model = apply_lora(model, cfg.lora)
+        if cfg.activation_checkpointing:
+            recompute.enable(model)
         model.eval()   # no dropout: an on-policy ratio is exactly 1
         self.config = ds_config(cfg)
-        optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=self.lr,
-                                      betas=tuple(cfg.betas))
+        optimizer = make_optimizer(model, cfg, self.lr, self.config)
         warmup = WarmupConstant(cfg.warmup_steps)
         # a callable: DeepSpeed builds the scheduler on the optimizer it wraps
         self.engine, _, _, self.scheduler = deepspeed.initialize(
@@ -105,6 +136,9 @@ class DeepSpeedLearner(Learner):
         self.rank = self.engine.global_rank
         self.world_size = self.engine.world_size
         self.device = self.engine.device   # the accelerator DeepSpeed picked (cpu here)
+        check_device(self.device, device)
+        if self.device.type == "cuda" and cfg.dtype == "float32":
+            enable_tf32()
         self.ref = None
         if ref_model is not None:
             # frozen reference: an optimizer-less engine, partitioned like the policy
@@ -179,10 +213,14 @@ class DeepSpeedLearner(Learner):
         return {k: out[k] for k in self.model.state_dict().keys() if k in out}
 
     def _save_state(self, path: Path, extra: dict):
-        self.engine.save_checkpoint(str(path), tag=CKPT_TAG, client_state={"ablate": extra})
+        # LoRA: the frozen base is not saved (it is reloaded from model.path on resume)
+        self.engine.save_checkpoint(str(path), tag=CKPT_TAG, client_state={"ablate": extra},
+                                    exclude_frozen_parameters=bool(self.cfg.lora.enable))
 
     def _load_state(self, path: Path) -> dict:
-        loaded, client = self.engine.load_checkpoint(str(path), tag=CKPT_TAG)
+        # non-strict under LoRA: the checkpoint's module state lacks the frozen base
+        loaded, client = self.engine.load_checkpoint(
+            str(path), tag=CKPT_TAG, load_module_strict=not self.cfg.lora.enable)
         if loaded is None:
             raise RuntimeError(f"DeepSpeed could not load the checkpoint in {path}")
         return client["ablate"]

@@ -33,6 +33,7 @@ class Prefix:
     lp: torch.Tensor                            # [1, P] logprobs of ids (position 0 = 0)
     ent: Optional[torch.Tensor]                 # [1, P] entropies, or None
     graph: list[torch.Tensor] = field(default_factory=list)
+    acc: dict = field(default_factory=dict)     # leaf index -> float32 gradient sum
 
     def tensors(self) -> list[torch.Tensor]:
         flat = [t for pair in self.kv for t in pair] + [self.last, self.lp]
@@ -48,12 +49,27 @@ class Prefix:
         return Prefix(self.ids, kv, rest[0], rest[1], rest[2] if len(rest) > 2 else None,
                       graph=outs)
 
+    def flush_grads(self) -> None:
+        """After each micro-batch's backward: the gradients of bf16 / fp16 leaves (the
+        keys and values under autocast or a bf16 engine) move into float32 sums, so the
+        accumulation over micro-batches is in float32 as ZeRO's own gradient
+        accumulation (deepspeed_learner.ds_config: data_types.grad_accum_dtype); float32
+        and float64 leaves keep accumulating in place, as before."""
+        for k, leaf in enumerate(self.tensors()):
+            g = leaf.grad
+            if g is None or g.dtype in (torch.float32, torch.float64):
+                continue
+            self.acc[k] = g.float() if k not in self.acc else self.acc[k].add_(g.float())
+            leaf.grad = None
+
     def vjp_loss(self) -> torch.Tensor:
         """Scalar whose backward sends the leaves' accumulated gradients through the
         prefix graph. Without any (nothing reached the prefix) a zero that still has a
         graph, so the boundary backward (and ZeRO-3's collectives) happen in step."""
-        terms = [(o * leaf.grad).sum() for o, leaf in zip(self.graph, self.tensors())
-                 if leaf.grad is not None]
+        self.flush_grads()
+        grads = [self.acc.get(k, leaf.grad) for k, leaf in enumerate(self.tensors())]
+        # a float32 sum meets its low-precision output in one rounding of the product
+        terms = [(o * g.to(o.dtype)).sum() for o, g in zip(self.graph, grads) if g is not None]
         return sum(terms) if terms else self.graph[2 * len(self.kv)].sum() * 0.0
 
 

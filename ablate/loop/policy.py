@@ -93,7 +93,7 @@ class ModelPolicy:
             ref_model.eval().requires_grad_(False)
         self.learner = make_learner(cfg.learner, model, lr=cfg.trainer.lr, seed=cfg.seed,
                                     temperature=cfg.sampler.temperature, ckpt_dir=ckpt_dir,
-                                    ref_model=ref_model)
+                                    ref_model=ref_model, device=cfg.run.device)
         self.sampler = make_sampler(cfg.sampler, sampler_model, self.tokenizer,
                                     device=cfg.run.device, dtype=cfg.model.dtype, seed=cfg.seed)
         self.agents: dict = {}   # a persistent agent (agent=voyager) lives for the cell
