@@ -10,6 +10,15 @@ import torch
 from ablate.algos.losses import _upcast, aggregate
 
 
+def check_same_device(**tensors: torch.Tensor) -> None:
+    """One-line error naming the tensors on another device than the first one."""
+    (first, t0), *rest = tensors.items()
+    odd = [f"{k} on {t.device}" for k, t in rest if t.device != t0.device]
+    if odd:
+        raise ValueError(f"{', '.join(odd)} but {first} on {t0.device}: create them on "
+                         "one device (the learner's, learner.device)")
+
+
 @torch.no_grad()
 def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *,
         gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -26,6 +35,7 @@ def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *
                          f"{tuple(values.shape)} and mask {tuple(mask.shape)} must match")
     if not (0 <= gamma <= 1 and 0 <= lam <= 1):
         raise ValueError(f"need gamma and lam in [0, 1], got {gamma}, {lam}")
+    check_same_device(values=values, token_rewards=token_rewards, mask=mask)
     r, v, m = _upcast(token_rewards), _upcast(values), mask.bool()
     adv = torch.zeros_like(v)
     next_value = torch.zeros_like(v[:, 0])
@@ -47,6 +57,7 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
     """Clipped value loss (PPO, Schulman et al., 2017 §5 with the value clipping of the
     OpenAI baselines ppo2 implementation): V_clip = V_old + clip(V - V_old, -c, c),
     L = 0.5 · max((V - R)², (V_clip - R)²), aggregated with `agg`. clip_range None: no clip."""
+    check_same_device(values=values, old_values=old_values, returns=returns, mask=mask)
     v, r = _upcast(values), _upcast(returns).detach()
     unclipped = (v - r) ** 2
     if clip_range is None:

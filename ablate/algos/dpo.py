@@ -10,7 +10,8 @@ segment, under its loss mask: observations and prompts are context, not choices)
 sampler's temperature and action masks (the learner's convention). π_ref is frozen:
 `algo.dpo.reference=initial` loads a second copy of the cell's starting policy (or a
 local HF directory); its sequence log-probabilities are computed once per batch in
-`prepare`. Like PPO's critic, the reference is not partitioned by ZeRO-3.
+`prepare`, on the learner's device (`learner.device`, moved there once at the first
+`prepare`). Like PPO's critic, the reference is not partitioned by ZeRO-3.
 
 Pairs (`algo.dpo.pairs`, registry PAIR_RULES): `first` pairs the group's correct and
 incorrect episodes one to one in sample order, `all` every correct with every incorrect
@@ -94,13 +95,14 @@ def sequence_logprobs(model, segments, episode_of, *, temperature: float,
     """Σ over each episode's trained tokens of log π(y_t) [episodes], float64 (the
     learner's alignment, temperature and action masks; ablate.learners.batching)."""
     from ablate.learners.batching import collate, pack, token_stats
-    device = next(model.parameters()).device
-    out = torch.zeros(max(episode_of) + 1 if episode_of else 0, dtype=torch.float64)
+    device = next(model.parameters()).device   # the learner's (DPO.place)
+    out = torch.zeros(max(episode_of) + 1 if episode_of else 0, dtype=torch.float64,
+                      device=device)
     for g in pack(segments, micro_batch_tokens):
-        mb = collate(segments, g).to(device)
+        mb = collate(segments, g).to(device)   # host token ids, moved once
         logits = model(input_ids=mb.ids, use_cache=False).logits
         lp, _ = token_stats(logits, mb.ids, temperature, mb.allowed, entropy=False)
-        rows = torch.where(mb.mask.bool(), lp.double(), 0.0).sum(-1).cpu()
+        rows = torch.where(mb.mask.bool(), lp.double(), 0.0).sum(-1)
         for r, i in enumerate(mb.index):
             out[episode_of[i]] += rows[r]
     return out
@@ -159,14 +161,25 @@ class DPO:
         return ([episodes[i] for i in keep], r[torch.tensor(keep, dtype=torch.long)],
                 [group_ids[i] for i in keep], metrics)
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.reference.parameters()).device
+
+    def place(self, device) -> None:
+        """The frozen reference onto `device` (the learner's; None: stay), once."""
+        if device is not None and torch.device(device) != self.device:
+            self.reference.to(device)
+
     def prepare(self, episodes, rewards, group_ids, learner) -> PairBatch:
+        self.place(getattr(learner, "device", None))
         pos = {id(e): k for k, e in enumerate(episodes)}
         pairs = [(pos[w], pos[l]) for w, l in self._pairs if w in pos and l in pos]
         if not pairs:   # called without augment: pick them here
             pairs = group_pairs(episodes, rewards, group_ids, self.rule)
         segments, episode_of, tokens = flatten_segments(episodes)
         root = components(len(episodes), pairs)
-        batch = PairBatch(segments, torch.zeros(len(segments)), episode_of, tokens,
+        batch = PairBatch(segments, torch.zeros(len(segments), device=self.device),
+                          episode_of, tokens,
                           pairs=pairs, pack_keys=[root[k] for k in episode_of])
         batch.ref_logps = sequence_logprobs(self.reference, segments, episode_of,
                                             temperature=self.temperature,
@@ -197,7 +210,10 @@ class DPO:
             if not here:
                 return x.logprobs.sum() * 0.0, {"loss": 0.0}
             w_i, l_i = zip(*here)
-            ref = batch.ref_logps.to(lp.device)
+            ref = batch.ref_logps
+            if ref.device != lp.device:
+                raise RuntimeError(f"DPO reference log-probs on {ref.device}, the learner's "
+                                   f"on {lp.device}: pass the learner to prepare")
             chosen = torch.stack([seq[k] for k in w_i])
             rejected = torch.stack([seq[k] for k in l_i])
             margin = (chosen - ref[list(w_i)]) - (rejected - ref[list(l_i)])

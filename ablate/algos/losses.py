@@ -69,7 +69,7 @@ def seq_mean_token_mean(values, mask, *, max_len=None, num_tokens=None, num_seqs
     (the token count of each row's episode) a row contributes its share of its episode."""
     m = mask.bool()
     tokens = m.sum(dim=-1)
-    per_row = tokens if row_tokens is None else torch.as_tensor(row_tokens).to(tokens.device)
+    per_row = tokens if row_tokens is None else torch.as_tensor(row_tokens, device=tokens.device)
     seq_means = values.masked_fill(~m, 0.0).sum(dim=-1) / per_row.clamp(min=1)
     nonempty = tokens > 0
     return seq_means[nonempty].sum() / _denominator(nonempty.sum(), num_seqs, "num_seqs")

@@ -12,6 +12,11 @@ weights and optimiser state are saved inside each learner checkpoint (exact resu
 The critic is not partitioned: for models that need ZeRO-3 to fit, it doubles the memory.
 
 Rewards: the episode's reward on its last policy token, 0 elsewhere (no KL in the reward).
+
+Device: the critic lives and trains on the learner's device (`learner.device`, read at
+the first `prepare`; its optimiser state moves with it), and every tensor of the critic
+pass (values, GAE, returns, whitened advantages) is created there; only the episodes'
+token ids and masks come from the host, once per micro-batch.
 """
 from __future__ import annotations
 
@@ -33,7 +38,8 @@ class Critic(torch.nn.Module):
     def __init__(self, lm: torch.nn.Module):
         super().__init__()
         self.lm = lm
-        self.head = torch.nn.Linear(lm.config.hidden_size, 1)
+        self.head = torch.nn.Linear(lm.config.hidden_size, 1, dtype=torch.float32,
+                                    device=next(lm.parameters()).device)
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
 
@@ -44,8 +50,11 @@ class Critic(torch.nn.Module):
 
 
 def episode_rows(episode, values: list[torch.Tensor], reward: float):
-    """(token rewards, values, mask) of an episode's segments concatenated along time."""
-    masks = [torch.tensor(s.mask, dtype=torch.float64) for s in episode.segments]
+    """(token rewards, values, mask) of an episode's segments concatenated along time, on
+    the values' device."""
+    device = values[0].device
+    masks = [torch.tensor(s.mask, dtype=torch.float64, device=device)
+             for s in episode.segments]
     for m in masks:
         m[0] = 0.0   # nothing predicts the first token (the learner's convention)
     mask = torch.cat(masks)
@@ -89,9 +98,23 @@ class PPO(PolicyGradient):
                 "critic_epochs": self.critic_epochs}
 
     # --- critic ---------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return next(self.critic.parameters()).device
+
+    def place(self, device) -> None:
+        """Critic and optimiser state onto `device` (the learner's; None: stay)."""
+        if device is None or torch.device(device) == self.device:
+            return
+        self.critic.to(device)
+        for state in self.optimizer.state.values():
+            for k, v in state.items():
+                if torch.is_tensor(v) and k != "step":   # AdamW keeps `step` on the host
+                    state[k] = v.to(device)
+
     def _micro_batches(self, segments):
         from ablate.learners.batching import collate, pack
-        return [collate(segments, g) for g in pack(segments, self.micro)]
+        return [collate(segments, g).to(self.device) for g in pack(segments, self.micro)]
 
     @torch.no_grad()
     def values(self, segments) -> list[torch.Tensor]:
@@ -125,6 +148,8 @@ class PPO(PolicyGradient):
     # --- the protocol -------------------------------------------------------------------------
     def prepare(self, episodes, rewards, group_ids, learner) -> TrainingBatch:
         batch = super().prepare(episodes, rewards, group_ids, learner)
+        self.place(getattr(learner, "device", None))
+        dev = self.device
         values = self.values(batch.segments)
         r = torch.as_tensor(rewards, dtype=torch.float64).tolist()
         adv, ret, k = [None] * len(values), [None] * len(values), 0
@@ -137,12 +162,14 @@ class PPO(PolicyGradient):
                                              g[0].split([len(s.mask) for s in e.segments]))):
                 adv[k + j], ret[k + j] = aj, gj
             k += n
-        on = torch.cat([torch.tensor(s.mask[1:], dtype=torch.bool) for s in batch.segments])
+        on = torch.cat([torch.tensor(s.mask[1:], dtype=torch.bool, device=dev)
+                        for s in batch.segments])
         flat = torch.cat([a[1:] for a in adv])[on]
         if self.whiten and flat.numel() > 1:   # batch whitening of advantages (verl / ppo2)
             mean, std = flat.mean(), flat.std()
-            adv = [torch.where(torch.tensor(s.mask, dtype=torch.bool), (a - mean) / (std + 1e-8),
-                               0.0) for a, s in zip(adv, batch.segments)]
+            adv = [torch.where(torch.tensor(s.mask, dtype=torch.bool, device=dev),
+                               (a - mean) / (std + 1e-8), 0.0)
+                   for a, s in zip(adv, batch.segments)]
         batch.token_advantages = [a.float() for a in adv]
         vloss = self.fit_critic(batch.segments, values, ret)
         batch.metrics.update({"ppo/value_loss": vloss,
@@ -168,14 +195,15 @@ class PPO(PolicyGradient):
         if not path.exists():
             raise FileNotFoundError(f"{path}: the critic of the step-{step} checkpoint is "
                                     "missing; cannot resume PPO exactly")
-        state = torch.load(path, weights_only=False)
+        state = torch.load(path, weights_only=False, map_location=self.device)
         self.critic.load_state_dict(state["critic"])
         self.optimizer.load_state_dict(state["optimizer"])
 
 
 def _rows(per_segment, index, like: torch.Tensor) -> torch.Tensor:
-    out = torch.zeros(like.shape, dtype=torch.float64)
+    """[b, T] rows of per-segment values (dtype and device of `like`), zero-padded."""
+    out = torch.zeros(like.shape, dtype=like.dtype, device=like.device)
     for r, i in enumerate(index):
         v = per_segment[i]
-        out[r, : v.numel()] = v.double()
-    return out.to(like.dtype)
+        out[r, : v.numel()] = v
+    return out

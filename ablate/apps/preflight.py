@@ -3,7 +3,8 @@ line before Hydra makes a cell directory: model weights present, optional packag
 importable, device and dtype usable, output and cache paths writable, token budgets
 within the model's context (the environment's own prompt text), and the environment
 itself: built from its config (its data validated) and one episode of its baseline
-played through the protocol (ablate.envs.conformance).
+played through the protocol (ablate.envs.conformance), and the memory plan
+(ablate.apps.memory_plan: a cell whose bytes cannot fit on its device is refused).
 
 Each failure is one ConfigError naming the key, the value and what is allowed.
 `ablate.loop.config.validate` holds the checks that need only the config.
@@ -21,6 +22,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.apps.memory_plan import memory_plan
 from ablate.envs import EnvError, env_class, make_env
 from ablate.envs.conformance import check_class, check_tools, play_one, protocol
 from ablate.loop.cell import eval_subset
@@ -56,6 +58,26 @@ def preflight(cfg: DictConfig, *, data: bool = True) -> None:
             question_budget(cfg, model_dir, text)
         if data:
             check_env(cfg)
+    if model_dir is not None:
+        check_memory(cfg)
+
+
+def check_memory(cfg: DictConfig):
+    """The memory plan of the cell, printed as a table (unless run.quiet); a plan that
+    cannot fit on its GPU is one ConfigError line (on CPU it is only reported)."""
+    plan = memory_plan(cfg)
+    if plan is None:
+        return None
+    if not cfg.run.quiet:
+        print(plan.table())
+    why = plan.refusal()
+    if why:
+        raise ConfigError(why)
+    if plan.peak > plan.device_bytes:
+        log.warning("memory plan: %.1f GB peak > %.1f GB of %s (%s): reported, not refused "
+                    "on CPU", plan.peak / 1e9, plan.device_bytes / 1e9, plan.device,
+                    plan.device_source)
+    return plan
 
 
 @contextmanager
