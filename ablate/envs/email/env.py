@@ -18,6 +18,7 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 
 from ablate.envs.base import EnvError, Environment, Task, ToolResult, register_env
+from ablate.envs.email.alias import PRIME_ALIASES
 from ablate.envs.email.bundle import EnvBundle, build_env
 from ablate.envs.email.config import EmailEnvConfig
 from ablate.envs.email.data import DataFileError, Task as EmailTask
@@ -51,6 +52,7 @@ class EmailEnv(Environment):
     answer_tool = ANSWER
     config_schema = EmailEnvConfig
     default_reward = "shaped"
+    prime_aliases = PRIME_ALIASES        # Prime Hub ids it stands for (alias.py)
     config_errors = (DataFileError, EmailDBError)
     breakdown_label = "hops"             # evidence emails chained per question
     behaviour_labels = {
