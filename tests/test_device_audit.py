@@ -107,3 +107,51 @@ def test_reverting_device_side_sampling_fails_the_audit(tiny, env, monkeypatch):
     a, _, _ = _audited_rollout(tiny, env, cascade=False)
     assert any(f.kind == "mix" and f.where.startswith("ablate/samplers/hf.py:")
                for f in a.faults), a.report()
+
+
+def test_a_torch_learner_update_and_weight_push_on_the_device_are_clean(tmp_path):
+    """The learner's update (shared prefix, an action mask, micro-batches) and the push
+    of its weights into an HF sampler on the device."""
+    import test_learners as L
+    from ablate.learners import make_learner
+    weights = str(tmp_path / "w")
+    transformers_model = L.load.__globals__["transformers"].AutoModelForCausalLM
+    transformers_model.from_config(L.tiny_config()).save_pretrained(weights)
+    segs, adv = L.make_batch(lengths=(40, 64, 23, 57))
+    for s in segs:
+        s.ids[:6] = segs[0].ids[:6]
+    segs[1].allowed = {30: [segs[1].ids[30], 3, 7]}
+    with audit() as a:
+        lrn = make_learner(L.lcfg("torch", micro_batch_tokens=128, shared_prefix_min_tokens=4),
+                           L.load(weights), lr=1e-3, seed=0, temperature=0.8,
+                           ckpt_dir=tmp_path / "c", device=STAND_IN)
+        m = lrn.update(segs, adv, L.clipped_token_mean)
+        tok = SimpleNamespace(pad_token_id=0, eos_token_id=0)
+        HFSampler(L.load(weights), tok, device=STAND_IN).load_weights(lrn.export_state_dict())
+    assert m["prefix_tokens"] == 6 and lrn.device == STAND_IN
+    assert a.faults == [], a.report()
+
+
+def test_a_ppo_and_a_dpo_preparation_on_the_device_are_clean():
+    """PPO's critic pass (values, GAE, its own update) and DPO's reference log-probs, with
+    a learner whose device is the stand-in."""
+    import transformers
+
+    import test_learners as L
+    from ablate.algos.dpo import DPO
+    from test_algos_device import Learner
+    from test_algos_dpo import episodes_from
+    from test_algos_ppo import fixed_episodes, tiny_ppo
+    from test_learner_prefix import prefix_batch
+    torch.manual_seed(0)
+    segs, _ = prefix_batch(seed=2)
+    eps = episodes_from(segs, [[0, 1], [2], [3], [4, 5]], [True, False, False, True])
+    with audit() as a:
+        ppo = tiny_ppo(critic_lr=1e-3)
+        episodes, rewards = fixed_episodes()
+        batch = ppo.prepare(episodes, rewards, [0, 0, 0], Learner(STAND_IN))
+        dpo = DPO(transformers.AutoModelForCausalLM.from_config(L.tiny_config()),
+                  micro_batch_tokens=128)
+        pairs = dpo.prepare(eps, [1.0, 0.0, 0.0, 1.0], [0, 0, 1, 1], Learner(STAND_IN))
+    assert len(batch.token_advantages) == 4 and pairs.ref_logps.shape == (4,)
+    assert a.faults == [], a.report()

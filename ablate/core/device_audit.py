@@ -42,6 +42,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 STAND_IN = torch.device("cpu", 0)
 HOST = torch.device("cpu")
 _DEVICE_ATTR = torch._C.TensorBase.device          # the `tensor.device` property
+_DATA_ATTR = torch._C.TensorBase.data              # `param.data = moved` (module.to)
 # the checkout (ablate/, tests/, benchmarks/): faults are located at its innermost frame
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
@@ -146,7 +147,7 @@ class _Mode(TorchFunctionMode):
         if isinstance(out, torch.Tensor) and name in ("to", "cpu", "cuda") and \
                 any(out is x for x in ins) and target != self._dev(out):
             out = out.clone()          # a real move copies; here it may return self
-        if name == "__set__" and len(args) == 2 and isinstance(args[0], torch.Tensor):
+        if name == "__set__" and getattr(func, "__self__", None) is _DATA_ATTR:
             self.labels[args[0]] = self._dev(args[1])     # param.data = moved
         for t in _tensors(out, []):
             if any(t is x for x in ins) and target == on_dev:
