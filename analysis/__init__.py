@@ -3,6 +3,7 @@
     python -m analysis RUN_DIR... --out DIR --baseline KEY=VAL,... [--sesoi 0.03]
                        [--all-pairs] [--step N] [--metric correct] [--spec analysis.yaml]
                        [--B 10000] [--rng-seed 0] [--include-incomplete]
+                       [--allow-duplicates]
 
 Modules: collect (find runs, infer factors), estimates (per-question means, behaviour
 metrics), stats (variance components of the crossed seeds x questions design, t

@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "negative difference is 'better'")
     p.add_argument("--include-incomplete", action="store_true",
                    help="also analyse runs without a COMPLETE marker")
+    p.add_argument("--allow-duplicates", action="store_true",
+                   help="keep the first of eval.jsonl rows that repeat a (step, task_id, "
+                        "sample, decoding) key (default: such a repeat is an error)")
     p.add_argument("--no-figures", action="store_true")
     return p
 
@@ -99,7 +102,8 @@ def settings(args, spec: dict, spec_path) -> tuple[dict | None, str, bool]:
 
 def run(argv=None) -> Path:
     args = build_parser().parse_args(argv)
-    sweep = collect(args.run_dirs, include_incomplete=args.include_incomplete)
+    sweep = collect(args.run_dirs, include_incomplete=args.include_incomplete,
+                    allow_duplicates=args.allow_duplicates)
     spec_path = args.spec if args.spec is not None else experiment_spec(sweep)
     spec = read_config(spec_path) if spec_path is not None else {}
     baseline, source, all_pairs = settings(args, spec, spec_path)

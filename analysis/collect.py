@@ -46,6 +46,8 @@ class Run:
     _greedy: list = field(default_factory=list)
     _metrics: list | None = None
     truncated: bool = False      # a run still writing: its half-written last line dropped
+    allow_duplicates: bool = False   # repeated eval rows: keep the first (else an error)
+    repeats: int = 0             # eval rows dropped as repeats (with allow_duplicates)
 
     @property
     def eval_file(self) -> Path:
@@ -63,6 +65,8 @@ class Run:
                                    partial_tail=not self.complete)
             self.truncated |= cut
             validate.check_eval_rows(self.eval_file, rows)
+            kept = validate.repeated_rows(self.eval_file, rows, self.allow_duplicates)
+            self.repeats, rows = len(rows) - len(kept), kept
             self._greedy = [r for r in rows if r.get("decoding") == "greedy"]
             # a greedy-only evaluation (eval.temperature=0) is the primary one
             self._eval = [r for r in rows if r.get("decoding") != "greedy"] or self._greedy
@@ -215,17 +219,31 @@ def sort_key(v):
 
 
 def added_keys(configs: list[dict]) -> list[str]:
-    """Keys absent from some runs and with one value in all the others: a setting that a
-    newer ablate writes (with its default) and an older one did not. Not a factor (runs
-    of one cell started before and after an upgrade stay one cell); named in a warning."""
+    """Keys absent from fewer of their peers (`_peers`) than hold them, with one value in
+    all that do: a setting that a newer ablate writes (with its default) and an older one
+    did not, the runs without it the odd ones out. Not a factor (runs of one cell started
+    before and after an upgrade stay one cell); named in a warning. A key held by as many
+    runs as lack it or fewer (one cell's `+env.x=5`) is a setting of those runs: a
+    factor, as a differing value is."""
     keys = sorted(set().union(*configs)) if configs else []
     out = []
     for k in keys:
-        have = [c[k] for c in configs if k in c]
-        if 0 < len(have) < len(configs) and len(
+        peers = _peers(k, configs)
+        have = [c[k] for c in peers if k in c]
+        if len(peers) - len(have) < len(have) < len(peers) and len(
                 {json.dumps(v, sort_keys=True, default=str) for v in have}) == 1:
             out.append(k)
     return out
+
+
+def _peers(key: str, configs: list[dict]) -> list[dict]:
+    """The runs that could hold `key`: those of a group choice (reward.name) that a run
+    holding it made (the shaped reward's weights are not missing from outcome runs)."""
+    group = key.split(".")[0] + ".name"
+    if group == key:
+        return configs
+    names = {json.dumps(c.get(group), default=str) for c in configs if key in c}
+    return [c for c in configs if json.dumps(c.get(group), default=str) in names]
 
 
 def _of_the_group_choice(key: str, configs: list[dict]) -> bool:
@@ -279,7 +297,8 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
+def collect(run_dirs: list, include_incomplete: bool = False,
+            allow_duplicates: bool = False) -> Sweep:
     found = []
     for root in run_dirs:
         found.extend(find_run_dirs(Path(root)))
@@ -293,9 +312,10 @@ def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
         seen.add(d.resolve())
         cfg = flatten(read_config(cfg_file))
         runs.append(Run(path=d, config=cfg, seed=cfg.get("seed"),
-                        complete=(d / "COMPLETE").exists(), config_file=cfg_file))
+                        complete=(d / "COMPLETE").exists(), config_file=cfg_file,
+                        allow_duplicates=allow_duplicates))
     factors = infer_factors([r.config for r in runs])
-    warnings = config_warnings(runs)
+    warnings = config_warnings(runs) + partial_factor_warnings(runs, factors)
 
     incomplete, failed, duplicates = [], [], []
     cells: dict[tuple, Cell] = {}
@@ -315,6 +335,9 @@ def collect(run_dirs: list, include_incomplete: bool = False) -> Sweep:
         if r.truncated:
             warnings.append(f"{shown(r.eval_file)}: still being written; its incomplete "
                             "last line is left out")
+        if r.repeats:
+            warnings.append(f"{shown(r.eval_file)}: {r.repeats} repeated row(s) left out "
+                            "(--allow-duplicates: the first of each is kept)")
         key = tuple(json.dumps(fac[k], sort_keys=True, default=str) for k in factors)
         cell = cells.setdefault(key, Cell(factors=fac))
         first = next((x for x in cell.runs if x.seed == r.seed), None)
@@ -370,9 +393,25 @@ def config_warnings(runs: list[Run]) -> list[str]:
     added = [k for k in added_keys(configs)
              if not _excluded(k) and not _of_the_group_choice(k, configs)]
     if added:
-        n = sum(1 for c in configs if any(k not in c for k in added))
+        lacking = {id(c) for k in added for c in _peers(k, configs) if k not in c}
+        n = len(lacking)
         out.append(f"{n} run(s) lack keys the others set to one value (an older ablate "
                    f"wrote them?); not treated as factors: " + ", ".join(added))
+    return out
+
+
+def partial_factor_warnings(runs: list[Run], factors: list[str]) -> list[str]:
+    """Factors that some runs do not set at all (one cell's added key): the runs that
+    set it are named, as they form cells of their own."""
+    configs = [r.config for r in runs]
+    out = []
+    for k in factors:
+        have = [r for r in runs if k in r.config]
+        if len(have) < len(runs) and not _of_the_group_choice(k, configs):
+            first = shown(have[0].config_file)
+            out.append(f"{k} is set in {len(have)} run(s) (first: {first}) and absent from "
+                       f"{len(runs) - len(have)}: a factor, as a differing value is "
+                       "(absent = None)")
     return out
 
 

@@ -84,6 +84,28 @@ def check_eval_rows(path: Path, rows: list[dict]) -> None:
                 check_value(path, r, field, v)
 
 
+ROW_KEY = ("step", "task_id", "sample", "decoding")
+
+
+def repeated_rows(path: Path, rows: list[dict], allow: bool = False) -> list[dict]:
+    """eval.jsonl's rows, each (step, task_id, sample, decoding) once: a repeat (rows
+    appended twice) is an error naming FILE:LINE and the key, unless `allow`, which keeps
+    the first and drops the repeats."""
+    seen: dict = {}
+    kept = []
+    for r in rows:
+        key = tuple(r.get(k) for k in ROW_KEY)
+        if key not in seen:
+            seen[key] = r
+            kept.append(r)
+        elif not allow:
+            what = ", ".join(f"{k}={v!r}" for k, v in zip(ROW_KEY, key))
+            raise AnalysisError(f"{_where(path, r)}: repeats the row of line "
+                                f"{seen[key].get('_line', '?')} ({what}); a key may appear "
+                                "once (--allow-duplicates keeps the first)")
+    return kept
+
+
 def check_metrics_rows(path: Path, rows: list[dict]) -> None:
     """metrics.jsonl: `step` an integer (its scalars are read where they are numbers)."""
     for r in rows:

@@ -25,19 +25,21 @@ from ablate.core.errors import OutputWriteError
 from ablate.learners import CheckpointError
 from ablate.envs import env_class
 from ablate.loop.config import ConfigError, register
-from ablate.loop.outputs import CellBusy, CellDir
+from ablate.loop.outputs import COMPLETE, CellBusy, CellDir
 from ablate.loop.ranks import CellOutcome
 from ablate.apps.devices import assign as assign_devices, export_submitit_ranks
 from ablate.core.dist import env_world_size, is_writer
 from ablate.core.threads import available_cpus, grid_threads
-from ablate.apps.preflight import check_free_space, check_output_dir, preflight as check_cfg
+from ablate.apps.preflight import (check_free_space, check_output_dir, preflight as check_cfg,
+                                    writable_dir)
 
 log = logging.getLogger("ablate")
 FAILED_CELLS: list[str] = []   # cells of this -m grid that raised (the others went on)
 GRID_PID = "ABLATE_GRID_PID"   # the command's process id, inherited by launcher workers
 # every worker of any launcher appends "start|ok|failed|busy\t<cell dir>" lines there
 GRID_REPORT = "ABLATE_GRID_REPORT"
-PLANNED: dict = {}             # what preflight learnt of a -m grid: jobs, sweep dir
+PLANNED: dict = {}             # what preflight learnt of a -m grid: jobs, sweep dir,
+                               # the complete cells (dir, config) it found
 # a cell's known failure modes: one line for a single run, no traceback
 CELL_ERRORS = (ConfigError, CheckpointError, OutputWriteError)
 _watching: list[threading.Thread] = []
@@ -175,10 +177,11 @@ def preflight(args: list[str]) -> int:
         if skip:
             return 0
         jobs = expand_jobs(overrides, multirun)
-        PLANNED.update(jobs=len(jobs), sweep_dir=None)
+        PLANNED.update(jobs=len(jobs), sweep_dir=None, complete=[])
         checked_data: set[str] = set()
         for job in jobs:
             check_job(job, multirun, checked_data)
+        check_complete_cells(multirun)
     except (ConfigError, HydraException, OmegaConfBaseException, FileNotFoundError,
             ValueError) as exc:
         print(f"ablate: error: {one_line(exc)}", file=sys.stderr)
@@ -187,11 +190,16 @@ def preflight(args: list[str]) -> int:
 
 
 def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:
-    """Every check of one job; the data of an environment is checked once per command."""
+    """Every check of one job; the data of an environment is checked once per command.
+    A complete cell writes nothing (it is skipped): its directory may be read-only (an
+    archived sweep), so neither the writability probe nor the free space is asked of it."""
     cfg = compose_job(job)
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     out_dir = OmegaConf.select(cfg, key)
-    check_output_dir(key, str(out_dir))
+    cell = job_cell_dir(cfg, multirun)
+    complete = cell is not None and (cell / COMPLETE).exists()
+    if not complete:
+        check_output_dir(key, str(out_dir))
     if multirun and PLANNED.get("sweep_dir") is None:
         PLANNED["sweep_dir"] = str(OmegaConf.select(cfg, key))
     with open_dict(cfg):
@@ -200,7 +208,51 @@ def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:
         cfg.harness.max_tokens_per_episode)
     check_cfg(cfg, data=data_key not in checked_data)
     checked_data.add(data_key)
-    check_free_space(key, str(out_dir), cfg)
+    if complete:
+        PLANNED["complete"].append((cell, cfg))
+    else:
+        check_free_space(key, str(out_dir), cfg)
+
+
+def job_cell_dir(cfg: DictConfig, multirun: bool) -> Path | None:
+    """The directory Hydra gives this job's cell: hydra.run.dir, or the sweep dir and its
+    subdir (resolved as Hydra resolves it, through its job config); None if unknown."""
+    if not multirun:
+        return Path(os.path.expanduser(str(cfg.hydra.run.dir)))
+    hc = HydraConfig.instance()
+    before = hc.cfg
+    try:
+        hc.set_config(cfg)   # `${hydra:job.override_dirname}` reads it
+        subdir = OmegaConf.select(cfg, "hydra.sweep.subdir", throw_on_resolution_failure=True)
+    except Exception:   # noqa: BLE001 - a subdir unknown before the launch: probe as usual
+        return None
+    finally:
+        hc.cfg = before
+    return Path(os.path.expanduser(str(cfg.hydra.sweep.dir))) / str(subdir)
+
+
+def check_complete_cells(multirun: bool) -> None:
+    """A complete cell in a read-only directory: Hydra would write its .hydra/ and log
+    there, so such a command is answered here (main: "complete; skipping") when every
+    cell of it is complete; beside cells still to run, the directory must be writable."""
+    done = PLANNED["complete"]
+    read_only = [c for c, _ in done if writable_dir(c)]
+    PLANNED["archived"] = bool(read_only) and len(done) == PLANNED["jobs"]
+    if read_only and not PLANNED["archived"]:
+        check_output_dir("hydra.sweep.dir" if multirun else "hydra.run.dir",
+                         str(read_only[0]))
+
+
+def skip_complete_cells() -> None:
+    """Every cell of the command is complete and one is read-only: each is replayed by
+    run_cell ("complete; skipping", or the config change it ignores) without Hydra."""
+    from ablate.loop.cell import run_cell
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO,
+                            format="[%(asctime)s %(levelname)s] %(message)s")
+    for cell, cfg in PLANNED["complete"]:
+        run_cell(cfg, cell)
 
 
 def compose_job(job: list[str]) -> DictConfig:
@@ -388,6 +440,9 @@ def main(argv: list[str] | None = None) -> None:
     code = preflight(args)
     if code:
         sys.exit(code)
+    if PLANNED.get("archived"):
+        skip_complete_cells()
+        return
     os.environ[GRID_PID] = str(os.getpid())
     if PLANNED.get("sweep_dir") is None or not _split_cli(args)[1]:
         sys.argv = [sys.argv[0]] + args

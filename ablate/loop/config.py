@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -65,6 +66,9 @@ class RunConfig:
     wandb_mode: str = "${oc.env:WANDB_MODE,offline}"   # online | offline | disabled
     wandb_project: str = "ablate"        # Weights & Biases project of the run
     device: str = "cpu"                  # cpu | cuda | cuda:N
+    # the device's memory in GB for preflight's memory plan (ablate/apps/memory_plan.py);
+    # null: what the device reports. Set it to plan a GPU cell on a machine without one
+    device_memory_gb: Optional[float] = None
     # torch CPU threads: auto = the cores this process does not share (ablate/core/threads.py:
     # the cores / local ranks, less the async producer's; 1 beside a vLLM engine); an int
     # fixes it (0 = torch's default). On a machine other processes keep busy set 1: two
@@ -194,8 +198,35 @@ def asset_dir(name: str) -> str:
 
 
 # an environment checks its own keys (Environment.check_config); a scheme's component
-# weights are checked against its Rubric in validate
-FREE_KEYS = ("env", "reward.weights")
+# weights are checked against its Rubric in validate; learner.ds_overrides is DeepSpeed's
+# own config (any of its keys), deep-merged into the engine's
+FREE_KEYS = ("env", "reward.weights", "learner.ds_overrides")
+
+
+# float keys whose schema allows infinity or NaN (none yet): every other float in the
+# validated config must be finite (trainer.lr=inf trained one step at an infinite rate)
+NONFINITE_OK: tuple[str, ...] = ()
+
+
+def _nonfinite(node, prefix: str = ""):
+    """(key, value) of every non-finite float in a config tree (dicts and lists)."""
+    items = node.items() if isinstance(node, dict) else (
+        enumerate(node) if isinstance(node, list) else ())
+    for k, v in items:
+        key = f"{prefix}{k}" if isinstance(node, dict) else f"{prefix[:-1]}[{k}]"
+        if isinstance(v, float) and not math.isfinite(v):
+            yield key, v
+        else:
+            yield from _nonfinite(v, key + ".")
+
+
+def _check_finite(cfg) -> None:
+    """Every float setting is a finite number, unless NONFINITE_OK names it."""
+    tree = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) \
+        else cfg
+    for key, value in _nonfinite(tree):
+        if key not in NONFINITE_OK:
+            raise ConfigError(f"{key}={value}: must be a finite number")
 
 
 def _unknown_keys(schema: DictConfig, cfg: DictConfig, prefix: str) -> list[str]:
@@ -244,6 +275,8 @@ def validate(cfg: DictConfig | Any) -> None:
         unknown = _unknown_keys(_schema(), cfg, "")
         if unknown:
             raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
+
+    _check_finite(cfg)
 
     def get(key):
         return OmegaConf.select(cfg, key)

@@ -94,12 +94,16 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def remove_stale_temps(folder: Path) -> list[Path]:
     """Delete ".<name>.tmp<pid>" files (atomic_write_text cut short by a kill) whose
-    writer is no longer running."""
+    writer is no longer running; one that cannot be deleted (a read-only, archived
+    cell) is left where it is."""
     removed = []
     for path in folder.glob(".*.tmp*"):
         pid = path.name.rsplit(".tmp", 1)[-1]
         if path.is_file() and pid.isdigit() and not process_alive(int(pid)):
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                continue
             removed.append(path)
     return removed
 
