@@ -68,3 +68,24 @@ def test_lora_checkpoint_is_adapter_sized_and_resumes_exactly(base_dir, tmp_path
     assert got.keys() == expected.keys()
     assert all(torch.equal(got[k], expected[k]) for k in expected)
     assert all(torch.equal(x, y) for x, y in zip(resumed.logprobs(b2), expected_lp))
+
+
+@pytest.mark.slow
+def test_a_killed_lora_cell_resumes_to_identical_rows(tmp_path):
+    """A LoRA cell killed after step 2's update resumes from its adapter-only checkpoint
+    (the frozen base reloaded from the model) to the rows of an uninterrupted run."""
+    from test_hardening_resume import TINY, outputs, run
+    lora = [*[a for a in TINY if not a.startswith("trainer.max_steps")],
+            "trainer.max_steps=3", "learner.lora.enable=true", "learner.lora.rank=4"]
+    ref, cell = tmp_path / "ref", tmp_path / "cell"
+    done = run([*lora, f"hydra.run.dir={ref}"], tmp_path, tmp_path / "cache")
+    assert done.returncode == 0, done.stderr[-3000:]
+    killed = run([*lora, f"hydra.run.dir={cell}"], tmp_path, tmp_path / "cache",
+                 kill=("step", 2))
+    assert killed.returncode != 0 and not (cell / "COMPLETE").exists()
+    ckpt = max((cell / "ckpt").glob("step_*"))
+    size = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
+    assert size < 2 * 2 ** 20, size          # adapters and their Adam state, not the base
+    resumed = run([*lora, f"hydra.run.dir={cell}"], tmp_path, tmp_path / "cache")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert outputs(cell) == outputs(ref)
