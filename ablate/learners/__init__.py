@@ -48,6 +48,8 @@ def deepspeed_learner(learner_cfg: Any, model: torch.nn.Module, **kw) -> Learner
     """DeepSpeed (ZeRO-3 by default, also on CPU)."""
     # deferred: deepspeed_learner imports peft through lora.py (14 s measured, 2-core host)
     from ablate.learners.deepspeed_learner import DeepSpeedLearner
+    from ablate.learners.oplock import load_comm_op
+    load_comm_op()   # before DeepSpeed's own load, whose lock a killed cell held forever
     return DeepSpeedLearner(learner_cfg, model, **kw)
 
 
@@ -73,7 +75,9 @@ def zero3_init(learner_cfg: Any):
     from transformers.integrations import deepspeed as hfds
 
     from ablate.learners.deepspeed_learner import ds_config, ensure_dist_env
+    from ablate.learners.oplock import load_comm_op
     ensure_dist_env()
+    load_comm_op()   # issue 51: DeepSpeed's loader then finds the op loaded
     import deepspeed
     deepspeed.init_distributed()
     keep = HfDeepSpeedConfig(ds_config(learner_cfg))   # transformers holds a weak ref
