@@ -25,6 +25,7 @@ from ablate.core.errors import OutputWriteError
 from ablate.learners import CheckpointError
 from ablate.envs import env_class
 from ablate.loop.config import ConfigError, register
+from ablate.loop.distributed import RankDied
 from ablate.loop.outputs import COMPLETE, CellBusy, CellDir
 from ablate.loop.ranks import CellOutcome
 from ablate.apps.devices import assign as assign_devices, export_submitit_ranks
@@ -41,7 +42,7 @@ GRID_REPORT = "ABLATE_GRID_REPORT"
 PLANNED: dict = {}             # what preflight learnt of a -m grid: jobs, sweep dir,
                                # the complete cells (dir, config) it found
 # a cell's known failure modes: one line for a single run, no traceback
-CELL_ERRORS = (ConfigError, CheckpointError, OutputWriteError)
+CELL_ERRORS = (ConfigError, CheckpointError, OutputWriteError, RankDied)
 _watching: list[threading.Thread] = []
 
 # Groups whose default comes from the schema (not the defaults list), so that the design

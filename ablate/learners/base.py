@@ -375,11 +375,12 @@ class Learner:
                                    "rng": _rng_state()})
             if extra is not None and self.rank == 0:
                 extra(tmp)
-        except (OSError, RuntimeError) as exc:   # disk full: "basic_ios::clear", ENOSPC
-            if not isinstance(exc, OSError) and not _io_failure(exc):
+        except Exception as exc:   # disk full: ENOSPC, or torch's "basic_ios::clear" chain
+            cause = io_cause(exc)
+            if cause is None:
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
-            raise write_error(tmp, exc) from None
+            raise write_error(tmp, cause) from None
         self._barrier()
         if self.rank == 0:
             write_digests(tmp)
@@ -434,11 +435,28 @@ class Learner:
         return [p for _, p in sorted(found)]
 
 
-def _io_failure(exc: BaseException) -> bool:
-    """torch.save's C++ writer reports a full disk as a RuntimeError."""
-    text = str(exc).lower()
-    return any(w in text for w in ("iostream", "basic_ios", "no space", "file write",
-                                   "streamwriter", "read-only", "errno"))
+# torch.save's C++ writer reports a full disk as a RuntimeError ("basic_ios::clear:
+# iostream error"), and closing the zip then raises "[enforce fail at
+# inline_container.cc:NNN] . unexpected pos A vs B" while handling it
+IO_WORDS = ("iostream", "basic_ios", "no space", "file write", "streamwriter", "read-only",
+            "errno", "inline_container", "unexpected pos")
+
+
+def io_cause(exc: BaseException) -> Optional[BaseException]:
+    """The I/O error (a full disk, a read-only file system) anywhere in `exc`'s chain
+    (__cause__ / __context__), or None: an OSError with its strerror first, else the
+    innermost matching exception, the nearest to the root cause."""
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    errors = [e for e in chain if isinstance(e, OSError) and e.strerror]
+    if errors:
+        return errors[0]
+    found = [e for e in chain if isinstance(e, OSError)
+             or any(w in str(e).lower() for w in IO_WORDS)]
+    return found[-1] if found else None
 
 
 def _digest(path: Path) -> str:

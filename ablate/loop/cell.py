@@ -37,6 +37,7 @@ from ablate.algos import dynamic_sampling_filter
 from ablate.algos.protocol import StepContext
 from ablate.harness.chat import render_episode_text
 from ablate.loop.config import validate
+from ablate.loop.distributed import Stopped, at_step, peer_failure, watch_peers
 from ablate.loop.eval_metrics import GREEDY, SAMPLED
 from ablate.loop.outputs import CellDir
 from ablate.loop.ranks import act_scored, agree, eval_scored, learner_rows
@@ -87,6 +88,7 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
     validate(cfg)
     if dist.init(cfg.run.dist_timeout_s):   # under a launcher: ranks (docs/distributed.md)
         cfg.run.world_size = dist.world_size()
+        watch_peers()   # a peer that dies: one line on the survivors (distributed.py)
     # rank 0's directory (Hydra's default run dir is a time stamp, per process)
     out_dir = dist.broadcast_object(str(out_dir))
     cell = CellDir(out_dir, writer=dist.is_writer())
@@ -97,6 +99,11 @@ def run_cell(cfg: DictConfig, out_dir: str | Path, on_eval=None) -> dict:
         if agree(lambda: _lock_unless_complete(cell)):
             return _replay_complete(cell, on_eval, cfg)
         return _run_locked(cfg, cell, on_eval)
+    except (Exception, Stopped) as exc:
+        failure = peer_failure(exc, cell.ckpt)
+        if failure is None:
+            raise
+        raise failure from None
     finally:
         cell.unlock()
 
@@ -162,6 +169,89 @@ def final_summary(cell: CellDir, last_eval: dict | None, max_steps: int, t0: flo
             "final_eval": last_eval, "seconds": time.time() - t0}
 
 
+# ---------------------------------------------------------------------------------------
+# provenance: the code a cell ran (code.json)
+# ---------------------------------------------------------------------------------------
+CODE_PACKAGES = ("torch", "transformers", "deepspeed", "peft", "vllm")
+_UNTRACKED_HASHED_BYTES = 1 << 20   # an untracked file larger than this: name and size only
+
+
+def code_provenance(root: str | Path | None = None) -> dict:
+    """The code this process runs, as code.json records it: the git commit of the ablate
+    checkout, whether it has changes (tracked or untracked, not ignored), a SHA-256 of
+    `git diff HEAD` and of the untracked files (two dirty runs with the same hash ran the
+    same code), ablate's version and the versions of the key packages installed. Without
+    git or outside a checkout of ablate (an installed wheel) commit, dirty and diff_sha256
+    are null: never an error."""
+    import hashlib
+    import importlib.metadata
+    import platform
+    import subprocess
+
+    import ablate
+    root = Path(ablate.__file__).resolve().parents[1] if root is None else Path(root)
+
+    def git(*args) -> bytes | None:
+        try:
+            proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True,
+                                  timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return proc.stdout if proc.returncode == 0 else None
+
+    commit = dirty = digest = None
+    top = git("rev-parse", "--show-toplevel")
+    if top is not None and Path(top.decode().strip()).resolve() == root.resolve():
+        head = git("rev-parse", "HEAD")
+        commit = head.decode().strip() if head else None
+        diff = git("diff", "HEAD", "--binary")
+        untracked = git("ls-files", "--others", "--exclude-standard", "-z")
+        if diff is not None and untracked is not None:
+            h = hashlib.sha256(diff)
+            names = sorted(n for n in untracked.split(b"\0") if n)
+            for name in names:
+                f = root / name.decode(errors="surrogateescape")
+                h.update(b"\0" + name + b"\0")
+                try:
+                    size = f.stat().st_size
+                    h.update(f.read_bytes() if size <= _UNTRACKED_HASHED_BYTES
+                             else str(size).encode())
+                except OSError:
+                    pass
+            dirty = bool(diff) or bool(names)
+            digest = h.hexdigest() if dirty else None
+    packages = {}
+    for name in CODE_PACKAGES:
+        try:
+            packages[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return {"commit": commit, "dirty": dirty, "diff_sha256": digest,
+            "ablate": getattr(ablate, "__version__", None),
+            "python": platform.python_version(), "packages": packages}
+
+
+def record_code(cell: CellDir) -> dict:
+    """Write code.json: the code of the cell's first start; a resume on other code adds
+    its record under `resumed_with` (analysis names such a cell: it mixes code versions)."""
+    now = code_provenance()
+    path = cell.path / "code.json"
+    try:
+        first = json.loads(path.read_text()) if path.exists() else None
+    except (OSError, ValueError):
+        first = None
+    if first is None:
+        record = now
+    else:
+        record = first
+        seen = [{k: v for k, v in first.items() if k != "resumed_with"},
+                *first.get("resumed_with", [])]
+        if now not in seen:
+            record = {**first, "resumed_with": [*first.get("resumed_with", []), now]}
+    cell.write_text("code.json", json.dumps(record, indent=2))
+    return record
+
+
 def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     changes = agree(lambda: check_resume(cell.path, cfg, _started(cell)))
     cell.write_config(cfg)
@@ -180,6 +270,8 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
     judge = env   # correctness comes from the environment (and its configured judge)
     cell.write_text("environment.json", json.dumps(env.describe(), indent=2))
+    if cell.writer:
+        record_code(cell)
     try:
         check_reward_for(cfg.reward, env)
     except ValueError as e:
@@ -198,6 +290,7 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
             start, client = restored
             policy.push_weights(start)
             log.info("resumed from checkpoint at step %d", start)
+    at_step(start)
     cell.truncate_after(start if start > 0 else -1)
     if start > 0:
         _restore_checkpointed_row(cell, start, client)
@@ -250,6 +343,7 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
         policy.remote = AsyncRollouts(cfg, start, max_steps, policy.learner.export_state_dict())
     try:
         for step in range(start + 1, max_steps + 1):
+            at_step(step)
             row = train_step(cfg, policy, env, judge, algorithm, step)
             if cfg.run.world_size > 1:
                 row["dist/world_size"] = cfg.run.world_size
