@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from analysis import figures, hypotheses, report, tables
+from analysis import labels as lb
 from analysis.collect import (REPO, AnalysisError, collect, parse_assignments, read_config,
                               shown)
 from analysis.summary import DEFAULT_SESOI, analyse
@@ -64,7 +65,7 @@ def experiment_spec(sweep) -> Path | None:
 # keys an analysis.yaml may hold (analysis.publish reads the last two)
 SPEC_KEYS = ("metric", "baseline", "B", "rng_seed", "sesoi", "alpha", "step", "all_pairs",
              "lower_is_better", "evaluation_only", "exploratory", "include",
-             "headline_behaviour", "hypotheses")
+             "headline_behaviour", "hypotheses", "names")
 
 
 def settings(args, spec: dict, spec_path) -> tuple[dict | None, str, bool]:
@@ -114,6 +115,10 @@ def run(argv=None) -> Path:
                       lower_is_better=bool(args.lower_is_better),
                       evaluation_only=spec.get("evaluation_only"))
     summary["exploratory"] = spec.get("exploratory")
+    # words for factors and levels in figures and tables (analysis.yaml `names`)
+    lb.check_names(spec.get("names"), summary["factors"], summary["levels"], spec_path)
+    summary["words"] = lb.words_table(summary["factors"], summary["levels"],
+                                      summary["short_names"], spec.get("names"))
     summary["hypotheses"] = hypotheses.evaluate(spec.get("hypotheses"), summary,
                                                 str(spec_path))
     out.mkdir(parents=True, exist_ok=True)

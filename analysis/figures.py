@@ -18,9 +18,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.estimates import field_kind  # noqa: E402
-from analysis.labels import behaviour_words, env_word, level  # noqa: E402
+from analysis.labels import (behaviour_words, cell_words, comparison_words,  # noqa: E402
+                             env_word, factor_words, in_words, level, level_words)
 from analysis.lifelong import KIND, QUANTITIES, WORDS  # noqa: E402
-from analysis.tables import (behaviour_panels, constant_fields, factor_name,  # noqa: E402
+from analysis.tables import (behaviour_panels, constant_fields,  # noqa: E402
                              has_change, has_curves, has_training, is_pct)
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9",
@@ -60,6 +61,14 @@ def _kind(summary):
     return field_kind(summary.get("metric", "correct"))
 
 
+def interval_words(summary: dict) -> str:
+    """The level and method of the intervals a figure draws (stated in the figure)."""
+    units = {c.get("interval") for c in summary.get("cells", [])} - {None}
+    over = units.pop() if len(units) == 1 else "seeds and questions"
+    over = over.split(" (")[0]
+    return f"{level(summary['alpha'])} t intervals over {over}"
+
+
 def _ylabel(summary):
     words = summary.get("metric_words", summary.get("metric", ""))
     return f"{words} (%)" if is_pct(summary) else words
@@ -69,17 +78,22 @@ def _save(fig, out: Path, name: str) -> list[dict]:
     """PNG and vector PDF; returns what each visible axis shows (its texts, whether it
     has data, its quantity's kind and the intervals drawn: `note`), for the checks of
     tests/analysis/test_figures.py."""
-    axes = [_describe(ax) for ax in fig.axes if ax.get_visible() and ax.axison]
+    wide = bool(fig.get_size_inches()[0] > SINGLE + 0.05)
+    axes = [{**_describe(ax), "wide": wide} for ax in fig.axes
+            if ax.get_visible() and ax.axison]
     for p in (out / f"{name}.png", out / f"{name}.pdf"):   # no creation date: the same
         fig.savefig(p, metadata={"CreationDate": None} if p.suffix == ".pdf" else None)
     plt.close(fig)
     return axes
 
 
-def note(ax, kind: str | None, lo, hi) -> None:
+def note(ax, kind: str | None, lo, hi, interval: bool = True) -> None:
     """Record the intervals an axis draws and their quantity's kind ("rate" in [0, 1],
-    "count" >= 0, None: a difference or an unbounded mean)."""
-    rec = ax.__dict__.setdefault("_ablate_intervals", {"kind": kind, "lo": [], "hi": []})
+    "count" >= 0, None: a difference or an unbounded mean); interval=False: the range of
+    points drawn (seeds), not an interval, so no level to state."""
+    rec = ax.__dict__.setdefault("_ablate_intervals", {"kind": kind, "lo": [], "hi": [],
+                                                        "interval": False})
+    rec["interval"] |= interval
     rec["lo"] += [float(v) for v in np.atleast_1d(lo)]
     rec["hi"] += [float(v) for v in np.atleast_1d(hi)]
 
@@ -89,8 +103,13 @@ def _describe(ax) -> dict:
     texts += [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels()]
     leg = ax.get_legend()
     texts += [t.get_text() for t in leg.get_texts()] if leg else []
-    rec = ax.__dict__.get("_ablate_intervals", {"kind": None, "lo": [], "hi": []})
-    return {"texts": [t for t in texts if t], "has_data": ax.has_data(), **rec}
+    rec = ax.__dict__.get("_ablate_intervals", {"kind": None, "lo": [], "hi": [],
+                                                 "interval": False})
+    fig = ax.figure
+    around = [fig._suptitle.get_text()] if fig._suptitle is not None else []
+    around += [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    return {"texts": [t for t in texts if t], "figure_texts": [t for t in around if t],
+            "has_data": ax.has_data(), **rec}
 
 
 def _drop_unused(axes, used: int) -> None:
@@ -112,19 +131,17 @@ def _panels(summary: dict) -> list[tuple[str, list[int]]]:
     if not summary["factors"]:
         return [("", list(range(len(cells))))]
     f = summary["factors"][0]
-    name = factor_name(f, summary)
     out = []
-    for level in summary["levels"][f]:
-        members = [i for i, c in enumerate(cells) if str(c["factors"][f]) == str(level)]
+    for lv in summary["levels"][f]:
+        members = [i for i, c in enumerate(cells) if str(c["factors"][f]) == str(lv)]
         if members:
-            out.append((f"{name}={level}", members))
+            out.append((in_words(summary, {f: lv}), members))
     return out
 
 
 def _within(summary: dict, c: dict) -> str:
     rest = {k: v for k, v in c["factors"].items() if k != summary["factors"][0]}
-    names = summary.get("short_names", {})
-    return ", ".join(f"{names.get(k, k)}={v}" for k, v in rest.items()) or c["short_label"]
+    return in_words(summary, rest) if rest else cell_words(summary, c)
 
 
 def learning_curves(summary: dict, out: Path) -> dict:
@@ -159,12 +176,18 @@ def learning_curves(summary: dict, out: Path) -> dict:
                                        "lo": cur["lo"], "hi": cur["hi"]}
             ax.set_title(title)
             ax.set_xlabel("training step")
-            ax.xaxis.set_major_locator(whole_ticks())
+            evals = sorted({s for i in members for s in (summary["cells"][i].get("curve")
+                                                          or {}).get("steps", [])})
+            if evals:                                # ticks at the evaluation steps
+                ax.set_xticks(evals)
+            else:
+                ax.xaxis.set_major_locator(whole_ticks())
             ax.grid(True, axis="y")
             ax.legend(loc="best")
         for ax in axes[:, 0]:
             ax.set_ylabel(_ylabel(summary))
         _drop_unused(axes, len(panels))
+        fig.suptitle(f"bands: {interval_words(summary)}", fontsize=7)
         fig.tight_layout()
         plotted["_axes"] = _save(fig, out, "learning_curves")
     return plotted
@@ -189,15 +212,18 @@ def forest(summary: dict, out: Path) -> dict:
             ax.plot([c["ci"][0] * k, c["ci"][1] * k], [y, y], color=col, lw=1.8, zorder=2)
             ax.plot([c["delta"] * k], [y], marker="o", color=col, ms=4, zorder=3,
                     mfc=col if c["verdict"] in ("better", "worse") else "white")
-            plotted["labels"].insert(0, c["label"])
+            plotted["labels"].insert(0, comparison_words(summary, c))
             plotted["delta"].insert(0, c["delta"])
             plotted["ci"].insert(0, c["ci"])
         ax.axvline(0, color="0.2", lw=0.6)
         ax.set_yticks(range(len(comps)))
-        ax.set_yticklabels([c["label"] for c in reversed(comps)])
+        ax.set_yticklabels([comparison_words(summary, c) for c in reversed(comps)])
         unit = " (points)" if is_pct(summary) else ""
-        ax.set_xlabel(f"difference to {summary['baseline_short']}{unit}")
-        ax.set_title("grey band: ±SESOI; filled: better/worse (Holm)", loc="left")
+        base = in_words(summary, summary.get("baseline") or {})
+        ax.set_xlabel(f"difference in {summary.get('metric_words', '')}{unit}\n"
+                      f"against {base}")
+        ax.set_title(f"thick: {interval_words(summary)}; thin: simultaneous;\n"
+                     "grey band: ±SESOI; filled: better/worse (Holm)", loc="left")
         note(ax, None, [c["ci"][0] for c in comps], [c["ci"][1] for c in comps])
         plotted["_axes"] = _save(fig, out, "forest")
     return plotted
@@ -229,13 +255,14 @@ def hops(summary: dict, out: Path) -> dict:
                         yerr=[[(y - a) * k for y, a in zip(ys, lo)],
                               [(b - y) * k for y, b in zip(ys, hi)]],
                         fmt="o", ms=3, capsize=0, lw=1, color=colour(i),
-                        label=c["short_label"])
+                        label=cell_words(summary, c))
             plotted[c["label"]] = {"mean": ys, "lo": lo, "hi": hi}
             note(ax, _kind(summary), lo, hi)
         ax.set_xticks(range(len(hop_keys)))
         ax.set_xticklabels(hop_keys)
         ax.set_xlabel(env_word("hops", summary.get("env")))
         ax.set_ylabel(_ylabel(summary))
+        ax.set_title(interval_words(summary), loc="left", fontsize=7)
         ax.grid(True, axis="y")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
         plotted["_axes"] = _save(fig, out, "hops")
@@ -269,16 +296,17 @@ def behaviour(summary: dict, out: Path) -> dict:
             a.set_title(behaviour_words(nme, summary.get("env"))
                         + (" (%)" if nme in RATES else ""))
             a.set_yticks(range(len(cells)))
-            a.set_yticklabels([c["short_label"] for c in reversed(cells)])
+            a.set_yticklabels([cell_words(summary, c) for c in reversed(cells)])
             a.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=4))  # no overlap
             a.set_ylim(-0.5, len(cells) - 0.5)   # the end rows clear of the spines
             a.grid(True, axis="x")
         _drop_unused(axes, len(names))
+        head = interval_words(summary)
         if constant:   # named, not drawn: a panel of identical points says nothing
-            fig.suptitle("the same in every cell: " + ", ".join(
+            head += "\nthe same in every cell: " + ", ".join(
                 f"{behaviour_words(n, summary.get('env'))} = "
-                + (f"{v * 100:g}%" if n in RATES else f"{v:g}") for n, v in constant.items()),
-                fontsize=7)
+                + (f"{v * 100:g}%" if n in RATES else f"{v:g}") for n, v in constant.items())
+        fig.suptitle(head, fontsize=7)
         fig.tight_layout()
         plotted["_axes"] = _save(fig, out, "behaviour")
     return plotted
@@ -305,11 +333,13 @@ def factor_intervals(summary: dict, out: Path) -> dict:
                 a.plot([r["mean"] * k], [y], "|", color="k", ms=8)
                 note(a, _kind(summary), r["ci"][0], r["ci"][1])
             a.set_yticks(range(len(rows)))
-            a.set_yticklabels([str(r["level"]) for r in rows])
-            a.set_title(factor_name(f, summary))
+            a.set_yticklabels([level_words(summary, f, r["level"]) for r in rows])
+            a.set_title(factor_words(summary, f))
             a.set_xlabel(_ylabel(summary))
             a.grid(True, axis="x")
             plotted[f] = {str(r["level"]): (r["mean"], r["ci"]) for r in rows}
+        fig.suptitle(f"mean of the cells at each level; {interval_words(summary)}",
+                     fontsize=7)
         fig.tight_layout()
         plotted["_axes"] = _save(fig, out, "factor_intervals")
     return plotted
@@ -375,7 +405,7 @@ def training(summary: dict, out: Path) -> dict:
                 c = summary["cells"][i]
                 cur = c["train_curves"][key]
                 lo, hi = _band(cur["mean"], cur.get("se", [0.0] * len(cur["mean"])), kind)
-                ax.plot(cur["steps"], cur["mean"], label=c["short_label"], **style(i))
+                ax.plot(cur["steps"], cur["mean"], label=cell_words(summary, c), **style(i))
                 ax.fill_between(cur["steps"], lo, hi, alpha=0.2, color=colour(i), lw=0)
                 note(ax, kind, lo, hi)
                 plotted.setdefault(key, {})[c["label"]] = cur["mean"]
@@ -387,6 +417,8 @@ def training(summary: dict, out: Path) -> dict:
         handles, labels = _legend_entries(fig)
         fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)),
                    bbox_to_anchor=(0.5, -0.02))
+        fig.suptitle("sampled training episodes; mean over seeds, band ±1 SE over seeds "
+                     "(logit scale for rates)", fontsize=7)
         fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(labels) > 4), 1, 1))
         plotted["_axes"] = _save(fig, out, "training")
     return plotted
@@ -437,7 +469,7 @@ def change(summary: dict, out: Path) -> dict:
             ax.set_title(words)
             ax.set_xlabel("change (points)" if pct else "change")
             ax.set_yticks(range(len(cells)))
-            ax.set_yticklabels([c["short_label"] for c in reversed(cells)])
+            ax.set_yticklabels([cell_words(summary, c) for c in reversed(cells)])
             ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=4))  # no overlap
             ax.set_ylim(-0.5, len(cells) - 0.5)   # the end rows clear of the spines
             ax.grid(True, axis="x")
@@ -473,10 +505,10 @@ def seeds(summary: dict, out: Path) -> dict:
             ax.plot([c["mean"] * k], [y], "|", color="k", ms=10)
             if c.get("iqm") is not None:
                 ax.plot([c["iqm"] * k], [y], "D", color=colour(1), ms=3)
-            note(ax, _kind(summary), min(sm), max(sm))
+            note(ax, _kind(summary), min(sm), max(sm), interval=False)
             plotted[c["label"]] = {"seed_means": sm, "mean": c["mean"], "iqm": c.get("iqm")}
         ax.set_yticks(range(len(cells)))
-        ax.set_yticklabels([c["short_label"] for c in reversed(cells)])
+        ax.set_yticklabels([cell_words(summary, c) for c in reversed(cells)])
         ax.set_xlabel(_ylabel(summary))
         unit = "sampling stream" if summary.get("evaluation_only") else "seed"
         ax.set_title(f"circles: one {unit} each; bar: mean; diamond: IQM", loc="left")
@@ -505,9 +537,9 @@ def _lifelong_panel(ax, summary: dict, q: str, steps: tuple) -> dict:
             vals += v["values"]
         ax.plot(cur["steps"], [x * k for x in cur["mean"]], marker=MARKERS[i % 8],
                 ms=max(2.5, 5.0 - 1.2 * i), mfc="white", lw=1.6, color=colour(i),
-                linestyle=LINESTYLES[i % 4], label=c["short_label"])
+                linestyle=LINESTYLES[i % 4], label=cell_words(summary, c))
         plotted[c["label"]] = {"steps": cur["steps"], "mean": cur["mean"]}
-    note(ax, KIND[q], min(vals, default=0.0), max(vals, default=0.0))
+    note(ax, KIND[q], min(vals, default=0.0), max(vals, default=0.0), interval=False)
     ax.set_title(env_word(WORDS[q], summary.get("env")) + (" (%)" if rate else ""))
     ax.set_xlabel("training step")
     ax.xaxis.set_major_locator(whole_ticks())
@@ -545,7 +577,8 @@ def lifelong(summary: dict, out: Path) -> dict:
             plotted[q] = _lifelong_panel(ax, summary, q, _lifelong_steps(summary))
         _drop_unused(axes, len(panels))
         handles, labels = _legend_entries(fig)
-        order = [c["short_label"] for c in summary["cells"] if c["short_label"] in labels]
+        order = [cell_words(summary, c) for c in summary["cells"]
+                 if cell_words(summary, c) in labels]
         fig.legend([handles[labels.index(lab)] for lab in order], order, loc="lower center",
                    ncol=min(4, len(order)), bbox_to_anchor=(0.5, -0.02))
         fig.suptitle("thin lines: one seed each; thick: the mean over seeds", fontsize=8)
@@ -569,7 +602,94 @@ def write_all(summary: dict, out: Path, workers: int | None = None) -> dict:
                 else os.cpu_count() or 1)
         workers = min(len(figs), cpus) if cpus >= 4 else 1
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return {name: fn(summary, out) for name, fn in figs.items()}
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as ex:
-        futures = {name: ex.submit(fn, summary, out) for name, fn in figs.items()}
-        return {name: f.result() for name, f in futures.items()}
+        drawn = {name: fn(summary, out) for name, fn in figs.items()}
+    else:
+        with ProcessPoolExecutor(workers,
+                                 mp_context=multiprocessing.get_context("fork")) as ex:
+            futures = {name: ex.submit(fn, summary, out) for name, fn in figs.items()}
+            drawn = {name: f.result() for name, f in futures.items()}
+    write_captions(summary, out, drawn)
+    return drawn
+
+
+def _design(summary: dict) -> str:
+    """'5 seeds per cell, 136 held-out questions, step 24'."""
+    seeds = sorted({c["n_seeds"] for c in summary["cells"]})
+    unit = "sampling streams" if summary.get("evaluation_only") else "seeds"
+    qs = sorted({c["n_questions"] for c in summary["cells"]})
+    return (f"{'/'.join(map(str, seeds))} {unit} per cell, "
+            f"{'/'.join(map(str, qs))} held-out questions, analysed at step "
+            f"{'/'.join(map(str, summary['steps']))}")
+
+
+def caption(summary: dict, name: str) -> str:
+    """What figure `name` draws, on what design, with which intervals and test."""
+    words = summary.get("metric_words", summary.get("metric", ""))
+    iv = interval_words(summary)
+    design = _design(summary)
+    base = in_words(summary, summary.get("baseline") or {})
+    pct = is_pct(summary)
+    sesoi = summary.get("sesoi", 0) * (100 if pct else 1)
+    first = summary["factors"][0] if summary.get("factors") else None
+    panel = f", one panel per {factor_words(summary, first)}" if first else ""
+    # "held-out accuracy" already says held-out; other metrics get the word
+    held = words[:1].upper() + words[1:] if words.lower().startswith("held-out") \
+        else f"Held-out {words}"
+    text = {
+        "learning_curves": f"{held} at each evaluation step, mean over seeds of "
+                           f"per-seed means over questions{panel}; bands: {iv}. Descriptive: "
+                           "the tests are of the paired change and of the differences to "
+                           "the baseline.",
+        "change": f"Change in {words} (and in the behaviour fields that changed) from the "
+                  f"first evaluation to the analysed step, paired by seed and question, "
+                  f"with {iv} (the interval of the paired test of the change).",
+        "forest": f"Difference in {words} of each cell (and factor main effect) to the "
+                  f"baseline ({base}), on the questions both evaluated: {iv} (thick), "
+                  f"simultaneous max-|t| intervals (thin); grey band: the smallest effect of "
+                  f"interest, ±{sesoi:g}{' points' if pct else ''}; filled markers: "
+                  f"Holm-adjusted p < {summary['alpha']}.",
+        "seeds": f"Each seed's mean {words} over the questions (circles), the cell mean "
+                 "(bar) and the interquartile mean over seeds (diamond); no interval.",
+        "hops": f"{held} by {env_word('hops', summary.get('env'))}, with {iv}.",
+        "behaviour": f"Behaviour of the held-out episodes per cell, with {iv}; fields equal "
+                     "in every cell are named, not drawn.",
+        "factor_intervals": f"Mean {words} of the cells at each level of each factor, "
+                            f"with {iv}.",
+        "training": "Sampled training episodes per optimizer step: mean over seeds with a "
+                    "band of ±1 SE over seeds (logit scale for rates); not held-out "
+                    "questions, no test.",
+        "lifelong": "Skill-library quantities over training steps: thin lines one seed "
+                    "each, thick the mean over seeds; descriptive, no interval.",
+    }[name]
+    return f"{text} {design[:1].upper()}{design[1:]}."
+
+
+def write_captions(summary: dict, out: Path, drawn: dict) -> None:
+    """For each figure drawn: figure_<name>.tex (\\includegraphics, \\caption, \\label),
+    for a paper to \\input, and captions.md with every caption; snippets of figures no
+    longer drawn are removed."""
+    from analysis.collect import shown
+    from analysis.tables import tex_escape
+    out = Path(out)
+    where = shown(out)
+    parts = Path(where).parts
+    tag = parts[1] if len(parts) > 1 and parts[0] == "experiments" else "ablate"
+    md = ["# Figure captions", "", "Generated by `python -m analysis` from summary.json; "
+          "each figure's LaTeX snippet is figure_<name>.tex (set \\ablatefigdir to this "
+          "folder, relative to the paper).", ""]
+    for name, plotted in drawn.items():
+        path = out / f"figure_{name}.tex"
+        if not plotted or not plotted.get("_axes"):
+            path.unlink(missing_ok=True)
+            continue
+        text = caption(summary, name)
+        env = "figure*" if plotted["_axes"][0].get("wide") else "figure"
+        path.write_text("\n".join([
+            f"% {name}: generated by python -m analysis; \\input it from a paper",
+            f"\\providecommand{{\\ablatefigdir}}{{{where}/}}",
+            f"\\begin{{{env}}}[t]", "\\centering",
+            f"\\includegraphics[width=\\linewidth]{{\\ablatefigdir {name}.pdf}}",
+            f"\\caption{{{tex_escape(text)}}}",
+            f"\\label{{fig:{tag}:{name}}}", f"\\end{{{env}}}", ""]))
+        md += [f"**{name}** ({name}.png, {name}.pdf, figure_{name}.tex): {text}", ""]
+    (out / "captions.md").write_text("\n".join(md))

@@ -123,3 +123,109 @@ def level(alpha: float, tex: bool = False) -> str:
     """The confidence level of the intervals an analysis at `alpha` draws: '95%' at 0.05,
     '97.06%' at Pocock's 0.0294 (analysis.yaml `alpha`)."""
     return f"{100 * (1 - alpha):.4g}" + ("\\%" if tex else "%")
+
+
+# Words for factors and their levels in figures, LaTeX tables and the README headline
+# ("reward: outcome" rather than `reward=outcome` or `+reward=outcome`). An experiment's
+# analysis.yaml may rename either (`names: {factors: {KEY: words}, levels: {KEY: {LEVEL:
+# words}}}`) for a paper's own names; a factor or level not listed keeps its short name.
+FACTOR_WORDS = {"reward.name": "reward", "algo.name": "algorithm", "agent.name": "agent",
+                "harness.max_malformed": "retries",
+                "harness.parser": "parser", "reward.state_change_bonus":
+                "bonus only after a change", "learner.lora.enable": "LoRA",
+                "model.name": "model", "env.name": "environment",
+                "trainer.lr": "learning rate", "trainer.group_size": "group size"}
+LEVEL_WORDS = {
+    "algo.name": {"grpo": "GRPO", "dr_grpo": "Dr. GRPO", "dapo": "DAPO", "ppo": "PPO",
+                  "rloo": "RLOO", "dpo": "trajectory DPO", "rft": "RFT", "star": "STaR",
+                  "grpo_curriculum": "GRPO + curriculum", "reinforce": "REINFORCE"},
+    "agent.name": {"react": "ReAct", "voyager": "Voyager (skill library)"},
+    "reward.name": {"tool_bonus": "test-run bonus"},
+}
+
+
+def _level_text(v) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return value(v)
+
+
+def words_table(factors: list[str], levels: dict, names: dict,
+                overrides: dict | None = None) -> dict:
+    """{"factors": {key: words}, "levels": {key: {value(level): words}}} for a design's
+    factors: analysis.yaml's `names` over FACTOR_WORDS / LEVEL_WORDS over the short name."""
+    overrides = overrides or {}
+    fo, lo = overrides.get("factors") or {}, overrides.get("levels") or {}
+    out = {"factors": {}, "levels": {}}
+    for k in factors:
+        short = names.get(k, k.removesuffix(".name"))
+        out["factors"][k] = str(fo.get(k, FACTOR_WORDS.get(k, short.replace("_", " "))))
+        own = {value(a): b for a, b in (lo.get(k) or {}).items()}
+        out["levels"][k] = {value(lv): str(own.get(value(lv), LEVEL_WORDS.get(k, {}).get(
+            value(lv), _level_text(lv)))) for lv in levels.get(k, [])}
+    return out
+
+
+def check_names(overrides, factors: list[str], levels: dict, where) -> None:
+    """analysis.yaml's `names`: only factors of the design and their levels."""
+    from analysis.errors import AnalysisError
+    if overrides is None:
+        return
+    if not isinstance(overrides, dict) or set(overrides) - {"factors", "levels"}:
+        raise AnalysisError(f"{where}: names must be a mapping with `factors` and/or "
+                            "`levels`")
+    for part in ("factors", "levels"):
+        unknown = sorted(set(overrides.get(part) or {}) - set(factors))
+        if unknown:
+            raise AnalysisError(f"{where}: names.{part} {unknown} are not factors of this "
+                                f"design ({', '.join(factors) or 'none'})")
+    for k, table in (overrides.get("levels") or {}).items():
+        known = {value(v) for v in levels.get(k, [])}
+        bad = sorted(value(v) for v in table if value(v) not in known)
+        if bad:
+            raise AnalysisError(f"{where}: names.levels.{k} {bad} are not levels of {k} "
+                                f"({', '.join(sorted(known))})")
+
+
+def words_of(summary: dict) -> dict:
+    """The summary's words table (summary["words"]; built with the defaults for a summary
+    from before it had one)."""
+    if summary.get("words"):
+        return summary["words"]
+    return words_table(summary.get("factors") or [], summary.get("levels") or {},
+                       summary.get("short_names") or {})
+
+
+def factor_words(summary: dict, k: str) -> str:
+    return words_of(summary)["factors"].get(k, k.removesuffix(".name"))
+
+
+def level_words(summary: dict, k: str, v) -> str:
+    return words_of(summary)["levels"].get(k, {}).get(value(v), _level_text(v))
+
+
+def in_words(summary: dict, factors: dict, keys=None) -> str:
+    """'reward: outcome' / 'reward: test-run bonus; bonus only after a change: yes'."""
+    keys = list(factors) if keys is None else list(keys)
+    if not keys:
+        return "all runs"
+    return "; ".join(f"{factor_words(summary, k)}: {level_words(summary, k, factors[k])}"
+                     for k in keys)
+
+
+def comparison_words(summary: dict, c: dict) -> str:
+    """A comparison in words: the differing factors of its cells ('reward: naive vs
+    shaped'); a main effect keeps its label."""
+    if "a" not in c or "b" not in c:
+        return c["label"]
+    keys = differing(c["a"], c["b"]) or list(c["a"])
+    tail = " (main effect)" if c.get("kind") == "main_effect" else ""
+    if len(keys) == 1:
+        k = keys[0]
+        return (f"{factor_words(summary, k)}: {level_words(summary, k, c['a'][k])} vs "
+                f"{level_words(summary, k, c['b'][k])}{tail}")
+    return f"{in_words(summary, c['a'], keys)} vs {in_words(summary, c['b'], keys)}{tail}"
+
+
+def cell_words(summary: dict, c: dict) -> str:
+    return in_words(summary, c["factors"], summary.get("factors"))

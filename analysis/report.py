@@ -346,6 +346,30 @@ def _bookkeeping(summary: dict) -> list[str]:
     return L
 
 
+def _code(summary: dict) -> list[str]:
+    """The code each arm ran (analysis.provenance: the runs' code.json)."""
+    from analysis.provenance import name
+    rows = summary.get("code") or []
+    if not rows:
+        return []
+    L = ["## Code versions", ""]
+    if not any(r["versions"] for r in rows):
+        return L + ["No run recorded the code it ran (code.json: git commit, uncommitted "
+                    "changes, package versions; written by ablate's cells since issue 46): "
+                    "the code versions of these runs are not known.", ""]
+    L += ["| cell | code (git commit; uncommitted changes: hash of the diff) | ablate | "
+          "packages | seeds |", "|---|---|---|---|---|"]
+    for r in rows:
+        for v in r["versions"]:
+            pk = ", ".join(f"{k} {x}" for k, x in sorted(v["packages"].items())) or "–"
+            L.append(f"| {r['label']} | {name(v)} | {v['ablate']} | {pk} | "
+                     f"{', '.join(map(str, v['seeds']))} |")
+        if r["not_recorded"]:
+            L.append(f"| {r['label']} | not recorded | – | – | "
+                     f"{', '.join(map(str, r['not_recorded']))} |")
+    return L + [""]
+
+
 def _lifelong(summary: dict) -> list[str]:
     """The lifelong quantities at the last step (analysis.lifelong; figure `lifelong`)."""
     if not has_lifelong(summary):
@@ -412,7 +436,7 @@ def render(summary: dict) -> str:
     L += _hypotheses(summary, pct)
     L += _changes(summary, pct) + _warm_start(summary)
     L += _planning(summary, pct) + _hops(summary, pct) + _behaviour(summary)
-    L += _lifelong(summary) + _bookkeeping(summary)
+    L += _lifelong(summary) + _code(summary) + _bookkeeping(summary)
     figs = ["learning_curves"] * has_curves(summary) + ["change"] * has_change(summary) + [
         "forest", "seeds"] + ["hops"] * bool(summary.get("hops")) + [
         "behaviour"] * bool(behaviour_panels(summary)[0]) + ["factor_intervals"] + [

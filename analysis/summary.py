@@ -13,6 +13,7 @@ import numpy as np
 from analysis import estimates as est
 from analysis import labels as lb
 from analysis import lifelong as ll
+from analysis import provenance
 from analysis import stats as st
 from analysis.collect import AnalysisError, Sweep, cell_label, match_cell, shown, sort_key
 from analysis.compare import evaluate, rows_of, shared, simultaneous
@@ -480,6 +481,8 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
     _family(confirm, st.holm, "holm", alpha, sesoi, lower_is_better)
     _family(pairs, st.benjamini_hochberg, "bh", alpha, sesoi, lower_is_better)
     warnings += [f"{r['label']} vs {r['vs']}: {w}" for r in confirm + pairs for w in r["warnings"]]
+    code, code_warnings = provenance.code_versions(cells)
+    warnings += code_warnings
     comparisons = [{k: v for k, v in r.items() if k not in ("ia", "ib")} for r in confirm + pairs]
 
     Q_now = max(len(d.questions) for d in data)
@@ -510,7 +513,7 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
         "unit": "question" if evaluation_only else "seed",
         "seed_variance": None if evaluation_only else seed_variance(cells, data, pool, alpha),
         "mde_table": plan.get("mde_table") if plan else None,
-        "planning": plan, "warnings": warnings,
+        "planning": plan, "warnings": warnings, "code": code,
         "incomplete": sweep.incomplete, "failed": failed, "missing": sweep.missing,
         "duplicates": sweep.duplicates, "exclusions": exclusions,
     }

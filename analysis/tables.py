@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 
 from analysis.estimates import BEHAVIOUR, RATES
-from analysis.labels import env_word, hop_words, level
+from analysis.labels import (cell_words, comparison_words, differing, env_word,
+                             factor_words, hop_words, in_words, level, level_words)
 from analysis.lifelong import KIND
 
 PCT_METRICS = {"correct", "answered", "read_after_hit"}
@@ -120,8 +121,8 @@ def baseline_comparisons(summary: dict) -> dict:
 
 
 def legend_text(summary: dict) -> str:
-    renamed = [(k, s) for k, s in summary.get("short_names", {}).items() if s != k]
-    return "; ".join(f"{s} = \\texttt{{{tex_escape(k)}}}" for k, s in renamed)
+    return "; ".join(f"{tex_escape(factor_words(summary, k))} = \\texttt{{{tex_escape(k)}}}"
+                     for k in summary.get("factors") or [])
 
 
 COLUMN_CHARS = 56     # text of a row that fits a single column at \\footnotesize (3.3 in)
@@ -188,7 +189,7 @@ def results_table(summary: dict, out: Path) -> None:
     factors = summary["factors"]
     base = baseline_comparisons(summary)
     unit = " (\\%)" if pct else ""
-    header = [tex_escape(factor_name(f, summary)) for f in factors] + [
+    header = [tex_escape(factor_words(summary, f)) for f in factors] + [
         "$S$", "$Q$", f"Mean{unit}", r"$\Delta$"]
     rows, csv_rows = [], []
     for c in summary["cells"]:
@@ -199,7 +200,7 @@ def results_table(summary: dict, out: Path) -> None:
             mark = "$^{*}$" if comp.get("verdict") in ("better", "worse") else ""
             delta = stacked(f"{fmt(comp['delta'], pct, True)}{mark}",
                             fmt_ci(comp["ci"], pct, True))
-        rows.append([tex_escape(c["factors"][f]) for f in factors]
+        rows.append([tex_escape(level_words(summary, f, c["factors"][f])) for f in factors]
                     + [str(c["n_seeds"]), str(c["n_questions"]),
                        stacked(fmt(c["mean"], pct) + ("$^{\\dagger}$" if c["question_noise_only"]
                                                       else ""), fmt_ci(c["ci"], pct)),
@@ -215,7 +216,7 @@ def results_table(summary: dict, out: Path) -> None:
     caption = (f"{words.capitalize()} by cell: mean over seeds of per-seed means over "
                f"questions; {_interval_words(summary)}. $S$ seeds, $Q$ questions. "
                f"$\\Delta$: difference to the baseline "
-               f"({tex_escape(summary['baseline_short'])}); $^{{*}}$: Holm-adjusted "
+               f"({tex_escape(in_words(summary, summary['baseline']))}); $^{{*}}$: Holm-adjusted "
                f"$p<{summary['alpha']}$. $^{{\\dagger}}$: one seed, question noise only."
                + (f" Factors: {legend}." if legend else ""))
     (out / "results.tex").write_text(_tabular(header, rows, caption, "tab:results",
@@ -225,10 +226,25 @@ def results_table(summary: dict, out: Path) -> None:
         "delta_ci_lo", "delta_ci_hi", "p_holm", "verdict"], csv_rows)
 
 
-def _comparison_rows(comps, pct):
+MAIN_MARK = "\x00m"   # a main effect's row: $^{m}$ after escaping (caption says so)
+
+
+def _row_words(summary: dict, c: dict) -> str:
+    """A confirmatory row: the cell's side in words (the caption names the baseline);
+    a pair of the exploratory family: both sides."""
+    if c["family"] != "confirmatory" or "a" not in c:
+        return comparison_words(summary, c)
+    keys = differing(c["a"], c["b"]) or list(c["a"])
+    text = (in_words(summary, c["a"], keys) if len(keys) == 1 else
+            "/".join(level_words(summary, k, c["a"][k]) for k in keys))
+    return text + (MAIN_MARK if c.get("kind") == "main_effect" else "")
+
+
+def _comparison_rows(comps, pct, summary=None):
     rows = []
     for c in comps:
-        name = tex_escape(c["tex_label"])
+        name = tex_escape(c["tex_label"] if summary is None else _row_words(summary, c)
+                          ).replace(MAIN_MARK, "$^{m}$")
         if c["delta"] is None:
             rows.append([name, "--", "--", "not compared"])
             continue
@@ -252,18 +268,20 @@ def comparisons_table(summary: dict, out: Path) -> None:
             continue
         header = ["Comparison", r"$\Delta$", rf"$p_\mathrm{{{short}}}$",
                   "Verdict"]
-        order = "/".join(factor_name(f, summary) for f in summary["factors"])
-        against = (f"against the baseline ({tex_escape(summary['baseline_short'])}); rows "
-                   "name the factors that differ from it (several: their values as "
-                   f"{tex_escape(order)})" if family == "confirmatory"
-                   else "between every pair of cells (exploratory); rows give the values "
-                   f"of the factors that differ, then of those shared, as {tex_escape(order)}")
+        order = "/".join(factor_words(summary, f) for f in summary["factors"])
+        against = (f"against the baseline "
+                   f"({tex_escape(in_words(summary, summary['baseline']))}); rows name "
+                   "the factors that differ from it (several: their levels as "
+                   f"{tex_escape(order)}; $^{{m}}$: a factor's main effect)"
+                   if family == "confirmatory"
+                   else "between every pair of cells (exploratory); rows name the factors "
+                   "that differ")
         caption = (f"Differences in {words}{unit} {against}, on the questions both cells "
                    f"evaluated; {_interval_words(summary)}; $p$ adjusted by {corr}. "
                    f"Better/worse: adjusted $p<{summary['alpha']}$; equivalent: the "
                    f"{level(2 * summary['alpha'], tex=True)} interval lies within "
                    f"$\\pm${sesoi}{unit} (TOST).")
-        (out / f"{name}.tex").write_text(_tabular(header, _comparison_rows(comps, pct),
+        (out / f"{name}.tex").write_text(_tabular(header, _comparison_rows(comps, pct, summary),
                                                   caption, f"tab:{name}", "lrrl"))
     _write_csv(out / "comparisons.csv", [
         "family", "correction", "kind", "a", "b", "label", "n_questions", "delta", "ci_lo",
@@ -286,7 +304,7 @@ def behaviour_table(summary: dict, out: Path) -> None:
     rows, csv_rows = [], []
     for c in summary["cells"]:
         vals = [c["behaviour"].get(n) for n in names]
-        rows.append([tex_escape(c["short_label"])] + [
+        rows.append([tex_escape(cell_words(summary, c))] + [
             "--" if v is None else stacked(fmt(v["mean"], n in RATES),
                                            fmt_ci(v["ci"], n in RATES))
             for n, v in zip(names, vals)])
@@ -316,7 +334,7 @@ def hops_table(summary: dict, out: Path) -> None:
     rows, csv_rows = [], []
     for c in summary["cells"]:
         cells = [c["by_hops"].get(h) for h in hops]
-        rows.append([tex_escape(c["short_label"])] + [
+        rows.append([tex_escape(cell_words(summary, c))] + [
             "--" if v is None else stacked(fmt(v["mean"], pct), fmt_ci(v["ci"], pct))
             for v in cells])
         row = [c["label"]]
@@ -413,7 +431,7 @@ def lifelong_table(summary: dict, out: Path) -> None:
     for c in summary["cells"]:
         last = c["lifelong"]["last"]
         vals = [last.get(n) for n in names]
-        rows.append([tex_escape(c["short_label"])] + [
+        rows.append([tex_escape(cell_words(summary, c))] + [
             "--" if v is None else stacked(fmt(v["mean"], KIND[n] == "rate"),
                                            fmt_ci(v["ci"], KIND[n] == "rate"))
             for n, v in zip(names, vals)])

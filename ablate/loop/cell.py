@@ -40,6 +40,7 @@ from ablate.loop.config import validate
 from ablate.loop.distributed import Stopped, at_step, peer_failure, watch_peers
 from ablate.loop.eval_metrics import GREEDY, SAMPLED
 from ablate.loop.outputs import CellDir
+from ablate.loop.provenance import record_code
 from ablate.loop.ranks import act_scored, agree, eval_scored, learner_rows
 from ablate.loop.resume import check_resume, config_changes, describe, record_changes, \
     stored_config
@@ -167,89 +168,6 @@ def final_summary(cell: CellDir, last_eval: dict | None, max_steps: int, t0: flo
     return {"final_step": max_steps,
             "final_accuracy": last_eval["eval/accuracy"] if last_eval else None,
             "final_eval": last_eval, "seconds": time.time() - t0}
-
-
-# ---------------------------------------------------------------------------------------
-# provenance: the code a cell ran (code.json)
-# ---------------------------------------------------------------------------------------
-CODE_PACKAGES = ("torch", "transformers", "deepspeed", "peft", "vllm")
-_UNTRACKED_HASHED_BYTES = 1 << 20   # an untracked file larger than this: name and size only
-
-
-def code_provenance(root: str | Path | None = None) -> dict:
-    """The code this process runs, as code.json records it: the git commit of the ablate
-    checkout, whether it has changes (tracked or untracked, not ignored), a SHA-256 of
-    `git diff HEAD` and of the untracked files (two dirty runs with the same hash ran the
-    same code), ablate's version and the versions of the key packages installed. Without
-    git or outside a checkout of ablate (an installed wheel) commit, dirty and diff_sha256
-    are null: never an error."""
-    import hashlib
-    import importlib.metadata
-    import platform
-    import subprocess
-
-    import ablate
-    root = Path(ablate.__file__).resolve().parents[1] if root is None else Path(root)
-
-    def git(*args) -> bytes | None:
-        try:
-            proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True,
-                                  timeout=60)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return proc.stdout if proc.returncode == 0 else None
-
-    commit = dirty = digest = None
-    top = git("rev-parse", "--show-toplevel")
-    if top is not None and Path(top.decode().strip()).resolve() == root.resolve():
-        head = git("rev-parse", "HEAD")
-        commit = head.decode().strip() if head else None
-        diff = git("diff", "HEAD", "--binary")
-        untracked = git("ls-files", "--others", "--exclude-standard", "-z")
-        if diff is not None and untracked is not None:
-            h = hashlib.sha256(diff)
-            names = sorted(n for n in untracked.split(b"\0") if n)
-            for name in names:
-                f = root / name.decode(errors="surrogateescape")
-                h.update(b"\0" + name + b"\0")
-                try:
-                    size = f.stat().st_size
-                    h.update(f.read_bytes() if size <= _UNTRACKED_HASHED_BYTES
-                             else str(size).encode())
-                except OSError:
-                    pass
-            dirty = bool(diff) or bool(names)
-            digest = h.hexdigest() if dirty else None
-    packages = {}
-    for name in CODE_PACKAGES:
-        try:
-            packages[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return {"commit": commit, "dirty": dirty, "diff_sha256": digest,
-            "ablate": getattr(ablate, "__version__", None),
-            "python": platform.python_version(), "packages": packages}
-
-
-def record_code(cell: CellDir) -> dict:
-    """Write code.json: the code of the cell's first start; a resume on other code adds
-    its record under `resumed_with` (analysis names such a cell: it mixes code versions)."""
-    now = code_provenance()
-    path = cell.path / "code.json"
-    try:
-        first = json.loads(path.read_text()) if path.exists() else None
-    except (OSError, ValueError):
-        first = None
-    if first is None:
-        record = now
-    else:
-        record = first
-        seen = [{k: v for k, v in first.items() if k != "resumed_with"},
-                *first.get("resumed_with", [])]
-        if now not in seen:
-            record = {**first, "resumed_with": [*first.get("resumed_with", []), now]}
-    cell.write_text("code.json", json.dumps(record, indent=2))
-    return record
 
 
 def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:

@@ -13,6 +13,7 @@ from analysis import stats as st
 from analysis.compare import evaluate
 from analysis.estimates import CellData
 from analysis.export import export, main
+from analysis.labels import cell_words
 from analysis.publish import BEGIN, END
 from analysis.publish import main as publish_main
 from analysis.synthetic import write_sweep
@@ -129,14 +130,15 @@ def test_publish_regenerates_report_and_readme_headline(tmp_path, capsys):
     assert "\nold\n" not in readme and readme.endswith(f"{END}\n\nafter\n")
     positive = 0
     for c in summary["cells"]:
-        row = next(x for x in readme.splitlines() if x.startswith(f"| {c['short_label']} |"))
+        row = next(x for x in readme.splitlines()
+                   if x.startswith(f"| {cell_words(summary, c)} |"))
         assert f"| {fmt_est(c)} | {fmt_est(c['change']['correct'], True, True)} |" in row
         # 10 steps x 1,000 tokens x 6 s per seed (analysis/synthetic.py)
         assert c["compute"] == {"generated_tokens": 10000.0, "train_seconds": 60.0,
                                 "n_seeds": 2}
         change = c["change"]["correct"]["mean"]
         row = next(x for x in readme.splitlines()
-                   if x.startswith(f"| {c['short_label']} | 10,000 | 1.0 | "))
+                   if x.startswith(f"| {cell_words(summary, c)} | 10,000 | 1.0 | "))
         if c["change"]["correct"]["ci"][0] > 0:     # a gain whose interval excludes 0
             positive += 1
             assert row.endswith(f"| {fmt(change, True, True)} | {1e4 / (100 * change):,.0f} | "
@@ -164,7 +166,7 @@ def test_publish_includes_reused_runs(tmp_path):
     (exp / "README.md").write_text(f"{BEGIN}\n{END}\n")
     assert publish_main([str(exp), "--sweep", str(sweep), "--no-figures"]) == 0
     readme = (exp / "README.md").read_text()
-    assert "| reward=shaped |" in readme and "| reward=naive |" in readme
+    assert "| reward: shaped |" in readme and "| reward: naive |" in readme
     assert not (exp / "results" / "runs" / "other").exists()
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from analysis import cli, figures
 from analysis.collect import AnalysisError, collect, infer_factors
+from analysis.labels import comparison_words
 from analysis.summary import analyse
 from analysis.synthetic import base_config, write_run, write_sweep
 from analysis.report import p_is
@@ -360,7 +361,7 @@ def test_figures_plot_summary_numbers(summary, tmp_path):
     conf = [c for c in summary["comparisons"] if c["family"] == "confirmatory"]
     assert plotted["forest"]["delta"] == [c["delta"] for c in conf]
     assert plotted["forest"]["ci"] == [c["ci"] for c in conf]
-    assert plotted["forest"]["labels"] == [c["label"] for c in conf]
+    assert plotted["forest"]["labels"] == [comparison_words(summary, c) for c in conf]
     for c in summary["cells"]:
         assert plotted["hops"][c["label"]]["mean"] == [c["by_hops"][h]["mean"]
                                                         for h in summary["hops"]]

@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from analysis import figures
-from analysis.labels import FOREIGN_WORDS
+import re
+
+from analysis.labels import FOREIGN_WORDS, level
+
+# a raw override string: `reward=naive`, `+algo=grpo`, `state_change_bonus=True`
+RAW_KEY = re.compile(r"(^|[\s(,;])\+?[A-Za-z_][\w.]*=\S")
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLISHED = sorted(REPO.glob("experiments/*/results/report/summary.json"))
@@ -29,6 +34,12 @@ def check(summary: dict, drawn: dict) -> list[str]:
             for t in ax["texts"]:
                 if any(w in t.lower() for w in foreign):
                     bad.append(f"{where}: '{t}' is not a word of {summary['env']}")
+                if RAW_KEY.search(t):
+                    bad.append(f"{where}: '{t}' names a factor by its config key, not in words")
+            if ax.get("interval") and ax["lo"] and not any(
+                    level(summary.get("alpha", 0.05)) in t or "±1 SE" in t
+                    for t in ax["texts"] + ax.get("figure_texts", [])):
+                bad.append(f"{where}: draws intervals without stating their level")
     return bad
 
 
@@ -52,6 +63,13 @@ def test_the_check_fails_on_each_defect():
     bad = check(summary, {"f": {"_axes": [ax, cnt]}})
     assert len(bad) == 4 and "empty" in bad[0] and "outside [0, 1]" in bad[1]
     assert "not a word of coderepair" in bad[2] and "below 0" in bad[3]
+    raw = {"texts": ["reward=naive", "+algo=grpo"], "has_data": True, "kind": None,
+           "lo": [0.1], "hi": [0.2], "interval": True, "figure_texts": []}
+    bad = check(summary, {"f": {"_axes": [raw]}})
+    assert len(bad) == 3 and all("config key" in b for b in bad[:2])
+    assert "without stating their level" in bad[2]
+    ok = {**raw, "texts": ["reward: naive"], "figure_texts": ["95% t intervals over seeds"]}
+    assert check(summary, {"f": {"_axes": [ok]}}) == []
 
 
 # the lifelong figure of real short voyager-vs-react sweeps (tests/fixtures/voyager_lifelong)
