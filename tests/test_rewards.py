@@ -329,7 +329,7 @@ def test_weights_from_the_command_line_and_their_errors():
             r"'efficiency'\]$"),
            (["+reward=shaped", "reward.name=naive"], r"^reward.weights.process is not a "
             r"component of reward.name='naive'"),
-           (["reward.weights.witness=nan"], r"^reward.weights.witness=nan is not allowed")]
+           (["reward.weights.witness=nan"], r"^reward.weights.witness=nan: must be a finite number")]
     for args, message in bad:
         with pytest.raises(ConfigError, match=message):
             validate(compose_config(normalise_overrides(args)))
