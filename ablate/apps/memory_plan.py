@@ -156,7 +156,7 @@ class MemoryPlan:
 
     def table(self) -> str:
         s = self.shape
-        head = (f"memory plan: {s.arch} {s.params / 1e9:.2f}B params ({self.trainable / 1e9:.3g}B"
+        head = (f"memory plan: {s.arch} {_count(s.params)} params ({_count(self.trainable)}"
                 f" trained), {self.world_size} rank(s), {self.device} "
                 f"{self.device_bytes / GB:.1f} GB ({self.device_source})")
         rows = [f"  {t.name:<22}{t.bytes / GB:>9.2f} GB  {t.phase:<8} {t.note}"
@@ -428,3 +428,11 @@ def _apply(cfg, world: int, label: str) -> tuple[Any, int]:
 
 def _value(text: str):
     return True if text == "true" else int(text) if text.isdigit() else text
+
+
+def _count(n: float) -> str:
+    """A parameter count in the unit that reads: 4.02B, 4.44M, 13.3K."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{int(n)}"
