@@ -132,6 +132,7 @@ def test_gpu_smoke_runs_every_stage_on_cpu(tmp_path):
     assert "== summary" in r.stdout and not (out / "q4b_lora" / "ckpt").exists()
 
 
+@pytest.mark.slow   # ~18 s: a stage cut by its timeout (.ci/run's second stage)
 def test_gpu_smoke_stage_timeout_dumps_stacks_and_next_stage_runs(tmp_path):
     r, out = _smoke(tmp_path, "tiny q4b_lora", SMOKE_TIMEOUT_TINY="8")
     assert (out / "tiny.rc").read_text().strip() != "0"

@@ -106,6 +106,7 @@ def test_hf_files_come_from_the_local_cache(tmp_path, monkeypatch):
     assert hf_local("hf://datasets/o/r/test.jsonl") is None
 
 
+@pytest.mark.slow   # a real cell (~13 s); the parsing tests stay in the default run
 def test_article_runs_a_tiny_cell_to_complete(tmp_path):
     out = tmp_path / "cell"
     small = ["env=synthetic", "model=tiny", "judge=exact", "learner=torch",

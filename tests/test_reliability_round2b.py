@@ -50,7 +50,7 @@ def run_full_disk(args: list[str], cwd: Path, cache: Path) -> subprocess.Complet
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("learner", ["torch", "deepspeed"])
+@pytest.mark.parametrize("learner", ["torch", pytest.param("deepspeed", marks=pytest.mark.slow)])
 def test_a_full_disk_in_a_lora_checkpoint_is_one_line_and_leaves_no_tmp(learner, tmp_path,
                                                                         cache):
     cell = tmp_path / "cell"
