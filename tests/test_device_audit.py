@@ -112,11 +112,12 @@ def test_reverting_device_side_sampling_fails_the_audit(tiny, env, monkeypatch):
 def test_a_torch_learner_update_and_weight_push_on_the_device_are_clean(tmp_path):
     """The learner's update (shared prefix, an action mask, micro-batches) and the push
     of its weights into an HF sampler on the device."""
+    import transformers
+
     import test_learners as L
     from ablate.learners import make_learner
     weights = str(tmp_path / "w")
-    transformers_model = L.load.__globals__["transformers"].AutoModelForCausalLM
-    transformers_model.from_config(L.tiny_config()).save_pretrained(weights)
+    transformers.AutoModelForCausalLM.from_config(L.tiny_config()).save_pretrained(weights)
     segs, adv = L.make_batch(lengths=(40, 64, 23, 57))
     for s in segs:
         s.ids[:6] = segs[0].ids[:6]
