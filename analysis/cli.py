@@ -62,10 +62,12 @@ def experiment_spec(sweep) -> Path | None:
     return path if path.exists() else None
 
 
-# keys an analysis.yaml may hold (analysis.publish reads the last two)
+# keys an analysis.yaml may hold (analysis.publish reads include, headline_behaviour,
+# scripts and quantities; analysis.claims reads quantities; docs/statistics.md sec. 9)
 SPEC_KEYS = ("metric", "baseline", "B", "rng_seed", "sesoi", "alpha", "step", "all_pairs",
              "lower_is_better", "evaluation_only", "exploratory", "include",
-             "headline_behaviour", "hypotheses", "names")
+             "headline_behaviour", "hypotheses", "names", "seed_variance", "primary",
+             "scripts", "quantities", "preregistration", "results_commit", "unrun")
 
 
 def settings(args, spec: dict, spec_path) -> tuple[dict | None, str, bool]:

@@ -8,16 +8,20 @@ listed under `include:` in experiments/<name>/analysis.yaml, relative to it: run
 experiment reuses from another) into results/report, with the settings of that
 analysis.yaml, and rewrite the headline table of experiments/<name>/README.md between its
 `<!-- results:begin -->` and `<!-- results:end -->` markers from
-results/report/summary.json, so that no number in the README is typed by hand.
+results/report/summary.json, after running the experiment's own scripts (analysis.yaml
+`scripts:`); last, render the README's findings templates and those of the index READMEs
+(analysis/claims.py), so that no number in a README is typed by hand.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
-from analysis import cli
+from analysis import claims, cli
 from analysis.collect import AnalysisError, read_config
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis import hygiene
@@ -161,9 +165,28 @@ def publish(exp: Path, sweep: Path | None = None, figures: bool = True) -> Path:
         argv += ["--spec", str(spec)]
     if cli.main(argv + ([] if figures else ["--no-figures"])) != 0:
         raise AnalysisError(f"the analysis of {runs} failed (message above)")
+    run_scripts(exp, settings, out, spec)
     summary = json.loads((out / "summary.json").read_text())
     rewrite_readme(exp / "README.md", headline(summary, "results/report", behaviour))
+    for md in (exp / "README.md", *claims.default_files()[:2]):   # its prose, the indexes
+        md.write_text(claims.render_file(md))
     return out
+
+
+def run_scripts(exp: Path, settings: dict, out: Path, spec: Path) -> None:
+    """The experiment's own figure and quantity scripts (analysis.yaml `scripts:`, paths
+    relative to exp), each run as `python SCRIPT REPORT_DIR` from the repository root:
+    it reads results/runs and writes its figures and JSON into the report."""
+    for rel in settings.get("scripts") or []:
+        script = exp / rel
+        if not script.is_file():
+            raise AnalysisError(f"{spec}: scripts: {rel} does not exist")
+        env = {**os.environ, "PYTHONPATH": str(claims.ROOT), "MPLBACKEND": "Agg"}
+        done = subprocess.run([sys.executable, str(script.resolve()), str(out.resolve())],
+                              cwd=claims.ROOT, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise AnalysisError(f"{script}: exit {done.returncode}: {last}")
 
 
 def main(argv: list[str] | None = None) -> int:
