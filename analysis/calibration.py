@@ -39,6 +39,7 @@ class Design:
     base: float = 0.0
     effect: float = 0.0          # true accuracy difference of cell 1 vs cell 0 (others 0)
     seeds: str = "gauss"         # seed effects: gauss, bimodal (two-point), t3 (SEED_DISTS)
+    seed_scale: float = 1.0      # cell 1's seed SD over the others' (arms that differ)
 
 
 def _total_sd(p: dict) -> float:
@@ -87,6 +88,8 @@ def simulate(rng: np.random.Generator, R: int, d: Design, regime: dict) -> np.nd
     b = rng.normal(0, regime["sd_question"], (R, 1, d.Q, 1))
     u = rng.normal(0, regime["sd_cellq"], (R, d.n_cells, d.Q, 1))
     a = seed_effects(rng, d.seeds, regime["sd_seed"], (R, d.n_cells, 1, d.S))
+    if d.n_cells > 1:
+        a[:, 1] *= d.seed_scale
     w = rng.normal(0, regime["sd_resid"], (R, d.n_cells, d.Q, d.S))
     logit = d.base + shift[None, :, None, None] + a + b + u + w
     return rng.binomial(d.K, expit(logit)) / d.K

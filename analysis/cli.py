@@ -15,6 +15,10 @@ from analysis.summary import DEFAULT_SESOI, analyse
 EXPERIMENTS = REPO / "experiments"
 
 
+# the variance models of the seed term (docs/statistics.md sec. 2): no pretest chooses
+SEED_VARIANCE = ("welch", "pooled")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
     p.add_argument("run_dirs", nargs="+", type=Path, help="run or multirun directories")
@@ -43,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lower-is-better", action="store_true", default=None,
                    help="the metric improves downwards (e.g. idle_test_runs): a significant "
                         "negative difference is 'better'")
+    p.add_argument("--seed-variance", choices=SEED_VARIANCE, default=None,
+                   help="welch: each cell's own seed variance (default); pooled: one over "
+                        "the cells, where the experiment pre-registered it")
     p.add_argument("--include-incomplete", action="store_true",
                    help="also analyse runs without a COMPLETE marker")
     p.add_argument("--allow-duplicates", action="store_true",
@@ -77,7 +84,7 @@ def settings(args, spec: dict, spec_path) -> tuple[dict | None, str, bool]:
         raise AnalysisError(f"{spec_path}: unknown key(s) {', '.join(unknown)}; allowed: "
                             + ", ".join(SPEC_KEYS))
     defaults = {"B": 10_000, "rng_seed": 0, "metric": "correct", "alpha": 0.05, "step": None,
-                "sesoi": DEFAULT_SESOI, "lower_is_better": False}
+                "sesoi": DEFAULT_SESOI, "lower_is_better": False, "seed_variance": "welch"}
     for key, default in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, spec.get(key, default))
@@ -98,6 +105,9 @@ def settings(args, spec: dict, spec_path) -> tuple[dict | None, str, bool]:
     if not isinstance(args.lower_is_better, bool):
         raise AnalysisError(f"{spec_path}: lower_is_better is {args.lower_is_better!r}; "
                             "expected true or false")
+    if args.seed_variance not in SEED_VARIANCE:
+        raise AnalysisError(f"{spec_path}: seed_variance is {args.seed_variance!r}; allowed: "
+                            + ", ".join(SEED_VARIANCE))
     if args.B < 100:
         raise AnalysisError(f"--B {args.B}: use at least 100 Monte Carlo draws")
     return baseline, source, all_pairs
@@ -115,7 +125,8 @@ def run(argv=None) -> Path:
                       rng_seed=args.rng_seed, baseline=baseline, alpha=args.alpha,
                       sesoi=float(args.sesoi), all_pairs=all_pairs, baseline_source=source,
                       lower_is_better=bool(args.lower_is_better),
-                      evaluation_only=spec.get("evaluation_only"))
+                      evaluation_only=spec.get("evaluation_only"),
+                      seed_variance_model=args.seed_variance)
     summary["exploratory"] = spec.get("exploratory")
     # words for factors and levels in figures and tables (analysis.yaml `names`)
     lb.check_names(spec.get("names"), summary["factors"], summary["levels"], spec_path)

@@ -109,27 +109,25 @@ def _seed_variance(summary: dict) -> list[str]:
     sv = summary.get("seed_variance")
     if not sv:
         return []
-    pooled, h = sv["pooled"], sv.get("homogeneity")
-    used = pooled.get("used", True)
+    pooled, ratio = sv["pooled"], sv.get("max_min_ratio")
+    model = ("**one seed variance pooled over the cells** (pre-registered in analysis.yaml "
+             "`seed_variance: pooled`)" if sv.get("model") == "pooled" else
+             "**each cell's own seed variance** (Welch-type contrasts with Satterthwaite df; "
+             "no pretest chooses the model)")
     L = ["## Seed variance", "",
-         f"Pooled over the design's cells: σ²_seed = {pooled['sigma2_seed']:.2e} on "
-         f"{pooled['df']} df" + (" (the intervals and tests use it). " if used else ". ")
-         + (f"Homogeneity across the {h['n_cells']} cells with two or more seeds: "
-            f"{h['test']}'s test {p_is(h['p'])}"
-            + (" — **the cells' seed variances differ, so the intervals and tests use each "
-               "cell's own seed variance (not pooled)**."
-               if not used else " (no evidence that they differ).")
-            if h else "Homogeneity not testable (fewer than two cells with varying seeds)."),
-         "", f"Per-cell estimates{' (diagnostic)' if used else ''}: " + "; ".join(
+         f"The intervals and tests use {model}. Pooled over the design's cells: "
+         f"σ²_seed = {pooled['sigma2_seed']:.2e} on {pooled['df']} df"
+         + (" (used by the tests and the planning tables)." if pooled.get("used") else
+            " (used by the planning tables only)."),
+         "", "Per-cell estimates: " + "; ".join(
              f"{c['label']} {_sci(c['sigma2_seed'])} ({c['n_seeds']} seeds)"
-             for c in sv["per_cell"]) + "."]
+             for c in sv["per_cell"]) + "."
+         + (f" Largest over smallest: {ratio:.1f}." if ratio is not None else "")]
     few = min(c["n_seeds"] for c in summary["cells"])
     if few < 5:
-        L += ["", f"With {few} seeds per cell the t intervals rest on few seed df; in the "
-              "simulation study (docs/statistics.md, sec. 6) pooled intervals cover 0.94-0.96 "
-              "from S = 3 under normal, bimodal and t3 seed effects, but the exact "
-              "permutation p (exact whatever the seeds' distribution) is the one to lean on "
-              "— and it cannot go below its smallest attainable value."]
+        L += ["", f"With {few} seeds per cell the t intervals rest on few seed df; the "
+              "exact permutation p (exact whatever the seeds' distribution) is the one to "
+              "lean on — and it cannot go below its smallest attainable value."]
     return L + [""]
 
 

@@ -110,19 +110,6 @@ def pool(ys: list[np.ndarray]) -> Pool | None:
     return None if nu == 0 else Pool(v=np.asarray(v / nu), r=np.asarray(r / nu), nu=nu)
 
 
-def homogeneity(ys: list[np.ndarray]) -> dict | None:
-    """Bartlett's (1937, Proc. R. Soc. A 160:268) test that the cells' seed means have
-    one variance (the assumption of `pool`), on the cells with two or more seeds."""
-    groups = [y.mean(axis=-2) for y in ys if y.shape[-1] >= 2 and y.shape[-2] >= 2]
-    if len(groups) < 2 or any(np.var(g, ddof=1) == 0 for g in groups):
-        return None
-    stat, p = sps.bartlett(*groups)
-    if not math.isfinite(p):
-        return None
-    return {"test": "Bartlett", "statistic": float(stat), "df": len(groups) - 1,
-            "p": float(p), "n_cells": len(groups)}
-
-
 def contrast(ys: list[np.ndarray], coefs, bound: float = SEED_BOUND,
              pooled: Pool | None = None) -> Estimate:
     """sum_k c_k ybar_k for complete ys[k] (..., Q, S_k) on the same Q questions.

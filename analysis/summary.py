@@ -80,16 +80,16 @@ class Ctx:
     env: str | None = None
 
 
-def pools_of(mats: list[dict], alpha: float) -> dict:
-    """{field: stats.pool over the cells that have it}; None for a per-question design,
-    and where Bartlett's test rejects one seed variance for the cells at level alpha
-    (then each cell's own seed variance is used, as without pooling)."""
-    out = {}
-    for n in {n for m in mats for n in m}:
-        ys = [m[n].y for m in mats if n in m and m[n].unit == "seed"]
-        h = st.homogeneity(ys) if len(ys) > 1 else None
-        out[n] = None if h is not None and h["p"] < alpha else st.pool(ys)
-    return out
+def pools_of(mats: list[dict], pooled: bool) -> dict:
+    """{field: stats.pool over the cells that have it} for a pre-registered pooled seed
+    variance; {} (each cell's own seed variance, Welch-type contrasts) otherwise. No
+    pretest chooses between them: Bartlett's test is not robust to non-normal seeds
+    (Box 1953, Biometrika 40:318) and choosing a variance model by a pretest changes the
+    test's error rate (Zimmerman 2004, Br. J. Math. Stat. Psychol. 57:173)."""
+    if not pooled:
+        return {}
+    return {n: st.pool([m[n].y for m in mats if n in m and m[n].unit == "seed"])
+            for n in {n for m in mats for n in m}}
 
 
 def bounded(r: dict, kind: str | None, n_units: int, alpha: float) -> list | None:
@@ -416,9 +416,10 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
             alpha: float = 0.05, power: float = 0.8, sesoi: float = DEFAULT_SESOI,
             all_pairs: bool = False, with_curves: bool = True,
             baseline_source: str = "--baseline", lower_is_better: bool = False,
-            evaluation_only: bool | None = None) -> dict:
+            evaluation_only: bool | None = None, seed_variance_model: str = "welch") -> dict:
     """summary.json of a sweep. evaluation_only None: detected (every run has
-    trainer.max_steps 0: fixed weights, the question is the unit)."""
+    trainer.max_steps 0: fixed weights, the question is the unit). seed_variance_model:
+    "welch" (each cell's own seed variance) or "pooled" (one, pre-registered)."""
     if evaluation_only is None:
         evaluation_only = is_evaluation_only(sweep)
     failed, warnings = list(sweep.failed), list(sweep.warnings)
@@ -451,9 +452,10 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
     curves = [est.curve_matrices(c, metric) if with_curves else {} for c in cells]
     if evaluation_only:
         curves = [{s: d.per_question() for s, d in cv.items()} for cv in curves]
-    ctx = Ctx(alpha=alpha, metric=metric, pools=pools_of(mats, alpha),
-              change_pools=pools_of(changes, alpha),
-              curve_pools=pools_of([{s: d for s, d in cv.items()} for cv in curves], alpha),
+    pooled = seed_variance_model == "pooled"
+    ctx = Ctx(alpha=alpha, metric=metric, pools=pools_of(mats, pooled),
+              change_pools=pools_of(changes, pooled),
+              curve_pools=pools_of([{s: d for s, d in cv.items()} for cv in curves], pooled),
               eval_only=evaluation_only, env=env)
     out_cells = [_cell_summary(c, m, ch, cv, ctx, names, with_curves, steps)
                  for c, m, ch, cv in zip(cells, mats, changes, curves)]
@@ -470,7 +472,7 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
     pool = ctx.pools.get(metric)
     confirm, pairs = _comparisons(sweep, cells, data, base, alpha, names, all_pairs, pool)
     cell_pairs = [(r["ia"], r["ib"]) for r in confirm if r["kind"] == "cell"]
-    # where the tests use each cell's own seed variance (Bartlett), plan on their pool all
+    # where the tests use each cell's own seed variance (welch), plan on their pool all
     # the same: with equal seeds it is the mean of the cells' own, which is what the
     # variance of a two-cell difference adds up
     comps = planning_components(data, cell_pairs, pool or st.pool([d.y for d in data]))
@@ -511,7 +513,8 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
         "evaluation_only": evaluation_only,
         "warm_start": None if evaluation_only else warm_start(cells),
         "unit": "question" if evaluation_only else "seed",
-        "seed_variance": None if evaluation_only else seed_variance(cells, data, pool, alpha),
+        "seed_variance": None if evaluation_only else seed_variance(cells, data, pool,
+                                                                     seed_variance_model),
         "mde_table": plan.get("mde_table") if plan else None,
         "planning": plan, "warnings": warnings, "code": code,
         "incomplete": sweep.incomplete, "failed": failed, "missing": sweep.missing,
@@ -557,9 +560,11 @@ def is_evaluation_only(sweep: Sweep) -> bool:
     return bool(runs) and all(r.config.get("trainer.max_steps") == 0 for r in runs)
 
 
-def seed_variance(cells, data, pool, alpha) -> dict | None:
-    """The pooled seed variance (whether the intervals use it), Bartlett's homogeneity
-    test, and each cell's own estimate (a diagnostic when pooled)."""
+def seed_variance(cells, data, pool, model: str) -> dict | None:
+    """The variance model the intervals and tests use (`model`), the seed variance pooled
+    over the cells (used by them when pooled, by the planning tables always) and each
+    cell's own estimate, with the ratio of the largest to the smallest (a description,
+    not a test that chooses)."""
     used = pool is not None
     pool = pool or st.pool([d.y for d in data])
     if pool is None:
@@ -567,8 +572,11 @@ def seed_variance(cells, data, pool, alpha) -> dict | None:
     per_cell = [{"label": c.label, "n_seeds": d.n_seeds,
                  "sigma2_seed": (st.components(d.y) or {}).get("sigma2_seed")}
                 for c, d in zip(cells, data)]
-    return {"pooled": {"sigma2_seed": float(pool.sigma2_seed), "df": pool.nu, "used": used},
-            "homogeneity": st.homogeneity([d.y for d in data]), "per_cell": per_cell}
+    own = [c["sigma2_seed"] for c in per_cell if c["sigma2_seed"] is not None]
+    ratio = max(own) / min(own) if len(own) > 1 and min(own) > 0 else None
+    return {"model": model,
+            "pooled": {"sigma2_seed": float(pool.sigma2_seed), "df": pool.nu, "used": used},
+            "per_cell": per_cell, "max_min_ratio": ratio}
 
 
 def _comparisons(sweep, cells, data, base, alpha, names, all_pairs, pool):

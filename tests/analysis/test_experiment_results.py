@@ -47,17 +47,24 @@ def test_the_reward_experiment_is_published():
     assert EXPERIMENTS / "enronhop_rewards" in PUBLISHED
 
 
-def test_unpooled_seed_variances_still_plan_and_tost_names_its_level():
-    """reward_resolution's arms fail Bartlett's test (tests use each arm's own seed
-    variance); the planning table is still given, from their pool, and its equivalence
-    verdict names the 1 - 2 alpha interval of two one-sided tests at alpha = 0.0294."""
+def test_each_arms_own_seed_variance_is_the_default_and_still_plans():
+    """coderepair_hacking pre-registered no variance model: the tests use each arm's own
+    seed variance (no pretest chooses), the planning table their pool; reward_resolution
+    pre-registered the pool and uses it, and its equivalence verdict names the 1 - 2 alpha
+    interval of two one-sided tests at alpha = 0.0294."""
+    hacking = json.loads((EXPERIMENTS / "coderepair_hacking" / "results" / "report" /
+                          "summary.json").read_text())
+    assert hacking["seed_variance"]["model"] == "welch"
+    assert hacking["seed_variance"]["pooled"]["used"] is False
+    assert hacking["variance_components"]["seed_pooled_for_tests"] is False
+    assert hacking["planning"]["mde_table"]["rows"]
+    report = (EXPERIMENTS / "coderepair_hacking" / "results" / "report" / "report.md").read_text()
+    assert "each cell's own seed variance" in report and "Bartlett" not in report
+    assert "for planning only: the tests use each cell's own" in report
     exp = EXPERIMENTS / "reward_resolution"
     summary = json.loads((exp / "results" / "report" / "summary.json").read_text())
-    assert summary["seed_variance"]["pooled"]["used"] is False
-    vc = summary["variance_components"]
-    assert vc["seed_pooled_for_tests"] is False and vc["nu_seed"] == 18
-    assert summary["planning"]["mde_table"]["rows"]
+    assert summary["seed_variance"]["model"] == "pooled"
+    assert summary["seed_variance"]["pooled"]["used"] is True
+    assert summary["variance_components"]["nu_seed"] == 18
     report = (exp / "results" / "report" / "report.md").read_text()
-    assert "for planning only: the tests use each cell's own" in report
     assert "equivalent: the 94.12% interval lies within ±5.0 points" in report
-    assert "No cell has two or more seeds" not in report

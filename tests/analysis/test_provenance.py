@@ -52,6 +52,8 @@ def test_without_git_the_commit_is_null_not_an_error(tmp_path, monkeypatch):
 
 def test_a_cell_writes_code_json_and_a_resume_on_other_code_is_kept(tmp_path, monkeypatch):
     cell = CellDir(tmp_path, writer=True)
+    now = code_provenance()          # fixed: the checkout may be edited while this runs
+    monkeypatch.setattr("ablate.loop.provenance.code_provenance", lambda: now)
     first = record_code(cell)
     rec = json.loads((tmp_path / "code.json").read_text())
     assert {"commit", "dirty", "diff_sha256", "ablate", "packages"} <= set(rec)
