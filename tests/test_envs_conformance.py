@@ -50,6 +50,8 @@ def test_tasks_schemas_prompt(env):
     train, test = env.tasks("train"), env.tasks("test")
     assert train and test
     assert not {t.id for t in train} & {t.id for t in test}, "held-out split overlaps train"
+    assert not {t.identity for t in train} & {t.identity for t in test}
+    assert len({t.identity for t in train}) > 1     # the identity tells tasks apart
     names = env.tool_names()
     assert env.answer_tool in names and len(set(names)) == len(names)
     for schema in env.tool_schemas():

@@ -47,6 +47,32 @@ CASES = {
                                       "'named_right'; expected that name"),
     "unknown option": (["env=broken", "+env.options.sise=3"],
                        "env=broken takes no option env.options.sise; allowed: size"),
+    "duplicate tool name": (target("DuplicateTool", "duptool"),
+                            "env=duptool: two tools are named 'look'; expected each tool "
+                            "name once in tool_schemas() (look, look, answer)"),
+    "tool shadowing the answer tool": (target("ShadowAnswer", "shadow"),
+                                       "env=shadow: tool 'Answer' shadows the answer tool "
+                                       "'answer' (tool names match without case, '-' and "
+                                       "'_'); expected every other tool named apart from it"),
+    "test copied from train": (target("CopiedTest", "copied"),
+                               "env=copied: test task 'train-0' is train task 'train-0' (the "
+                               "same prompt and answer); expected a held-out test split that "
+                               "shares no task with train"),
+    "reward component returns None": (target("RewardNone", "rewnone"),
+                                      "reward.name='broken_none' on env=rewnone's conformance "
+                                      "episode: component looked_none returned None; "
+                                      "expected a finite float"),
+    "reward component returns a str": (target("RewardStr", "rewstr"),
+                                       "reward.name='broken_str' on env=rewstr's conformance "
+                                       "episode: component looked_str returned '0.1' (str); "
+                                       "expected a finite float"),
+    "_target_ names a missing class": (target("Missng", "missing"),
+                                       "env._target_='envs_external.broken.Missng': cannot "
+                                       "import it: 'envs_external.broken' has no class "
+                                       "'Missng'; its Environment classes: "),
+    "_target_ names a missing module": (["env=broken", "env._target_=envs_external.brokn.X"],
+                                        "env._target_='envs_external.brokn.X': cannot import "
+                                        "it: package 'envs_external' has no module 'brokn'"),
     "unknown key": (["env=broken", "env.size=3"],
                     "env=broken has no key env.size; allowed: name, _target_, options, "
                     "max_turns, cache_dir and env.options.<size>"),
@@ -90,3 +116,45 @@ def test_tiny_model_on_an_environment_without_masks_is_warned_once(env, warned, 
     assert said == ([f"env={env} returns no mask_candidates: model=tiny writes its tool "
                      "calls unconstrained and most will be malformed (docs/environments.md, "
                      "\"Action masking\")"] if warned else [])
+
+
+def _scored_with(scheme, tmp_path):
+    """check_reward_scoring of the counter world's conformance episode under `scheme`,
+    registered for this test as reward.name=probe."""
+    from ablate.apps.cli import compose_config
+    from ablate.apps.preflight import check_reward_scoring
+    from ablate.envs.conformance import play_one
+    from ablate.rewards import REWARDS
+    cfg = compose_config([f"hydra.searchpath=[file://{CONF}]", "env=counter",
+                          "reward.name=outcome"])
+    cfg.reward.name = "probe"
+    env = make_env(cfg.env)
+    REWARDS.register("probe", scheme)
+    try:
+        traj, _ = play_one(env, "counter", 4)
+        check_reward_scoring(cfg, env, traj)
+    finally:
+        del REWARDS["probe"]
+
+
+@pytest.mark.parametrize("scheme,needle", [
+    (lambda ep, cfg=None: (float("nan"), {}), "its total returned nan (float)"),
+    (lambda ep, cfg=None: 1.0, "the scheme returned 1.0 (float); expected (total, "),
+    (lambda ep, cfg=None: (1.0, {"x": None}), "component x returned None"),
+    (lambda ep, cfg=None: 1 / 0, "the scheme raised ZeroDivisionError: division by zero"),
+])
+def test_a_plain_scheme_is_scored_too(scheme, needle, tmp_path):
+    from ablate.core.errors import ConfigError
+    with pytest.raises(ConfigError, match="reward.name='probe' on env=counter's conformance "
+                                          "episode: ") as info:
+        _scored_with(scheme, tmp_path)
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_finite_components_pass(tmp_path):
+    from ablate.rewards import Rubric, correct
+
+    def turns(episode, cfg=None):
+        return len(episode.results)            # an int is a number too
+    _scored_with(Rubric(correct, turns), tmp_path)
+    _scored_with(lambda ep, cfg=None: (1.0, {"a": 1.0}), tmp_path)

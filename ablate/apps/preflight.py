@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
+import numbers
 import os
 import tempfile
 from contextlib import contextmanager
@@ -24,11 +26,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.apps.memory_plan import memory_plan
 from ablate.envs import EnvError, env_class, make_env
-from ablate.envs.conformance import check_class, check_tools, play_one, protocol
+from ablate.envs.conformance import (check_class, check_splits, check_tools, play_one,
+                                     protocol)
+from ablate.harness.episode import scripted_episode
 from ablate.loop.cell import eval_subset
 from ablate.loop.config import ConfigError, validate
 from ablate.models.budget import check_weights, question_budget
-from ablate.rewards import check_reward_for
+from ablate.rewards import REWARDS, check_reward_for
 
 log = logging.getLogger("ablate")
 
@@ -96,7 +100,9 @@ def check_env(cfg: DictConfig) -> None:
     env = build(cfg)
     try:
         check_tools(env, cfg.env.name)
-        _, state = play_one(env, cfg.env.name, cfg.env.max_turns)
+        check_splits(env, cfg.env.name)
+        traj, state = play_one(env, cfg.env.name, cfg.env.max_turns)
+        check_reward_scoring(cfg, env, traj)
         warn_unmasked(cfg, env, state)
         check_task_counts(cfg, env)
     finally:
@@ -113,6 +119,53 @@ def build(cfg: DictConfig):
     except Exception as exc:
         raise EnvError(f"env={cfg.env.name}: building it raised {type(exc).__name__}: "
                        f"{exc}") from None
+
+
+def check_reward_scoring(cfg: DictConfig, env, traj) -> None:
+    """The conformance episode scored with the chosen reward (`reward.name`): each
+    component of its Rubric (a plain scheme: its total and components) returns a finite
+    number; a None, a str or a NaN would otherwise stop the first evaluation after the
+    model loaded, with a cell directory already made."""
+    name = cfg.reward.name
+    label = f"reward.name={name!r} on env={cfg.env.name}'s conformance episode"
+    episode = scripted_episode(traj, 0, 0, env.behaviour(traj.task, traj.results))
+    episode.correct = traj.correct
+    scheme = REWARDS.get_checked(name)
+    parts = getattr(scheme, "components", None)
+    if parts is None:                 # a plain scheme: fn(episode, cfg) -> (total, parts)
+        out = _scored(label, "the scheme", lambda: scheme(episode, cfg.reward))
+        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
+            raise ConfigError(f"{label}: the scheme returned {_shown(out)}; expected "
+                              "(total, {component: float})")
+        _finite(label, "its total", out[0])
+        for part, value in out[1].items():
+            _finite(label, f"component {part}", value)
+        return
+    for part, fn in parts.items():
+        _finite(label, f"component {part}",
+                _scored(label, f"component {part}", lambda: fn(episode, cfg.reward)))
+
+
+def _scored(label: str, what: str, fn):
+    try:
+        return fn()
+    except Exception as exc:          # a bug of the user's reward: one line, not a crash
+        raise ConfigError(f"{label}: {what} raised {type(exc).__name__}: "
+                          f"{one_line(exc)}") from None
+
+
+def _finite(label: str, what: str, value) -> None:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and \
+        math.isfinite(float(value))
+    if not ok:
+        raise ConfigError(f"{label}: {what} returned {_shown(value)}; expected a finite "
+                          "float")
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:60] + "..."
+    return f"{text} ({type(value).__name__})" if value is not None else "None"
 
 
 def one_line(exc: BaseException) -> str:

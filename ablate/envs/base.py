@@ -60,12 +60,24 @@ class Task:
     """One task of an environment: what the agent is asked, and the gold answer.
 
     `metadata` holds JSON-serialisable facts used for breakdowns (e.g. `difficulty`);
-    `payload` is the environment's own record of the task (not serialised)."""
+    `payload` is the environment's own record of the task (not serialised); `key`, when
+    the prompt alone does not tell tasks apart (code repair: one prompt, many
+    repositories), names what does (see `identity`)."""
     id: str
     prompt: str                     # the user message of the episode's first turn
     answer: str                     # gold answer ("" when correctness is not by answer)
     metadata: dict = field(default_factory=dict, compare=False)
     payload: Any = field(default=None, compare=False, repr=False)
+    key: str = field(default="", compare=False, repr=False)
+
+    @property
+    def identity(self) -> str:
+        """What makes two tasks one question (preflight refuses a test task whose
+        identity a train task has): `key` when set, else the prompt and the gold answer,
+        whitespace collapsed."""
+        if self.key:
+            return self.key
+        return " ".join(self.prompt.split()) + "\n" + " ".join(self.answer.split())
 
     @property
     def difficulty(self) -> int:

@@ -30,10 +30,36 @@ def check_tools(env: Environment, label: str) -> None:
     if env.answer_tool not in names:
         raise EnvError(f"env={label}: answer_tool={env.answer_tool!r} is none of its tools; "
                        f"expected one of {', '.join(names)}")
+    check_tool_names(names, env.answer_tool, label)
     prompt = protocol(label, "system_prompt", env.system_prompt)
     if not isinstance(prompt, str):
         raise EnvError(f"env={label}: system_prompt() returned a {type(prompt).__name__}; "
                        "expected a str")
+
+
+def check_tool_names(names: tuple[str, ...], answer_tool: str, label: str) -> None:
+    """Each tool name once, and none that reads as the answer tool written otherwise
+    (case, `-` or `_`): the model calls a tool by its name, so a second tool of that
+    name, or one only a case apart, is never the one it meant (or always)."""
+    seen: dict[str, str] = {}
+    for name in names:
+        key = _plain(name)
+        if key not in seen:
+            seen[key] = name
+            continue
+        if answer_tool in (name, seen[key]):
+            other = seen[key] if name == answer_tool else name
+            what = "a second tool" if other == answer_tool else "tool"
+            raise EnvError(f"env={label}: {what} {other!r} shadows the answer tool "
+                           f"{answer_tool!r} (tool names match without case, '-' and '_'); "
+                           "expected every other tool named apart from it")
+        raise EnvError(f"env={label}: two tools are named {name!r}"
+                       + (f" and {seen[key]!r}" if name != seen[key] else "")
+                       + f"; expected each tool name once in tool_schemas() ({', '.join(names)})")
+
+
+def _plain(name: str) -> str:
+    return name.casefold().replace("-", "").replace("_", "").strip()
 
 
 def play_one(env: Environment, label: str, max_turns: int) -> tuple[Trajectory, Any]:
@@ -50,6 +76,18 @@ def play_one(env: Environment, label: str, max_turns: int) -> tuple[Trajectory, 
         raise EnvError(f"env={label}: behaviour() returned a {type(metrics).__name__}; "
                        "expected a dict of JSON scalars")
     return traj, protocol(label, "reset", lambda: env.reset(task))
+
+
+def check_splits(env: Environment, label: str) -> None:
+    """No held-out task is a train task (the same Task.identity: prompt and answer, or
+    the world's own key): a test question the agent trained on measures memory."""
+    train = {t.identity: t.id for t in protocol(label, "tasks", lambda: env.train_tasks)}
+    for task in protocol(label, "tasks", lambda: env.test_tasks):
+        if task.identity in train:
+            same = f"key {task.key!r}" if task.key else "prompt and answer"
+            raise EnvError(f"env={label}: test task {task.id!r} is train task "
+                           f"{train[task.identity]!r} (the same {same}); expected a "
+                           "held-out test split that shares no task with train")
 
 
 def no_op(env: Environment) -> Callable:

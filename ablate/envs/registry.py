@@ -2,10 +2,9 @@
 a user's own class (`env._target_: my_module.MyEnv`, imported the Hydra way)."""
 from __future__ import annotations
 
-from hydra.utils import get_class
+import importlib
 
 from ablate.envs.base import ENVIRONMENTS, EnvError, Environment
-
 
 
 def _get(env_cfg, key: str):
@@ -16,10 +15,7 @@ def env_class(env_cfg) -> type[Environment]:
     """The class `env_cfg` names; EnvError (one line) for unknown names and targets."""
     target = _get(env_cfg, "_target_")
     if target:
-        try:
-            cls = get_class(str(target))
-        except Exception as exc:   # hydra wraps ImportError / AttributeError
-            raise EnvError(f"env._target_={target!r}: cannot import it ({exc})") from None
+        cls = import_target(str(target))
         if not (isinstance(cls, type) and issubclass(cls, Environment)):
             raise EnvError(f"env._target_={target!r} is not a subclass of "
                            "ablate.envs.Environment")
@@ -36,6 +32,48 @@ def env_class(env_cfg) -> type[Environment]:
         raise EnvError(f"env.name={name!r} is not a registered environment; allowed: "
                        f"{', '.join(ENVIRONMENTS)} (or set env._target_ to your class)")
     return ENVIRONMENTS[name]
+
+
+def import_target(target: str):
+    """The object a dotted `env._target_` names (`pkg.module.Class`, a nested class too);
+    EnvError (one line) naming the missing module, the missing class (with the
+    Environment classes its module has), or the error importing the module raised."""
+    parts = target.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:i])
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (module_name + ".").startswith(exc.name + "."):
+                continue             # this prefix is no module: a shorter one may be
+            raise _import_error(target, module_name, exc) from None
+        except Exception as exc:     # the user's module itself fails to import
+            raise _import_error(target, module_name, exc) from None
+        return _attribute(target, module, parts[i:])
+    raise EnvError(f"env._target_={target!r}: cannot import it: no module {parts[0]!r} on "
+                   "the Python path (sys.path, e.g. PYTHONPATH); expected my_module.MyEnv")
+
+
+def _import_error(target: str, module_name: str, exc: BaseException) -> EnvError:
+    text = " ".join(str(exc).split())
+    return EnvError(f"env._target_={target!r}: cannot import it: importing module "
+                    f"{module_name!r} raised {type(exc).__name__}: {text}")
+
+
+def _attribute(target: str, module, names: list[str]):
+    obj, owner = module, module.__name__
+    for name in names:
+        if not hasattr(obj, name) and hasattr(obj, "__path__"):    # a package
+            raise EnvError(f"env._target_={target!r}: cannot import it: package {owner!r} "
+                           f"has no module {name!r}; expected my_module.MyEnv")
+        if not hasattr(obj, name):
+            found = sorted(k for k, v in vars(obj).items() if isinstance(v, type)
+                           and issubclass(v, Environment) and v is not Environment)
+            raise EnvError(f"env._target_={target!r}: cannot import it: {owner!r} has no "
+                           f"class {name!r}; its Environment classes: "
+                           f"{', '.join(found) or '(none)'}")
+        obj, owner = getattr(obj, name), f"{owner}.{name}"
+    return obj
 
 
 def _check_declared_name(cls, name, target) -> None:

@@ -351,6 +351,7 @@ class VerifiersEnv(Environment):
     def _task(self, split: str, vt: Any) -> Task:
         data, answer = vt.data, getattr(vt.data, "answer", None)
         return Task(id=f"{split}-{data.idx}", prompt=self._prompt(data)[1], payload=vt,
+                    key=f"verifiers:{vt.key}",
                     answer="" if answer is None else str(answer),
                     metadata={"difficulty": 1, "split": split, "idx": data.idx,
                               "key": vt.key[:16], **({"name": data.name} if data.name else {})})

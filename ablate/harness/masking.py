@@ -12,11 +12,13 @@ Which argument keys trigger which candidates is the environment's `grammar`
     `"<sources_key>": [`-> the same ids, as a list
     `"<answer_key>": "` -> (answer masking) a candidate answer span, or "I don't know"
     `"<keywords_key>": [` -> (keyword masking) a list of 1..max_keywords candidate keywords
-each candidate closed with `"`. `tails` (tool -> id -> strings): what may follow an id
-in that tool's call, the rest of the call up to its `}}` (code repair's edit: line and
-new text together, for the file the path names); that tool's id is then one of its keys,
-closed by one of its tails (leave a tool with no keys out of tool_names, as for an
-empty id list). The sources list is a small grammar: `[`, then `]` or `"<id>"`, then
+each candidate closed with `"` and the grammar's `after_id` / `after_answer`: one string
+for every tool, or a dict tool -> string for tools with more arguments after that value
+(docs/environments.md, "Tools with several arguments"). `tails` (tool -> id -> strings):
+what may follow an id in that tool's call, the rest of the call up to its `}}` (code
+repair's edit: line and new text together, for the file the path names); that tool's
+id is then one of its keys, closed by one of its tails (leave a tool with no keys out
+of tool_names, as for an empty id list). The sources list is a small grammar: `[`, then `]` or `"<id>"`, then
 `, "<id>"` or `]`. The keywords list is the same grammar with a count:
 `[`, then `"<kw>"` (never an empty list), then `, "<kw>"` or `]}}`, and only `]}}` once
 max_keywords keywords are written (the keywords list is its tool's only argument, so the
@@ -282,12 +284,14 @@ _SRC_CLOSE = b"]}}"    # the sources list is the answer tool's last argument: so
 
 
 def _grammar(grammar: dict | None, arguments_key: str = "arguments"
-             ) -> tuple[dict, dict, bytes, bytes]:
+             ) -> tuple[dict, dict, dict, dict]:
     """(triggers, after_name, after_id, after_answer) of an environment's grammar: the
     argument keys whose values are constrained, and what a tool name, an id and an answer
     force next in format_tool_call's canonical layout (so no key can be invented). The
     grammar is written with `"arguments"`; a tool format whose arguments key differs
-    (llama3_json: "parameters") gets it renamed in what a tool name forces."""
+    (llama3_json: "parameters") gets it renamed in what a tool name forces. after_id and
+    after_answer come back as tool -> bytes, `None` keying what every other tool forces
+    (a grammar's str is that default; its dict names tools, others forcing nothing)."""
     g = grammar or {}
     rename = (lambda v: v.replace('"arguments": ', f'"{arguments_key}": ', 1)) \
         if arguments_key != "arguments" else (lambda v: v)
@@ -298,8 +302,14 @@ def _grammar(grammar: dict | None, arguments_key: str = "arguments"
         if g.get(key):
             triggers[kind] = f'"{g[key]}": {opener}'.encode()
     after_name = {t: rename(str(v)).encode() for t, v in (g.get("after_name") or {}).items()}
-    return (triggers, after_name, str(g.get("after_id", "")).encode(),
-            str(g.get("after_answer", "")).encode())
+    return triggers, after_name, _per_tool(g.get("after_id")), _per_tool(g.get("after_answer"))
+
+
+def _per_tool(value: str | dict | None) -> dict:
+    """A grammar's after_id / after_answer as tool -> bytes (None: every other tool)."""
+    if isinstance(value, dict):
+        return {None: b"", **{str(t): str(v).encode() for t, v in value.items()}}
+    return {None: str(value or "").encode()}
 
 
 class ActionMask:
@@ -338,8 +348,9 @@ class ActionMask:
         self.cands = {
             "name": [_j(t) + after_name.get(t, b"") for t in tool_names]
             if tool_names is not None else None,
-            "id": [_j(m) + after_id for m in ids] if ids is not None else None,
-            "answer": [_j(a) + after_answer for a in answers] if answers is not None else None,
+            "id": [_j(m) + after_id[None] for m in ids] if ids is not None else None,
+            "answer": [_j(a) + after_answer[None] for a in answers]
+            if answers is not None else None,
             "sources": [_SRC_CLOSE] + [b'"' + _j(m) for m in ids] if ids is not None else None,
             "more": [_SRC_CLOSE] + [b', "' + _j(m) for m in ids] if ids is not None else None,
             # keywords: the first item (no empty list), then more or `]}}`, then `]}}`
@@ -356,6 +367,13 @@ class ActionMask:
         self._tails = {n: [_j(i) + x.encode("utf-8") for i, xs in tails[t].items()
                            for x in xs]
                        for n, t in names.items() if t in (tails or {})}
+        # an id / answer inside a tool with its own after_id / after_answer (a call with
+        # more arguments after that value): name candidate bytes -> the value candidates
+        self._own = {kind: {n: [_j(v) + after[t] for v in values]
+                            for n, t in names.items() if t in after}
+                     for kind, after, values in (("id", after_id, ids),
+                                                 ("answer", after_answer, answers))
+                     if values is not None}
         self._last_name: bytes | None = None      # the tool name closed last
         self._follow = {k: _Pieces(self.cands[k]) if self.cands[k] else None
                         for k in ("more", "kwmore")}
@@ -463,6 +481,8 @@ class ActionMask:
 
     def _activate(self, kind: str, start: int) -> None:
         cands = self.cands[kind]
+        if self._last_name in self._own.get(kind, {}):
+            cands = self._own[kind][self._last_name]
         if kind == "id" and self._last_name in self._tails:
             cands = self._tails[self._last_name]
         if not cands:                 # nothing to choose from: the value stays free

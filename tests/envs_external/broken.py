@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ablate.envs import Environment, Task, ToolResult, register_env
+from ablate.rewards import REWARDS, Rubric, correct
 
 
 class _Almost(Environment):
@@ -16,8 +17,8 @@ class _Almost(Environment):
         self.size = size
 
     def tasks(self, split: str) -> list[Task]:
-        return [Task(id=f"{split}-{i}", prompt="Look, then answer ok.", answer="ok")
-                for i in range(self.size)]
+        return [Task(id=f"{split}-{i}", prompt=f"Look at lamp {split}-{i}, then answer ok.",
+                     answer="ok") for i in range(self.size)]
 
     def tool_schemas(self) -> list[dict]:
         def tool(name, **props):
@@ -77,3 +78,56 @@ class RaisingTool(Good):
 @register_env("named_right")
 class Named(Good):
     """Registered as named_right: a config naming it otherwise contradicts that."""
+
+
+class DuplicateTool(Good):
+    """`look` listed twice (a schema pasted, then edited under the same name)."""
+    def tool_schemas(self) -> list[dict]:
+        look, answer = super().tool_schemas()
+        return [look, look, answer]
+
+
+class ShadowAnswer(Good):
+    """A tool `Answer` beside the answer tool `answer`: the model meant one of them."""
+    def tool_schemas(self) -> list[dict]:
+        look, answer = super().tool_schemas()
+        shadow = {**answer, "function": {**answer["function"], "name": "Answer"}}
+        return [look, shadow, answer]
+
+
+class CopiedTest(Good):
+    """The held-out split copied from train: a test score would measure memory."""
+    def tasks(self, split: str) -> list[Task]:
+        return super().tasks("train")
+
+
+def looked_none(episode, cfg=None):
+    """Forgets to return its value."""
+    0.1 if episode.results else 0.0
+
+
+def looked_str(episode, cfg=None):
+    """Returns the value as text."""
+    return "0.1"
+
+
+REWARDS.register("broken_none", Rubric(correct, looked_none, env_only=True,
+                                       doc="a component returning None"))
+REWARDS.register("broken_str", Rubric(correct, looked_str, env_only=True,
+                                      doc="a component returning a str"))
+
+
+class RewardNone(Good):
+    """Its default reward's component `looked_none` returns None."""
+    default_reward = "broken_none"
+
+    def reward_schemes(self) -> dict:
+        return {"broken_none": REWARDS["broken_none"]}
+
+
+class RewardStr(Good):
+    """Its default reward's component `looked_str` returns a str."""
+    default_reward = "broken_str"
+
+    def reward_schemes(self) -> dict:
+        return {"broken_str": REWARDS["broken_str"]}

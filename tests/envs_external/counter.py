@@ -22,15 +22,14 @@ class CounterEnv(Environment):
         self.num_tasks, self.max_step = num_tasks, max_step
 
     def tasks(self, split: str) -> list[Task]:
-        offset = 0 if split == "train" else 1000          # the held-out split
         out = []
-        for i in range(offset, offset + self.num_tasks):
-            start, target = i % 7, i % 7 + 1 + (i * 3) % 9
-            out.append(Task(id=f"{split}-{i}", answer=str(target),
-                            prompt=f"The counter is at {start}. Make it {target}, "
+        for i in range(self.num_tasks):
+            j = 2 * i + (split == "test")      # the held-out split: the odd (start, gap)s
+            start, gap = j // 9 % 60, 1 + j % 9
+            out.append(Task(id=f"{split}-{i}", answer=str(start + gap),
+                            prompt=f"The counter is at {start}. Make it {start + gap}, "
                                    "then answer with its value.",
-                            metadata={"difficulty": 1 + abs(target - start) // 5,
-                                      "start": start}))
+                            metadata={"difficulty": 1 + gap // 5, "start": start}))
         return out
 
     def tool_schemas(self) -> list[dict]:

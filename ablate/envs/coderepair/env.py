@@ -245,7 +245,7 @@ def _task(repo: gen.Repo) -> Task:
     return Task(id=repo.id, prompt=TASK_PROMPT, answer="all tests pass",
                 metadata={"difficulty": repo.difficulty, "hops": repo.difficulty,
                           "files": len(repo.sources), "bugs": len(repo.bugs)},
-                payload=repo)
+                payload=repo, key=f"coderepair:{gen.content_digest(repo)}")
 
 
 def edit_tails(state: CodeState) -> dict[str, list[str]]:

@@ -148,7 +148,7 @@ class OpenEnvEnv(Environment):
             raise EnvError(f"env=openenv: reset(seed={seed}) at {self.url}: "
                            f"{str(exc)[:200]}") from None
         return Task(id=f"{split}-{i}", prompt=self.render(result.observation), answer="",
-                    metadata={"difficulty": 1, "seed": seed})
+                    metadata={"difficulty": 1, "seed": seed}, key=f"openenv:seed:{seed}")
 
     def render(self, observation: Any) -> str:
         if isinstance(observation, dict):
