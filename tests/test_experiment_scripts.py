@@ -52,19 +52,25 @@ def test_naive_trap_endings_count_each_way_an_episode_ended(tmp_path, capsys):
     endings = _load(REPO / "experiments" / "naive_trap" / "endings.py")
     d = tmp_path / "+algo=grpo,+reward=naive,seed=3"
     d.mkdir()
-    rows = [{"step": 0, "end_reason": "answer", "answered": True},
+    rows = [{"step": 0, "end_reason": "answer", "answered": True, "correct": True},
             {"step": 8, "end_reason": "answer", "answered": True},
-            {"step": 8, "end_reason": "answer", "answered": False},
+            {"step": 8, "end_reason": "answer", "answered": False, "turns": 1},
+            {"step": 8, "end_reason": "answer", "answered": False, "turns": 3},
             {"step": 8, "end_reason": "max_turns", "answered": False},
-            {"step": 8, "end_reason": "max_turns", "answered": False},
+            {"step": 8, "end_reason": "max_tokens", "answered": False},
             {"step": 8, "end_reason": "answer", "answered": True, "decoding": "greedy"}]
     (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert endings.table(tmp_path) == [{"reward": "naive", "seed": 3, "step": 8,
-                                        "episodes": 4, "submitted": 1, "I don't know": 1,
-                                        "max_turns": 2}]
-    assert endings.table(tmp_path, step=0)[0]["submitted"] == 1
-    endings.main([str(tmp_path)])
-    assert "| naive | 3 | 8 | 4 | 1 | 1 | 2 | 0 | 0 |" in capsys.readouterr().out
+    got = endings.table(tmp_path)
+    assert [r["step"] for r in got] == [0, 8]                 # every evaluated step
+    assert got[1] == {"reward": "naive", "seed": 3, "step": 8, "episodes": 5,
+                      "submitted": 1, "idk": 2, "idk_first_turn": 1, "max_turns": 1,
+                      "max_tokens": 1, "malformed": 0, "never_answered": 2, "correct": 0}
+    assert endings.table(tmp_path, step=0) == [got[0]] and got[0]["correct"] == 1
+    q = endings.quantities(got)
+    assert (q["first_step"], q["last_step"]) == (0, 8)
+    assert q["range_last"]["naive"]["idk"] == [2, 2]
+    endings.main(["--runs", str(tmp_path)])
+    assert "| naive | 3 | 8 | 5 | 1 | 2 | 1 | 1 | 0 | 1 |" in capsys.readouterr().out
 
 
 def _eval_rows(d: Path, step: int, correct: dict) -> None:
