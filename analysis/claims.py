@@ -18,6 +18,10 @@ when it holds an analysis.yaml; the index READMEs see only `exp`):
     H       hypothesis name -> its verdict   q.<name>   a `quantities:` JSON file
     exp.<experiment>  the same names for every experiment under experiments/
 
+Filters (FILTERS): pct / spct (a rate in percent or signed points), pci / spci (its
+interval), num(d, signed) / nci, p (0.008, <0.001), whole (1,234), sci (1.2e-04).
+A template error is one line naming the template (and its line for a syntax error).
+
     python -m analysis.claims [FILE.md ...]     # default: README.md, experiments/**/README.md
     python -m analysis.claims --check           # exit 1 where a block differs
 """
@@ -54,7 +58,8 @@ FILTERS = {
     "num": _num,                                      # num(2), num(1, true)
     "nci": lambda ci, d=2, sg=False: f"[{_num(ci[0], d, sg)}, {_num(ci[1], d, sg)}]",
     "p": fmt_p,                                       # 0.008, <0.001
-    "int": lambda x: f"{int(round(x)):,}",
+    "whole": lambda x: f"{int(round(x)):,}",          # 1234.4 -> 1,234 (Jinja's int stays)
+    "sci": lambda x, d=1: f"{x:.{d}e}",               # 0.00012 -> 1.2e-04
 }
 
 
@@ -103,8 +108,11 @@ def render_file(md: Path, exps: dict | None = None) -> str:
             body = env.get_template(tpl).render(**names)
         except jinja2.TemplateNotFound:
             raise AnalysisError(f"{md}: findings template {tpl} does not exist") from None
-        except (jinja2.UndefinedError, KeyError, TypeError) as exc:
-            raise AnalysisError(f"{md.parent / tpl}: {exc}") from None
+        except jinja2.TemplateSyntaxError as exc:
+            raise AnalysisError(f"{md.parent / tpl}:{exc.lineno}: {exc.message}") from None
+        except (jinja2.TemplateError, KeyError, TypeError, ValueError,
+                ZeroDivisionError) as exc:
+            raise AnalysisError(f"{md.parent / tpl}: {type(exc).__name__}: {exc}") from None
         return f"<!-- findings:begin {tpl} -->\n{body.rstrip()}\n<!-- findings:end -->"
     return BLOCK.sub(one, text)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from analysis import figures, hypotheses, report, tables
 from analysis import labels as lb
+from analysis.deviations import deviations
 from analysis.collect import (REPO, AnalysisError, collect, parse_assignments, read_config,
                               shown)
 from analysis.summary import DEFAULT_SESOI, analyse
@@ -134,6 +135,8 @@ def run(argv=None) -> Path:
                                       summary["short_names"], spec.get("names"))
     summary["hypotheses"] = hypotheses.evaluate(spec.get("hypotheses"), summary,
                                                 str(spec_path))
+    summary["primary"] = hypotheses.primary(spec.get("primary"), summary, str(spec_path))
+    summary["deviations"] = deviations(spec, str(spec_path))
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     # everything below renders from the JSON just written, so its numbers are the same

@@ -4,6 +4,7 @@ colour-blind-safe palette (Okabe & Ito 2008), 8 pt type, widths for a two-column
 reading. Each function returns the numbers it plotted."""
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import os
@@ -22,7 +23,8 @@ from analysis.labels import (behaviour_words, cell_words, comparison_words,  # n
                              env_word, factor_words, in_words, level, level_words)
 from analysis.lifelong import KIND, QUANTITIES, WORDS  # noqa: E402
 from analysis.tables import (behaviour_panels, constant_fields,  # noqa: E402
-                             has_change, has_curves, has_training, is_pct)
+                             fmt, fmt_ci, fmt_p, has_change, has_curves, has_training, is_pct,
+                             not_drawn)
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9",
              "#F0E442", "#000000"]
@@ -76,9 +78,12 @@ def _ylabel(summary):
 
 def _save(fig, out: Path, name: str) -> list[dict]:
     """PNG and vector PDF; returns what each visible axis shows (its texts, whether it
-    has data, its quantity's kind and the intervals drawn: `note`), for the checks of
-    tests/analysis/test_figures.py."""
+    has data, its quantity's kind, the intervals drawn and its span: `note`), for the
+    checks of tests/analysis/test_figures.py. An axis is never narrower than one unit of
+    its data (`note(unit=...)`: a one-question step), so no axis magnifies noise."""
     wide = bool(fig.get_size_inches()[0] > SINGLE + 0.05)
+    for ax in fig.axes:
+        _floor_span(ax)
     axes = [{**_describe(ax), "wide": wide} for ax in fig.axes
             if ax.get_visible() and ax.axison]
     for p in (out / f"{name}.png", out / f"{name}.pdf"):   # no creation date: the same
@@ -87,15 +92,26 @@ def _save(fig, out: Path, name: str) -> list[dict]:
     return axes
 
 
-def note(ax, kind: str | None, lo, hi, interval: bool = True) -> None:
+def note(ax, kind: str | None, lo, hi, interval: bool = True, unit: float | None = None,
+         axis: str = "y") -> None:
     """Record the intervals an axis draws and their quantity's kind ("rate" in [0, 1],
     "count" >= 0, None: a difference or an unbounded mean); interval=False: the range of
-    points drawn (seeds), not an interval, so no level to state."""
+    points drawn (seeds), not an interval, so no level to state; `unit`: one unit of the
+    data in the axis's units (one question of the mean), the narrowest span allowed on
+    `axis` ("x" or "y")."""
     rec = ax.__dict__.setdefault("_ablate_intervals", {"kind": kind, "lo": [], "hi": [],
-                                                        "interval": False})
+                                                        "interval": False, "unit": None,
+                                                        "axis": axis})
     rec["interval"] |= interval
     rec["lo"] += [float(v) for v in np.atleast_1d(lo)]
     rec["hi"] += [float(v) for v in np.atleast_1d(hi)]
+    if unit is not None:
+        rec["unit"], rec["axis"] = max(unit, rec["unit"] or 0.0), axis
+
+
+def one_unit(summary: dict, pct: bool) -> float:
+    """One question's step of a mean over the analysed questions, in plotted units."""
+    return (100.0 if pct else 1.0) / max(int(summary.get("n_questions") or 1), 1)
 
 
 def _describe(ax) -> dict:
@@ -104,12 +120,29 @@ def _describe(ax) -> dict:
     leg = ax.get_legend()
     texts += [t.get_text() for t in leg.get_texts()] if leg else []
     rec = ax.__dict__.get("_ablate_intervals", {"kind": None, "lo": [], "hi": [],
-                                                 "interval": False})
+                                                 "interval": False, "unit": None,
+                                                 "axis": "y"})
+    lo, hi = ax.get_xlim() if rec["axis"] == "x" else ax.get_ylim()
     fig = ax.figure
     around = [fig._suptitle.get_text()] if fig._suptitle is not None else []
     around += [t.get_text() for leg in fig.legends for t in leg.get_texts()]
     return {"texts": [t for t in texts if t], "figure_texts": [t for t in around if t],
-            "has_data": ax.has_data(), **rec}
+            "has_data": ax.has_data(), "span": float(hi - lo), **rec}
+
+
+def _floor_span(ax) -> None:
+    rec = ax.__dict__.get("_ablate_intervals")
+    if not rec or not rec.get("unit"):
+        return
+    get, put = (ax.get_xlim, ax.set_xlim) if rec["axis"] == "x" else (ax.get_ylim, ax.set_ylim)
+    lo, hi = get()
+    if hi - lo >= rec["unit"]:
+        return
+    mid, half = (lo + hi) / 2, rec["unit"] / 2
+    lo, hi = mid - half, mid + half
+    if rec["kind"] in ("rate", "count") and lo < 0:         # a bounded quantity's floor
+        lo, hi = 0.0, rec["unit"]
+    put(lo, hi)
 
 
 def _drop_unused(axes, used: int) -> None:
@@ -140,57 +173,211 @@ def _panels(summary: dict) -> list[tuple[str, list[int]]]:
 
 
 def _within(summary: dict, c: dict) -> str:
+    if len(summary["factors"] or []) <= 1:
+        return cell_words(summary, c)
     rest = {k: v for k, v in c["factors"].items() if k != summary["factors"][0]}
     return in_words(summary, rest) if rest else cell_words(summary, c)
 
 
 def learning_curves(summary: dict, out: Path) -> dict:
-    """Metric vs step, one panel per level of the first factor, each cell's mean with the
-    same 95% interval as the tables; drawn only with three or more evaluation steps (two
-    are a change: `change`)."""
-    k = _scale(summary)
-    plotted = {}
+    """Metric vs step, one column per level of the first factor: above, each cell's mean;
+    below, its paired change from the first evaluation with the interval the change's
+    test uses (two cell bands would carry question variance that pairing removes, and
+    could overlap where the test finds a change). Drawn only with three or more
+    evaluation steps (two are a change: `change`)."""
     if not has_curves(summary):
         return _nothing_to_draw(out, "learning_curves")
-    panels = _panels(summary)
-    cols = min(3, len(panels))
-    rows = math.ceil(len(panels) / cols)
+    k, plotted = _scale(summary), {}
+    # one factor: every cell on the same axes (a comparison at a glance, and no panel of
+    # a cell that never moved); more: one column per level of the first factor
+    panels = _panels(summary) if len(summary["factors"] or []) > 1 else [
+        ("", list(range(len(summary["cells"]))))]
+    cols = len(panels)
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(rows, cols, figsize=(SINGLE if cols == 1 else DOUBLE,
-                                                      1.9 * rows + 0.4),
-                                 squeeze=False, sharey=True)
-        for ax, (title, members) in zip(axes.flat, panels):
+        fig, axes = plt.subplots(2, cols, figsize=(SINGLE if cols == 1 else DOUBLE, 3.6),
+                                 squeeze=False, sharex="col", sharey="row")
+        for col, (title, members) in enumerate(panels):
+            top, bottom = axes[0, col], axes[1, col]
             for j, i in enumerate(members):
                 c = summary["cells"][i]
-                cur = c.get("curve")
-                if not cur or not cur["steps"]:
-                    continue
-                st = style(j)
-                ax.fill_between(cur["steps"], [v * k for v in cur["lo"]],
-                                [v * k for v in cur["hi"]], color=st["color"], alpha=0.18,
-                                lw=0)
-                note(ax, _kind(summary), cur["lo"], cur["hi"])
-                ax.plot(cur["steps"], [v * k for v in cur["mean"]], marker="o", ms=2.5,
-                        label=_within(summary, c), **st)
-                plotted[c["label"]] = {"steps": cur["steps"], "mean": cur["mean"],
-                                       "lo": cur["lo"], "hi": cur["hi"]}
-            ax.set_title(title)
-            ax.set_xlabel("training step")
-            evals = sorted({s for i in members for s in (summary["cells"][i].get("curve")
-                                                          or {}).get("steps", [])})
-            if evals:                                # ticks at the evaluation steps
-                ax.set_xticks(evals)
-            else:
-                ax.xaxis.set_major_locator(whole_ticks())
-            ax.grid(True, axis="y")
-            ax.legend(loc="best")
-        for ax in axes[:, 0]:
-            ax.set_ylabel(_ylabel(summary))
-        _drop_unused(axes, len(panels))
-        fig.suptitle(f"bands: {interval_words(summary)}", fontsize=7)
+                plotted.update(_curve_lines(top, bottom, summary, c, style(j), k))
+            top.set_title(title)
+            bottom.axhline(0, color="0.5", lw=0.6)
+            bottom.set_xlabel("training step")
+            _eval_ticks(bottom, summary, members)
+            for ax in (top, bottom):
+                ax.grid(True, axis="y")
+            if len(members) > 1:                      # one cell: the title names it
+                top.legend(loc="best")
+        axes[0, 0].set_ylabel(_ylabel(summary))
+        axes[1, 0].set_ylabel(f"change from step {_first_step(summary)}"
+                              + (" (points)" if is_pct(summary) else ""))
+        fig.suptitle("above: mean over seeds and questions; below: paired change "
+                     f"(by seed and question), {interval_words(summary)}", fontsize=7)
         fig.tight_layout()
+        fig.align_ylabels(axes[:, 0])
         plotted["_axes"] = _save(fig, out, "learning_curves")
     return plotted
+
+
+def _curve_lines(top, bottom, summary: dict, c: dict, st: dict, k: float) -> dict:
+    cur = c.get("curve")
+    if not cur or not cur["steps"]:
+        return {}
+    top.plot(cur["steps"], [v * k for v in cur["mean"]], marker="o", ms=2.5,
+             label=_within(summary, c), **st)
+    note(top, _kind(summary), cur["mean"], cur["mean"], interval=False,
+         unit=one_unit(summary, is_pct(summary)))
+    if "change_mean" in cur:
+        bottom.fill_between(cur["steps"], [v * k for v in cur["change_lo"]],
+                            [v * k for v in cur["change_hi"]], color=st["color"],
+                            alpha=0.18, lw=0)
+        note(bottom, None, [v * k for v in cur["change_lo"]],
+             [v * k for v in cur["change_hi"]], unit=one_unit(summary, is_pct(summary)))
+        bottom.plot(cur["steps"], [v * k for v in cur["change_mean"]], marker="o", ms=2.5,
+                    **st)
+    return {c["label"]: {key: cur[key] for key in cur}}
+
+
+def _first_step(summary: dict):
+    steps = [c["curve"]["steps"][0] for c in summary["cells"] if (c.get("curve") or {}).get("steps")]
+    return min(steps) if steps else 0
+
+
+def _eval_ticks(ax, summary: dict, members: list[int]) -> None:
+    """Ticks at the evaluation steps (not every few optimizer steps)."""
+    evals = sorted({s for i in members
+                    for s in (summary["cells"][i].get("curve") or {}).get("steps", [])})
+    if evals:
+        ax.set_xticks(evals)
+    else:
+        ax.xaxis.set_major_locator(whole_ticks())
+
+
+def _cell_of(summary: dict, factors: dict) -> dict | None:
+    return next((c for c in summary["cells"] if all(
+        str(c["factors"].get(k)) == str(v) for k, v in factors.items())), None)
+
+
+def _warm_start(cells: list[dict]) -> float | None:
+    """The mean at the first evaluation (step 0: the warm start the cells share), when
+    every cell has the same one."""
+    firsts = {round(c["curve"]["mean"][0], 12) for c in cells
+              if (c.get("curve") or {}).get("steps") and c["curve"]["steps"][0] == 0}
+    return firsts.pop() if len(firsts) == 1 else None
+
+
+def finding(summary: dict, out: Path) -> dict:
+    """The pre-registered primary comparison(s) (analysis.yaml `primary`): left, each
+    seed's mean in the cells compared, with the warm start as a reference line; right,
+    each difference with the interval and p of its table (hypotheses or comparisons)."""
+    parts = summary.get("primary") or []
+    if not parts or "finding" in not_drawn(summary):
+        return _nothing_to_draw(out, "finding")
+    k, unit = _scale(summary), one_unit(summary, is_pct(summary))
+    cells = []
+    for part in parts:
+        for f in (part["b"], part["a"]):
+            c = _cell_of(summary, f)
+            if c is not None and c not in cells:
+                cells.append(c)
+    with plt.rc_context(STYLE):
+        fig, (left, right) = plt.subplots(1, 2, figsize=(DOUBLE, 0.35 * len(parts) + 2.3),
+                                          gridspec_kw={"width_ratios": [1, 1.25]})
+        plotted = {"cells": _finding_seeds(left, summary, cells, k, unit),
+                   "parts": _finding_differences(right, summary, parts, k, unit)}
+        fig.suptitle("Pre-registered primary comparison"
+                     + ("s" if len(parts) > 1 else "")
+                     + f" at step {'/'.join(map(str, summary['steps']))}", fontsize=8)
+        fig.tight_layout()
+        plotted["_axes"] = _save(fig, out, "finding")
+    return plotted
+
+
+def _finding_seeds(ax, summary: dict, cells: list[dict], k: float, unit: float) -> dict:
+    plotted = {}
+    for x, c in enumerate(cells):
+        sm = c["seed_means"]
+        jitter = np.linspace(-0.12, 0.12, len(sm)) if len(sm) > 1 else [0.0]
+        ax.plot([x + j for j in jitter], [v * k for v in sm], "o", ms=3.5, mfc="none",
+                color=colour(x), alpha=0.85)
+        ax.plot([x - 0.25, x + 0.25], [c["mean"] * k] * 2, color="k", lw=1.4)
+        note(ax, _kind(summary), min(sm), max(sm), interval=False, unit=unit)
+        plotted[c["label"]] = {"seed_means": sm, "mean": c["mean"]}
+    warm = _warm_start(cells)
+    if warm is not None:
+        ax.axhline(warm * k, color="0.4", lw=0.8, ls="--",
+                   label=f"warm start (step 0): {warm * k:.1f}")
+        ax.legend(loc="best")
+        plotted["warm_start"] = warm
+    keys = [f for f in summary.get("factors") or []
+            if len({str(c["factors"].get(f)) for c in cells}) > 1]
+    ax.set_xticks(range(len(cells)))
+    if len(keys) == 1:          # one factor differs: its levels below, its name once
+        ax.set_xticklabels([level_words(summary, keys[0], c["factors"][keys[0]])
+                            for c in cells])
+        ax.set_xlabel(factor_words(summary, keys[0]))
+    else:
+        ax.set_xticklabels([in_words(summary, c["factors"], keys or None).replace("; ", "\n")
+                            for c in cells], fontsize=6)
+    ax.set_xlim(-0.6, len(cells) - 0.4)
+    ax.set_ylabel(_ylabel(summary))
+    unit_word = "sampling stream" if summary.get("evaluation_only") else "seed"
+    ax.set_title(f"circles: one {unit_word} each; bar: mean", loc="left")
+    ax.grid(True, axis="y")
+    return plotted
+
+
+def _finding_differences(ax, summary: dict, parts: list[dict], k: float,
+                         unit: float) -> list[dict]:
+    sesoi = summary.get("sesoi", 0.0) * k
+    ax.axvspan(-sesoi, sesoi, color="0.9", lw=0, zorder=0)
+    ax.axvline(0, color="0.2", lw=0.6)
+    rows, labels = [], []
+    for y, part in enumerate(reversed(parts)):
+        lo, hi = part["ci"] if part["ci"] else (part["delta"], part["delta"])
+        ax.plot([lo * k, hi * k], [y, y], color=colour(0), lw=1.8)
+        ax.plot([part["delta"] * k], [y], "o", color=colour(0), ms=4)
+        ax.annotate(_p_words(part, is_pct(summary)), (hi * k, y), xytext=(4, 0),
+                    textcoords="offset points", va="center", fontsize=6.5)
+        note(ax, None, lo, hi, unit=unit, axis="x")
+        labels.append(_part_words(summary, part))
+        rows.insert(0, {key: part[key] for key in ("label", "vs", "delta", "ci", "p",
+                                                    "p_perm", "p_adj", "source")})
+    ax.set_yticks(range(len(parts)))
+    ax.set_yticklabels(labels)
+    ax.set_ylim(-0.6, len(parts) - 0.4)
+    ax.margins(x=0.35)
+    ax.set_xlabel(f"difference in {summary.get('metric_words', '')}"
+                  + (" (points)" if is_pct(summary) else ""))
+    ax.set_title(f"{interval_words(summary)}; grey band: ±SESOI", loc="left")
+    ax.grid(True, axis="x")
+    return rows
+
+
+def _part_words(summary: dict, part: dict) -> str:
+    """'reward: shaped vs naive\n(H1)' / 'algorithm: GRPO\nchange from step 0'."""
+    if part.get("kind") == "change":
+        return f"{in_words(summary, part['a'])}\nchange from {part['vs']}"
+    return comparison_words(summary, part) + (
+        f"\n({part['source']})" if part["source"] != "comparison" else "")
+
+
+def _p_is(p) -> str:
+    s = fmt_p(p)
+    return f"p {s[0]} {s[1:]}" if s.startswith("<") else f"p = {s}"
+
+
+def _p_words(part: dict, pct: bool) -> str:
+    """'+4.8 [+1.5, +8.0]; p = 0.004 (exact p = 0.008)' and the adjusted p, as its table
+    gives them (analysis.tables' formats)."""
+    text = f"{fmt(part['delta'], pct, True)} {fmt_ci(part['ci'], pct, True)}\n" \
+        + _p_is(part["p"])
+    if part.get("p_perm") is not None:
+        text += f" (exact {_p_is(part['p_perm'])})"
+    if part.get("p_adj") is not None:
+        text += f"\nHolm {_p_is(part['p_adj'])}"
+    return text
 
 
 def forest(summary: dict, out: Path) -> dict:
@@ -224,7 +411,8 @@ def forest(summary: dict, out: Path) -> dict:
                       f"against {base}")
         ax.set_title(f"thick: {interval_words(summary)}; thin: simultaneous;\n"
                      "grey band: ±SESOI; filled: better/worse (Holm)", loc="left")
-        note(ax, None, [c["ci"][0] for c in comps], [c["ci"][1] for c in comps])
+        note(ax, None, [c["ci"][0] for c in comps], [c["ci"][1] for c in comps],
+             unit=one_unit(summary, is_pct(summary)), axis="x")
         plotted["_axes"] = _save(fig, out, "forest")
     return plotted
 
@@ -257,7 +445,7 @@ def hops(summary: dict, out: Path) -> dict:
                         fmt="o", ms=3, capsize=0, lw=1, color=colour(i),
                         label=cell_words(summary, c))
             plotted[c["label"]] = {"mean": ys, "lo": lo, "hi": hi}
-            note(ax, _kind(summary), lo, hi)
+            note(ax, _kind(summary), lo, hi, unit=one_unit(summary, is_pct(summary)))
         ax.set_xticks(range(len(hop_keys)))
         ax.set_xticklabels(hop_keys)
         ax.set_xlabel(env_word("hops", summary.get("env")))
@@ -290,7 +478,8 @@ def behaviour(summary: dict, out: Path) -> dict:
                 if v is None:
                     continue
                 a.plot([v["ci"][0] * kk, v["ci"][1] * kk], [y, y], color=colour(0), lw=1.4)
-                note(a, field_kind(nme), v["ci"][0], v["ci"][1])
+                note(a, field_kind(nme), v["ci"][0], v["ci"][1],
+                     unit=one_unit(summary, nme in RATES), axis="x")
                 a.plot([v["mean"] * kk], [y], "o", color=colour(0), ms=3)
                 plotted.setdefault(nme, {})[c["label"]] = v["mean"]
             a.set_title(behaviour_words(nme, summary.get("env"))
@@ -331,7 +520,8 @@ def factor_intervals(summary: dict, out: Path) -> dict:
                 a.plot([r["ci"][0] * k, r["ci"][1] * k], [y, y], color=colour(y), lw=4,
                        alpha=0.6, solid_capstyle="butt")
                 a.plot([r["mean"] * k], [y], "|", color="k", ms=8)
-                note(a, _kind(summary), r["ci"][0], r["ci"][1])
+                note(a, _kind(summary), r["ci"][0], r["ci"][1],
+                     unit=one_unit(summary, is_pct(summary)), axis="x")
             a.set_yticks(range(len(rows)))
             a.set_yticklabels([level_words(summary, f, r["level"]) for r in rows])
             a.set_title(factor_words(summary, f))
@@ -375,7 +565,20 @@ def _band(m, se, kind):
     return np.where(flat, m, lo), np.where(flat, m, hi)
 
 
-def _training_panels(summary: dict) -> list[tuple]:
+def _training_panels(summary: dict) -> tuple[list[tuple], dict[str, float]]:
+    """The training panels drawn, and those one value at every step of every cell
+    (named in the title, not drawn: e.g. a repair rate of 0 throughout)."""
+    panels, constant = [], {}
+    for key, title, kind, members in _training_axes(summary):
+        vals = {v for i in members for v in summary["cells"][i]["train_curves"][key]["mean"]}
+        if len(vals) == 1:
+            constant[title] = vals.pop()
+        else:
+            panels.append((key, title, kind, members))
+    return panels, constant
+
+
+def _training_axes(summary: dict) -> list[tuple]:
     env = summary.get("env")
     out = []
     for key, title, kind in TRAINING_PANELS:
@@ -392,7 +595,7 @@ def training(summary: dict, out: Path) -> dict:
     """The sampled training episodes per optimizer step (metrics.jsonl): accuracy, answer
     rate and each reward scheme's reward on its own axis, mean over seeds with a band of
     one SE over seeds (logit scale for rates)."""
-    panels = _training_panels(summary)
+    panels, constant = _training_panels(summary)
     plotted = {}
     if not panels or not has_training(summary):
         return _nothing_to_draw(out, "training")
@@ -418,7 +621,9 @@ def training(summary: dict, out: Path) -> dict:
         fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)),
                    bbox_to_anchor=(0.5, -0.02))
         fig.suptitle("sampled training episodes; mean over seeds, band ±1 SE over seeds "
-                     "(logit scale for rates)", fontsize=7)
+                     "(logit scale for rates)" + ("\nthe same at every step in every cell "
+                     "(not drawn): " + ", ".join(f"{t} = {v:g}" for t, v in constant.items())
+                     if constant else ""), fontsize=7)
         fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(labels) > 4), 1, 1))
         plotted["_axes"] = _save(fig, out, "training")
     return plotted
@@ -443,8 +648,9 @@ def change(summary: dict, out: Path) -> dict:
     if not has_change(summary) or not cells:
         return _nothing_to_draw(out, "change")
     names = [n for n in BEHAVIOUR_TABLE if n != metric and all(n in c["change"] for c in cells)]
-    same = [n for n, v in constant_fields(cells, "change", names).items() if v == 0]
-    names = [metric] + [n for n in names if n not in same][:5]
+    same = [n for n, v in constant_fields(cells, "change", [metric] + names).items()
+            if v == 0]                              # no change in any cell: named, not drawn
+    names = [n for n in [metric] + names if n not in same][:6]
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
     title = _change_title(summary, cells[0]["change"][metric]["from_step"], same, cols)
@@ -463,7 +669,8 @@ def change(summary: dict, out: Path) -> dict:
                 ax.plot([v["mean"] * kk], [y], "o", color=colour(0), ms=3)
                 plotted.setdefault(name, {})[c["label"]] = (v["mean"], v["ci"])
             note(ax, None, [c["change"][name]["ci"][0] for c in cells],
-                 [c["change"][name]["ci"][1] for c in cells])
+                 [c["change"][name]["ci"][1] for c in cells], unit=one_unit(summary, pct),
+                 axis="x")
             ax.axvline(0, color="0.2", lw=0.6)
             words = summary["metric_words"] if name == metric else behaviour_words(name, env)
             ax.set_title(words)
@@ -483,7 +690,8 @@ def change(summary: dict, out: Path) -> dict:
 def _change_title(summary: dict, from_step, same: list[str], cols: int) -> str:
     """The change figure's title; it names the fields with no change in any cell (not
     drawn), e.g. turns in a one-turn task."""
-    words = ", ".join(behaviour_words(n, summary.get("env")) for n in same)
+    words = ", ".join(summary["metric_words"] if n == summary["metric"]
+                      else behaviour_words(n, summary.get("env")) for n in same)
     return (f"change from step {'/'.join(map(str, from_step))} to the analysed step,"
             + ("\n" if cols == 1 else " ") + "paired by seed and question "
             f"({level(summary['alpha'])} intervals)"
@@ -505,7 +713,8 @@ def seeds(summary: dict, out: Path) -> dict:
             ax.plot([c["mean"] * k], [y], "|", color="k", ms=10)
             if c.get("iqm") is not None:
                 ax.plot([c["iqm"] * k], [y], "D", color=colour(1), ms=3)
-            note(ax, _kind(summary), min(sm), max(sm), interval=False)
+            note(ax, _kind(summary), min(sm), max(sm), interval=False,
+                 unit=one_unit(summary, is_pct(summary)), axis="x")
             plotted[c["label"]] = {"seed_means": sm, "mean": c["mean"], "iqm": c.get("iqm")}
         ax.set_yticks(range(len(cells)))
         ax.set_yticklabels([cell_words(summary, c) for c in reversed(cells)])
@@ -539,7 +748,8 @@ def _lifelong_panel(ax, summary: dict, q: str, steps: tuple) -> dict:
                 ms=max(2.5, 5.0 - 1.2 * i), mfc="white", lw=1.6, color=colour(i),
                 linestyle=LINESTYLES[i % 4], label=cell_words(summary, c))
         plotted[c["label"]] = {"steps": cur["steps"], "mean": cur["mean"]}
-    note(ax, KIND[q], min(vals, default=0.0), max(vals, default=0.0), interval=False)
+    note(ax, KIND[q], min(vals, default=0.0), max(vals, default=0.0), interval=False,
+         unit=one_unit(summary, True) if rate else 1.0)
     ax.set_title(env_word(WORDS[q], summary.get("env")) + (" (%)" if rate else ""))
     ax.set_xlabel("training step")
     ax.xaxis.set_major_locator(whole_ticks())
@@ -559,12 +769,26 @@ def _lifelong_steps(summary: dict) -> tuple:
     return min(steps), max(steps)
 
 
+def lifelong_panels(summary: dict) -> tuple[list[str], dict[str, float]]:
+    """The lifelong quantities drawn, and those one value at every step of every seed and
+    cell (named, not drawn: an all-zero panel shows nothing)."""
+    have = [q for q in QUANTITIES if any(
+        q in (c.get("lifelong") or {}).get("curves", {}) for c in summary["cells"])]
+    constant = {}
+    for q in have:
+        vals = {x for c in summary["cells"]
+                for v in ((c.get("lifelong") or {}).get("curves", {}).get(q) or {}).get(
+                    "seeds", {}).values() for x in v["values"]}
+        if len(vals) == 1:
+            constant[q] = vals.pop()
+    return [q for q in have if q not in constant], constant
+
+
 def lifelong(summary: dict, out: Path) -> dict:
     """The lifelong curves of a design with skill-library cells (analysis.lifelong):
     library size, skills used per episode, held-out solve rate and forgetting over
     training steps, one axis per quantity; the legend in the cells' order."""
-    panels = [q for q in QUANTITIES if any(
-        q in (c.get("lifelong") or {}).get("curves", {}) for c in summary["cells"])]
+    panels, constant = lifelong_panels(summary)
     if not panels:
         return _nothing_to_draw(out, "lifelong")
     cols = min(2, len(panels))
@@ -581,7 +805,11 @@ def lifelong(summary: dict, out: Path) -> dict:
                  if cell_words(summary, c) in labels]
         fig.legend([handles[labels.index(lab)] for lab in order], order, loc="lower center",
                    ncol=min(4, len(order)), bbox_to_anchor=(0.5, -0.02))
-        fig.suptitle("thin lines: one seed each; thick: the mean over seeds", fontsize=8)
+        fig.suptitle("thin lines: one seed each; thick: the mean over seeds" + (
+            "\nthe same at every step in every cell (not drawn): " + ", ".join(
+                f"{env_word(WORDS[q], summary.get('env'))} = {v * (100 if KIND[q] == 'rate' else 1):g}"
+                + ("%" if KIND[q] == "rate" else "") for q, v in constant.items())
+            if constant else ""), fontsize=8)
         fig.tight_layout(rect=(0, 0.07 + 0.04 * (len(labels) > 4), 1, 1))
         plotted["_axes"] = _save(fig, out, "lifelong")
     return plotted
@@ -593,10 +821,12 @@ def write_all(summary: dict, out: Path, workers: int | None = None) -> dict:
     drawn in forked processes, one per figure; on fewer, sequentially."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    figs = {"learning_curves": learning_curves, "change": change, "forest": forest,
+    figs = {"finding": finding, "learning_curves": learning_curves, "change": change, "forest": forest,
             "seeds": seeds, "hops": hops, "behaviour": behaviour,
             "factor_intervals": factor_intervals, "training": training,
             "lifelong": lifelong}
+    skip = not_drawn(summary)       # the report says why (analysis.tables.not_drawn)
+    figs = {name: (_skipped(name) if name in skip else fn) for name, fn in figs.items()}
     if workers is None:
         cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                 else os.cpu_count() or 1)
@@ -610,6 +840,15 @@ def write_all(summary: dict, out: Path, workers: int | None = None) -> dict:
             drawn = {name: f.result() for name, f in futures.items()}
     write_captions(summary, out, drawn)
     return drawn
+
+
+def _skipped(name: str):
+    """A drawing function that draws nothing (and removes an earlier figure `name`)."""
+    return functools.partial(_skip, name)
+
+
+def _skip(name: str, summary: dict, out: Path) -> dict:
+    return _nothing_to_draw(out, name)
 
 
 def _design(summary: dict) -> str:
@@ -636,10 +875,16 @@ def caption(summary: dict, name: str) -> str:
     held = words[:1].upper() + words[1:] if words.lower().startswith("held-out") \
         else f"Held-out {words}"
     text = {
-        "learning_curves": f"{held} at each evaluation step, mean over seeds of "
-                           f"per-seed means over questions{panel}; bands: {iv}. Descriptive: "
-                           "the tests are of the paired change and of the differences to "
-                           "the baseline.",
+        "finding": f"The pre-registered primary comparison(s) (analysis.yaml `primary`). "
+                   f"Left: {words} of each seed (circles) and the mean over seeds (bar) in "
+                   "the cells compared; dashed: the warm start at step 0. Right: the "
+                   f"difference with {iv}, its two-sided t-test p, the exact permutation p "
+                   "over seeds where the table gives one, and the Holm-adjusted p of its "
+                   "family; grey band: the smallest effect of interest.",
+        "learning_curves": f"{held} at each evaluation step{panel}: above, the mean over "
+                           "seeds of per-seed means over questions; below, the paired change "
+                           "from the first evaluation (by seed and question) with "
+                           f"{iv}, the interval of the change's test.",
         "change": f"Change in {words} (and in the behaviour fields that changed) from the "
                   f"first evaluation to the analysed step, paired by seed and question, "
                   f"with {iv} (the interval of the paired test of the change).",
@@ -664,32 +909,62 @@ def caption(summary: dict, name: str) -> str:
     return f"{text} {design[:1].upper()}{design[1:]}."
 
 
+BUILTIN = ("finding", "learning_curves", "change", "forest", "seeds", "hops", "behaviour",
+           "factor_intervals", "training", "lifelong")
+
+
 def write_captions(summary: dict, out: Path, drawn: dict) -> None:
     """For each figure drawn: figure_<name>.tex (\\includegraphics, \\caption, \\label),
     for a paper to \\input, and captions.md with every caption; snippets of figures no
     longer drawn are removed."""
-    from analysis.collect import shown
-    from analysis.tables import tex_escape
     out = Path(out)
-    where = shown(out)
-    parts = Path(where).parts
-    tag = parts[1] if len(parts) > 1 and parts[0] == "experiments" else "ablate"
     md = ["# Figure captions", "", "Generated by `python -m analysis` from summary.json; "
           "each figure's LaTeX snippet is figure_<name>.tex (set \\ablatefigdir to this "
           "folder, relative to the paper).", ""]
     for name, plotted in drawn.items():
-        path = out / f"figure_{name}.tex"
         if not plotted or not plotted.get("_axes"):
-            path.unlink(missing_ok=True)
+            (out / f"figure_{name}.tex").unlink(missing_ok=True)
             continue
         text = caption(summary, name)
-        env = "figure*" if plotted["_axes"][0].get("wide") else "figure"
-        path.write_text("\n".join([
-            f"% {name}: generated by python -m analysis; \\input it from a paper",
-            f"\\providecommand{{\\ablatefigdir}}{{{where}/}}",
-            f"\\begin{{{env}}}[t]", "\\centering",
-            f"\\includegraphics[width=\\linewidth]{{\\ablatefigdir {name}.pdf}}",
-            f"\\caption{{{tex_escape(text)}}}",
-            f"\\label{{fig:{tag}:{name}}}", f"\\end{{{env}}}", ""]))
+        _snippet(out, name, text, bool(plotted["_axes"][0].get("wide")))
         md += [f"**{name}** ({name}.png, {name}.pdf, figure_{name}.tex): {text}", ""]
     (out / "captions.md").write_text("\n".join(md))
+
+
+def script_captions(out: Path) -> list[str]:
+    """An experiment script's figures (analysis.yaml `scripts:`): each NAME.png beside
+    its NAME.caption.txt (the script writes both) gets figure_NAME.tex and its caption
+    appended to captions.md; returns the figures without a caption file."""
+    out = Path(out)
+    missing, md = [], []
+    for png in sorted(out.glob("*.png")):
+        name = png.stem
+        if name in BUILTIN:
+            continue
+        cap = out / f"{name}.caption.txt"
+        if not cap.is_file():
+            missing.append(name)
+            continue
+        text = " ".join(cap.read_text().split())
+        _snippet(out, name, text, wide=True)
+        md += [f"**{name}** ({name}.png, {name}.pdf, figure_{name}.tex; drawn by the "
+               f"experiment's own script): {text}", ""]
+    with open(out / "captions.md", "a") as f:
+        f.write("\n" + "\n".join(md) if md else "")
+    return missing
+
+
+def _snippet(out: Path, name: str, text: str, wide: bool) -> None:
+    from analysis.collect import shown
+    from analysis.tables import tex_escape
+    where = shown(out)
+    parts = Path(where).parts
+    tag = parts[1] if len(parts) > 1 and parts[0] == "experiments" else "ablate"
+    env = "figure*" if wide else "figure"
+    (out / f"figure_{name}.tex").write_text("\n".join([
+        f"% {name}: generated by python -m analysis; \\input it from a paper",
+        f"\\providecommand{{\\ablatefigdir}}{{{where}/}}",
+        f"\\begin{{{env}}}[t]", "\\centering",
+        f"\\includegraphics[width=\\linewidth]{{\\ablatefigdir {name}.pdf}}",
+        f"\\caption{{{tex_escape(text)}}}",
+        f"\\label{{fig:{tag}:{name}}}", f"\\end{{{env}}}", ""]))

@@ -70,15 +70,20 @@ def _check(spec, where: str) -> list[dict]:
     return spec
 
 
-def _part(p: dict, comparisons, baseline, where: str) -> dict:
-    c, sign = _find(p, comparisons, baseline, where)
-    delta = None if c["delta"] is None else sign * c["delta"]
-    ci = None if c["ci"] is None else sorted(sign * x for x in c["ci"])
-    right = delta is not None and delta * EXPECT[p["expect"]] > 0
+def _oriented(c: dict, sign: int) -> dict:
+    """A comparison's row read as `cell` minus `vs` (sign -1: stored the other way)."""
     return {"label": c["label"] if sign > 0 else c["vs"],
-            "vs": c["vs"] if sign > 0 else c["label"], "expect": p["expect"],
-            "delta": delta, "ci": ci, "p": c["p"], "p_perm": c.get("p_perm"),
-            "direction_ok": right}
+            "vs": c["vs"] if sign > 0 else c["label"],
+            "a": c["a"] if sign > 0 else c["b"], "b": c["b"] if sign > 0 else c["a"],
+            "delta": None if c["delta"] is None else sign * c["delta"],
+            "ci": None if c["ci"] is None else sorted(sign * x for x in c["ci"]),
+            "p": c["p"], "p_perm": c.get("p_perm")}
+
+
+def _part(p: dict, comparisons, baseline, where: str) -> dict:
+    row = _oriented(*_find(p, comparisons, baseline, where))
+    right = row["delta"] is not None and row["delta"] * EXPECT[p["expect"]] > 0
+    return {**row, "expect": p["expect"], "direction_ok": right}
 
 
 def joint_p(parts: list[dict], join: str, key: str = "p") -> float | None:
@@ -116,3 +121,64 @@ def evaluate(spec, summary: dict, where: str, alpha: float | None = None) -> lis
         h["verdict"] = (None if h["p_holm"] is None else
                         "supported" if h["p_holm"] < alpha else "not supported")
     return out
+
+
+def primary(spec, summary: dict, where: str) -> list[dict]:
+    """The pre-registered primary comparison(s) (analysis.yaml `primary:`), each as the
+    row its table holds: a hypothesis name (its parts, with the hypothesis' Holm p, as in
+    the hypotheses table), {cell: {...}, vs: {...}} (a comparison, with its adjusted
+    p, as in the comparisons table; vs defaults to the baseline) or {change: {...}} (a
+    cell's paired change from its first evaluation, as in the report's change table). The finding figure draws
+    these numbers (analysis.figures.finding)."""
+    if spec is None:
+        return []
+    items = spec if isinstance(spec, list) else [spec]
+    hyps = {h["name"]: h for h in summary.get("hypotheses") or []}
+    out = []
+    for i, item in enumerate(items):
+        w = f"{where}: primary" + (f"[{i}]" if isinstance(spec, list) else "")
+        if isinstance(item, str):
+            if item not in hyps:
+                raise AnalysisError(f"{w} is {item!r}, which names no hypothesis; allowed: "
+                                    + (", ".join(hyps) or "none (no hypotheses: give "
+                                       "{cell: {key: value}})"))
+            h = hyps[item]
+            out += [{**part, "source": item, "p_adj": h["p_holm"],
+                     "p_perm_adj": h.get("p_perm_holm"), "verdict": h["verdict"]}
+                    for part in h["parts"]]
+            continue
+        if not isinstance(item, dict) or not (isinstance(item.get("cell"), dict)
+                                              or isinstance(item.get("change"), dict)):
+            raise AnalysisError(f"{w}: expected a hypothesis name, {{cell: {{key: value}}}} "
+                                f"or {{change: {{key: value}}}}, got {item!r}")
+        try:
+            out.append(_change_part(item["change"], summary, w) if "change" in item
+                       else _comparison_part(item, summary, w))
+        except AnalysisError as e:   # runs without that arm (a subset, an interim look)
+            summary.setdefault("warnings", []).append(
+                f"{e}: the finding figure leaves this primary comparison out")
+    return out
+
+
+def _comparison_part(item: dict, summary: dict, where: str) -> dict:
+    c, sign = _find(item, summary["comparisons"], summary["baseline"] or {}, where)
+    return {**_oriented(c, sign), "source": "comparison", "p_adj": c.get("p_adj"),
+            "p_perm_adj": c.get("p_perm_adj"), "verdict": c.get("verdict")}
+
+
+def _change_part(factors: dict, summary: dict, where: str) -> dict:
+    """A cell's change of the metric from its first evaluation (its paired test)."""
+    cells = [c for c in summary["cells"] if _matches(c["factors"], factors)]
+    if len(cells) != 1:
+        have = "; ".join(c["label"] for c in summary["cells"])
+        raise AnalysisError(f"{where}: change: {factors} matches {len(cells)} cells (the "
+                            f"cells: {have})")
+    c = cells[0]
+    ch = (c.get("change") or {}).get(summary["metric"])
+    if not ch:
+        raise AnalysisError(f"{where}: change: cell {c['label']} has one evaluation step, "
+                            "no change")
+    return {"label": c["label"], "vs": f"step {'/'.join(map(str, ch['from_step']))}",
+            "a": c["factors"], "b": c["factors"], "kind": "change",
+            "delta": ch["mean"], "ci": ch["ci"], "p": ch.get("p"), "p_perm": None,
+            "source": "change", "p_adj": None, "p_perm_adj": None, "verdict": None}

@@ -22,13 +22,14 @@ import sys
 from pathlib import Path
 
 from analysis import claims, cli
+from analysis import figures as figs
 from analysis.collect import AnalysisError, read_config
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis import hygiene
 from analysis.export import export
 from analysis.labels import behaviour_words, cell_words, in_words, level
 from analysis.tables import (baseline_comparisons, fmt, fmt_ci, fmt_est, fmt_p, has_change,
-                             has_curves, has_lifelong, has_training, is_pct)
+                             has_curves, has_lifelong, has_training, is_pct, not_drawn)
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -127,9 +128,14 @@ def headline(summary: dict, report_rel: str,
     problems = len(summary.get("failed", [])) + len(summary.get("incomplete", []))
     if problems:
         L += ["", f"{problems} run(s) failed or incomplete: listed in the report."]
-    figures = [f"![held-out learning curves]({report_rel}/learning_curves.png)"] \
-        if has_curves(summary) else []
-    if has_change(summary):
+    skip = not_drawn(summary)
+    figures = [f"![the pre-registered primary comparison: each seed, the difference with its "
+               f"interval and p]({report_rel}/finding.png)"] * bool(
+                   summary.get("primary") and "finding" not in skip)
+    if has_curves(summary) and "learning_curves" not in skip:
+        figures.append(f"![held-out learning curves and the paired change]"
+                       f"({report_rel}/learning_curves.png)")
+    if has_change(summary) and "change" not in skip:
         figures.append(f"![change from the first evaluation, paired by seed and question]"
                        f"({report_rel}/change.png)")
     if has_training(summary):
@@ -166,6 +172,11 @@ def publish(exp: Path, sweep: Path | None = None, figures: bool = True) -> Path:
     if cli.main(argv + ([] if figures else ["--no-figures"])) != 0:
         raise AnalysisError(f"the analysis of {runs} failed (message above)")
     run_scripts(exp, settings, out, spec)
+    if figures:
+        missing = figs.script_captions(out)
+        if missing:
+            raise AnalysisError(f"{spec}: scripts: the figure(s) {', '.join(missing)} have no "
+                                "caption: the script writes NAME.caption.txt beside NAME.png")
     summary = json.loads((out / "summary.json").read_text())
     rewrite_readme(exp / "README.md", headline(summary, "results/report", behaviour))
     for md in (exp / "README.md", *claims.default_files()[:2]):   # its prose, the indexes

@@ -6,7 +6,7 @@ from analysis.lifelong import KIND, QUANTITIES, WORDS
 from analysis.labels import behaviour_words, env_word, hop_words, legend, level
 from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, behaviour_panels, fmt,
                              fmt_ci, fmt_est, fmt_p, has_change, has_curves, has_lifelong,
-                             has_training, is_pct)
+                             has_training, is_pct, not_drawn)
 
 def p_is(p) -> str:
     s = fmt_p(p)
@@ -368,6 +368,26 @@ def _code(summary: dict) -> list[str]:
     return L + [""]
 
 
+def _deviations(summary: dict) -> list[str]:
+    """Commits to the code between pre-registration and results; arms never run
+    (analysis/deviations.py)."""
+    d = summary.get("deviations")
+    if not d:
+        return []
+    what = ", ".join(f"{p}/" for p in d["paths"])
+    L = ["## Deviations from the pre-registration", "",
+         f"Pre-registered at commit {d['preregistration']}, results committed at "
+         f"{d['results_commit']}. "
+         + (f"{len(d['commits'])} commit(s) in between changed {what} (the code that ran "
+            "or that analyses the runs); whether each changed what was measured is for "
+            "the reader to judge from its diff:" if d["commits"] else
+            f"No commit in between changed {what}.")]
+    L += [f"- {c['commit']} {c['subject']}" for c in d["commits"]]
+    L += ["", "Pre-registered but not run: " + "; ".join(d["unrun"]) + "."] if d["unrun"] \
+        else ["", "Every pre-registered arm ran."]
+    return L + [""]
+
+
 def _lifelong(summary: dict) -> list[str]:
     """The lifelong quantities at the last step (analysis.lifelong; figure `lifelong`)."""
     if not has_lifelong(summary):
@@ -434,16 +454,29 @@ def render(summary: dict) -> str:
     L += _hypotheses(summary, pct)
     L += _changes(summary, pct) + _warm_start(summary)
     L += _planning(summary, pct) + _hops(summary, pct) + _behaviour(summary)
-    L += _lifelong(summary) + _code(summary) + _bookkeeping(summary)
-    figs = ["learning_curves"] * has_curves(summary) + ["change"] * has_change(summary) + [
+    L += _lifelong(summary) + _code(summary) + _deviations(summary) + _bookkeeping(summary)
+    L += _figures_line(summary)
+    return "\n".join(L)
+
+
+def _figures_line(summary: dict) -> list[str]:
+    """The figures drawn and the tables written; the figures not drawn, and why
+    (analysis.tables.not_drawn: the figures read the same rule)."""
+    skip = not_drawn(summary)
+    figs = ["finding"] * bool(summary.get("primary")) \
+        + ["learning_curves"] * has_curves(summary) + ["change"] * has_change(summary) + [
         "forest", "seeds"] + ["hops"] * bool(summary.get("hops")) + [
         "behaviour"] * bool(behaviour_panels(summary)[0]) + ["factor_intervals"] + [
         "training"] * has_training(summary) + ["lifelong"] * has_lifelong(summary)
-    L += [f"Figures: {', '.join(figs)} (.png, .pdf). Tables: results, comparisons, "
-          + "hops, " * bool(summary.get("hops"))
-          + "behaviour, mde" + (", hypotheses" if summary.get("hypotheses") else "")
-          + (", lifelong" if has_lifelong(summary) else "") + " (.tex, .csv).", ""]
-    return "\n".join(L)
+    L = [f"Figures: {', '.join(f for f in figs if f not in skip)} (.png, .pdf; captions "
+         "and LaTeX snippets: captions.md, figure_<name>.tex). Tables: results, "
+         "comparisons, " + "hops, " * bool(summary.get("hops"))
+         + "behaviour, mde" + (", hypotheses" if summary.get("hypotheses") else "")
+         + (", lifelong" if has_lifelong(summary) else "") + " (.tex, .csv).", ""]
+    gone = [f for f in figs if f in skip]
+    if gone:
+        L += ["Not drawn: " + "; ".join(f"{f} ({skip[f]})" for f in gone) + ".", ""]
+    return L
 
 
 JOIN_WORDS = {"all": "every part must hold (intersection-union test: p = the largest part p)",

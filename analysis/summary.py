@@ -76,6 +76,7 @@ class Ctx:
     pools: dict
     change_pools: dict
     curve_pools: dict
+    curve_change_pools: dict
     eval_only: bool
     env: str | None = None
 
@@ -236,7 +237,9 @@ def _compute(c, steps: dict) -> dict:
 
 
 def _curve(curves: dict, ctx: Ctx) -> dict:
-    """Per evaluation step: the cell mean with the same interval as the tables."""
+    """Per evaluation step: the cell mean with the same interval as the tables, and the
+    paired change from the first step with the interval its test uses (`change_*`: a
+    figure draws the change, never two cell bands, so it cannot contradict the test)."""
     steps, mean, lo, hi = [], [], [], []
     for s, d in curves.items():
         r = _estimate(d, ctx.metric, ctx, pool=ctx.curve_pools.get(s))
@@ -244,7 +247,31 @@ def _curve(curves: dict, ctx: Ctx) -> dict:
         mean.append(r["estimate"])
         lo.append(r["ci"][0])
         hi.append(r["ci"][1])
-    return {"steps": steps, "mean": mean, "lo": lo, "hi": hi}
+    out = {"steps": steps, "mean": mean, "lo": lo, "hi": hi}
+    ch = {s: evaluate([d], {0: 1.0}, ctx.alpha, pooled=ctx.curve_change_pools.get(s))
+          for s, d in curve_changes(curves).items()}
+    if ch:
+        out.update({"change_mean": [ch[s]["estimate"] if s in ch else 0.0 for s in steps],
+                    "change_lo": [ch[s]["ci"][0] if s in ch else 0.0 for s in steps],
+                    "change_hi": [ch[s]["ci"][1] if s in ch else 0.0 for s in steps]})
+    return out
+
+
+def curve_changes(curves: dict) -> dict:
+    """step -> CellData of each seed's per-question change from the curve's first step,
+    paired by seed and question (the questions both steps have)."""
+    if len(curves) < 2:
+        return {}
+    first, d0 = min(curves.items(), key=lambda kv: sort_key(kv[0]))
+    pos0 = {q: i for i, q in enumerate(d0.questions)}
+    out = {}
+    for s, d in curves.items():
+        qs = [q for q in d.questions if q in pos0]
+        if s != first and qs and d.seeds == d0.seeds:
+            y = d.y[[d.questions.index(q) for q in qs]] - d0.y[[pos0[q] for q in qs]]
+            out[s] = est.CellData(y=y, questions=qs, seeds=d.seeds, samples=d.samples,
+                                  steps=(first, s), unit=d.unit)
+    return out
 
 
 def _differences(data, i, j) -> list[str]:
@@ -456,6 +483,7 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
     ctx = Ctx(alpha=alpha, metric=metric, pools=pools_of(mats, pooled),
               change_pools=pools_of(changes, pooled),
               curve_pools=pools_of([{s: d for s, d in cv.items()} for cv in curves], pooled),
+              curve_change_pools=pools_of([curve_changes(cv) for cv in curves], pooled),
               eval_only=evaluation_only, env=env)
     out_cells = [_cell_summary(c, m, ch, cv, ctx, names, with_curves, steps)
                  for c, m, ch, cv in zip(cells, mats, changes, curves)]

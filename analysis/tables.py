@@ -114,6 +114,52 @@ def factor_name(k: str, summary: dict | None = None) -> str:
     return k.removesuffix(".name")
 
 
+def _point(v) -> tuple | None:
+    """(mean, lo, hi) of an estimate that is a single point (zero-width interval)."""
+    if not v or v.get("ci") is None or None in v["ci"]:
+        return None
+    m = v.get("mean", v.get("delta"))
+    return (m, *v["ci"]) if m is not None and len({m, *v["ci"]}) == 1 else None
+
+
+def not_drawn(summary: dict) -> dict[str, str]:
+    """figure name -> why it is not drawn: a figure of a field constant or zero in every
+    cell, or one that repeats a table, says nothing a reader needs (issue 46: the report
+    says so instead). The figures and the report read this one rule."""
+    cells, why = summary["cells"], {}
+    comps = [c for c in summary.get("comparisons", [])
+             if c["family"] == "confirmatory" and c.get("delta") is not None]
+    if comps and all((_point({"delta": c["delta"], "ci": c["ci"]}) or (1,))[0] == 0
+                     for c in comps):
+        why["forest"] = "every difference to the baseline is 0 with a zero-width interval"
+    primary = summary.get("primary") or []
+    if primary and all((_point({"delta": q["delta"], "ci": q["ci"]}) or (1,))[0] == 0
+                       for q in primary):
+        why["finding"] = ("every primary difference is 0 with a zero-width interval "
+                          "(hypotheses and comparisons tables)")
+    if len(summary.get("factors") or []) <= 1:
+        why["factor_intervals"] = "one factor: its levels' means are the cells' (results table)"
+    if len({v for c in cells for v in c.get("seed_means", [])}) <= 1:
+        why["seeds"] = "every seed of every cell has the same mean"
+    metric = summary.get("metric", "correct")
+    if has_change(summary) and all(
+            (_point((c.get("change") or {}).get(metric)) or (1,))[0] == 0 for c in cells
+            if (c.get("change") or {}).get(metric)) and not _changed_fields(summary):
+        why["change"] = "no cell changed in the metric or any behaviour field"
+    if has_curves(summary) and len({round(v, 12) for c in cells
+                                    for v in (c.get("curve") or {}).get("mean", [])}) <= 1:
+        why["learning_curves"] = "the metric is the same at every evaluation step"
+    return why
+
+
+def _changed_fields(summary: dict) -> list[str]:
+    """Behaviour fields whose change is not a single 0 in every cell."""
+    cells = [c for c in summary["cells"] if c.get("change")]
+    names = {n for c in cells for n in c["change"] if n != summary.get("metric")}
+    same = constant_fields(cells, "change", sorted(names))
+    return sorted(n for n in names if same.get(n) != 0)
+
+
 def baseline_comparisons(summary: dict) -> dict:
     """cell label -> its confirmatory comparison against the baseline."""
     return {c["a_label"]: c for c in summary["comparisons"]

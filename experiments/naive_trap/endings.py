@@ -130,6 +130,13 @@ def figure(q: dict, out: Path) -> list[Path]:
                     metadata={"CreationDate": None} if ext == "pdf" else None)
         paths.append(p)
     plt.close(fig)
+    seeds = sorted({len(v) for v in last.values()})
+    (out / "endings_by_seed.caption.txt").write_text(
+        f"How the {n} held-out episodes of each seed ended at step {q['last_step']} "
+        f"({'/'.join(map(str, seeds))} seeds per reward; sampled episodes): submitted an "
+        "answer, said \"I don't know\" (hatched: in the first turn, before any search), "
+        "ran out of turns, out of tokens, or ended on malformed calls. Counts, no "
+        "interval.\n")
     return paths
 
 

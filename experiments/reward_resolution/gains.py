@@ -103,6 +103,14 @@ def figure(g: dict, out: Path) -> None:
         fig.savefig(out / f"gains_over_warm_start.{ext}", dpi=150, bbox_inches="tight",
                     metadata={"CreationDate": None} if ext == "pdf" else None)
     plt.close(fig)
+    seeds = sorted({a["n_seeds"] for a in g["arms"].values()})
+    (out / "gains_over_warm_start.caption.txt").write_text(
+        "Held-out accuracy of each arm at its last step as a gain over the warm start "
+        f"(dashed line at 0: {100 * g['warm_start']['accuracy']:.1f}% correct on "
+        f"{g['warm_start']['questions']} questions): grey points one seed each "
+        f"({'/'.join(map(str, seeds))} seeds per arm), blue the mean over seeds with its "
+        f"{level:.4g}% t interval over seeds (no test drawn; the arms' comparison is the "
+        "report's hypotheses table).\n")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -140,6 +140,12 @@ def figure(q: dict, out: Path) -> None:
         fig.savefig(out / f"repeat_vs_other.{ext}", dpi=150, bbox_inches="tight",
                     metadata={"CreationDate": None} if ext == "pdf" else None)
     plt.close(fig)
+    (out / "repeat_vs_other.caption.txt").write_text(
+        "Greedy held-out accuracy at each evaluation step on the questions whose answer is "
+        f"the last term shown (repeat, {first['n_class']['repeat']} questions) and on the "
+        f"others ({first['n_class']['other']} questions), per arm: thick lines the mean "
+        "over seeds, thin lines one seed each; descriptive, no interval (the questions "
+        "gained and lost per seed, with exact McNemar p, are in repeat_vs_other.json).\n")
 
 
 def main(argv: list[str] | None = None) -> None:

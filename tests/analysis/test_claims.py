@@ -53,6 +53,23 @@ def test_an_unknown_quantity_is_one_line_naming_the_template(tmp_path):
         claims.render_file(md, exps)
 
 
+@pytest.mark.parametrize("template, match", [
+    ("{% if x %}\nno end\n", r"findings\.md:2: Unexpected end of template"),   # syntax
+    ("{{ 1 / 0 }}\n", r"findings\.md: ZeroDivisionError"),
+    ("{{ 'x' | num }}\n", r"findings\.md: ValueError")])
+def test_a_broken_template_is_one_line_naming_it(tmp_path, template, match):
+    md, exps = _experiment(tmp_path, template)
+    with pytest.raises(AnalysisError, match=match) as err:
+        claims.render_file(md, exps)
+    assert "\n" not in str(err.value)
+
+
+def test_whole_and_sci_leave_jinjas_int_alone(tmp_path):
+    md, exps = _experiment(tmp_path, "{{ 1234.6 | whole }} {{ 0.000123 | sci }} "
+                                     "{{ (2.7 | int) + 1 }}\n")
+    assert "1,235 1.2e-04 3" in claims.render_file(md, exps)
+
+
 def test_a_missing_template_is_named(tmp_path):
     md, exps = _experiment(tmp_path, "x\n")
     md.write_text(md.read_text().replace("findings.md -->", "nope.md -->"))

@@ -10,6 +10,7 @@ from analysis import figures
 import re
 
 from analysis.labels import FOREIGN_WORDS, level
+from analysis.lifelong import KIND, QUANTITIES
 
 # a raw override string: `reward=naive`, `+algo=grpo`, `state_change_bonus=True`
 RAW_KEY = re.compile(r"(^|[\s(,;])\+?[A-Za-z_][\w.]*=\S")
@@ -36,6 +37,11 @@ def check(summary: dict, drawn: dict) -> list[str]:
                     bad.append(f"{where}: '{t}' is not a word of {summary['env']}")
                 if RAW_KEY.search(t):
                     bad.append(f"{where}: '{t}' names a factor by its config key, not in words")
+            if ax.get("unit") and ax["span"] < ax["unit"] * (1 - 1e-9):
+                bad.append(f"{where}: spans {ax['span']:.3g}, less than one unit of its "
+                           f"data ({ax['unit']:.3g})")
+            if ax["lo"] and max(ax["hi"]) == min(ax["lo"]):
+                bad.append(f"{where}: a constant panel (every value {ax['lo'][0]:g})")
             if ax.get("interval") and ax["lo"] and not any(
                     level(summary.get("alpha", 0.05)) in t or "±1 SE" in t
                     for t in ax["texts"] + ax.get("figure_texts", [])):
@@ -50,10 +56,55 @@ def test_published_figures_are_paper_ready(path, tmp_path):
     assert check(summary, drawn) == []
     made = {p.stem for p in tmp_path.glob("*.png")}
     assert made == {p.stem for p in tmp_path.glob("*.pdf")}          # PDF beside PNG
-    assert made == {p.stem for p in path.parent.glob("*.png")}        # as published
+    scripts = {p.name.split(".")[0] for p in path.parent.glob("*.caption.txt")}
+    assert made | scripts == {p.stem for p in path.parent.glob("*.png")}   # as published
+    assert not made & scripts and not set(figures.not_drawn(summary)) & made
+    captions = (path.parent / "captions.md").read_text()
+    assert all(f"**{name}**" in captions and (path.parent / f"figure_{name}.tex").is_file()
+               for name in made | scripts)                           # every one captioned
     if len(summary["steps"]) and all(len(c.get("curve", {}).get("steps", [])) == 2
                                      for c in summary["cells"]):
         assert "learning_curves" not in made and "change" in made     # a paired change
+
+
+@pytest.mark.parametrize("path", PUBLISHED, ids=[p.parents[2].name for p in PUBLISHED])
+def test_the_finding_figure_shows_its_tables_numbers(path, tmp_path):
+    """The finding figure draws each pre-registered primary comparison with the estimate,
+    interval and p of the hypotheses table (or the comparisons or change table)."""
+    summary = json.loads(path.read_text())
+    if not summary.get("primary"):
+        pytest.skip("no primary comparison named in analysis.yaml")
+    drawn = figures.finding(summary, tmp_path)
+    if "finding" in figures.not_drawn(summary):
+        assert drawn == {} and not (tmp_path / "finding.png").exists()
+        return
+    hyps = {(q["label"], q["vs"]): (q["delta"], q["ci"], q["p"], h["p_holm"])
+            for h in summary.get("hypotheses") or [] for q in h["parts"]}
+    comps = {(c["label"], c["vs"]): (c["delta"], c["ci"], c["p"], c.get("p_adj"))
+             for c in summary["comparisons"]}
+    changes = {(c["label"], "step " + "/".join(map(str, ch["from_step"]))):
+               (ch["mean"], ch["ci"], ch["p"], None) for c in summary["cells"]
+               for ch in [(c.get("change") or {}).get(summary["metric"])] if ch}
+    for row in drawn["parts"]:
+        table = {"comparison": comps, "change": changes}.get(row["source"], hyps)
+        assert table[(row["label"], row["vs"])] == (row["delta"], row["ci"], row["p"],
+                                                    row["p_adj"])
+
+
+def test_not_drawn_names_constant_figures():
+    """Voyager's floor: every comparison 0 [0, 0] and every seed 0 (forest, seeds and the
+    finding are not drawn, the report says why); a one-factor design has no
+    factor_intervals; a change of exactly 0 everywhere is not a figure."""
+    path = REPO / "experiments/voyager_coderepair/results/report/summary.json"
+    why = figures.not_drawn(json.loads(path.read_text()))
+    assert {"forest", "seeds", "finding", "factor_intervals"} <= set(why)
+    report = (path.parent / "report.md").read_text()
+    assert all(f"{name} ({reason})" in report for name, reason in why.items())
+    s = {"cells": [{"seed_means": [0.1, 0.2], "change": {"correct": {
+        "mean": 0.0, "ci": [0.0, 0.0], "from_step": [0]}}}], "metric": "correct",
+         "factors": ["a", "b"], "comparisons": [{"family": "confirmatory", "delta": 0.1,
+                                                  "ci": [0.0, 0.2]}]}
+    assert set(figures.not_drawn(s)) == {"change"}
 
 
 def test_the_check_fails_on_each_defect():
@@ -70,6 +121,10 @@ def test_the_check_fails_on_each_defect():
     assert "without stating their level" in bad[2]
     ok = {**raw, "texts": ["reward: naive"], "figure_texts": ["95% t intervals over seeds"]}
     assert check(summary, {"f": {"_axes": [ok]}}) == []
+    narrow = {**ok, "unit": 100 / 32, "span": 0.08}             # 99.96-100.04% of 32 q.
+    assert "less than one unit" in check(summary, {"f": {"_axes": [narrow]}})[0]
+    flat = {**ok, "lo": [0.0, 0.0], "hi": [0.0, 0.0]}           # an all-zero panel
+    assert "constant panel" in check(summary, {"f": {"_axes": [flat]}})[0]
 
 
 # the lifelong figure of real short voyager-vs-react sweeps (tests/fixtures/voyager_lifelong)
@@ -90,11 +145,17 @@ def test_lifelong_figure_is_paper_ready(sweep, tmp_path):
     summary = lifelong_summary(sweep)
     drawn = figures.write_all(summary, tmp_path, workers=1)
     assert check(summary, drawn) == []
+    panels, constant = figures.lifelong_panels(summary)
+    assert sorted(panels + list(constant)) == sorted(QUANTITIES)   # drawn or named
+    if not panels:                          # every quantity constant: no figure at all
+        assert drawn["lifelong"] == {} and not (tmp_path / "lifelong.png").exists()
+        return
     axes = drawn["lifelong"]["_axes"]
-    assert [a["kind"] for a in axes] == ["count", "count", "rate", "rate"]
+    assert [a["kind"] for a in axes] == [KIND[q] for q in panels]
+    assert all(len({v for v in a["lo"] + a["hi"]}) > 1 for a in axes)
     solve = "held-out repair rate (%)" if summary["env"] == "coderepair" \
         else "held-out solve rate (%)"
-    assert [a["texts"][0] for a in axes][2] == solve
+    assert solve in [a["texts"][0] for a in axes]
     assert {"lifelong.png", "lifelong.pdf"} <= {p.name for p in tmp_path.iterdir()}
     voyager = [c for c in summary["cells"] if c["factors"]["agent.name"] == "voyager"]
     react = [c for c in summary["cells"] if c["factors"]["agent.name"] == "react"]

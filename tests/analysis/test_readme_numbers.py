@@ -94,3 +94,16 @@ def test_naive_trap_first_turn_idk_equals_a_recount_of_the_rows():
     assert seed0["idk_first_turn"] < seed0["idk"]      # first-turn is a part of all endings
     readme = (exp / "README.md").read_text()
     assert f"({first}/{n}) say it in the first turn" in readme
+
+
+def test_every_image_a_readme_shows_exists():
+    """The READMEs' figures (a figure no longer drawn, e.g. learning curves of a
+    two-evaluation design, would be a broken link)."""
+    import re
+    root = Path(__file__).resolve().parents[2]
+    files = [root / "README.md", *sorted((root / "experiments").glob("**/README.md")),
+             *sorted((root / "docs").glob("*.md"))]
+    missing = [f"{md.relative_to(root)}: {link}" for md in files
+               for link in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", md.read_text())
+               if not link.startswith("http") and not (md.parent / link).is_file()]
+    assert missing == []

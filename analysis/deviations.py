@@ -1,0 +1,46 @@
+"""Deviations from an experiment's pre-registration (analysis.yaml `preregistration`,
+`results_commit`, `unrun`): every commit that touched the code of the runs or of the
+analysis (ablate/, analysis/) between the commit that pre-registered the experiment and
+the one that committed its results, and the pre-registered arms that never ran. Read from
+git; hashes are cut to 10 characters here (git's own abbreviation grows with the
+repository, which would make a report differ from one clone to the next)."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from analysis.errors import AnalysisError
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE = ("ablate", "analysis")   # the code a run executes and the code that analyses it
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise AnalysisError(f"git {' '.join(args)}: {done.stderr.strip() or 'failed'}")
+    return done.stdout
+
+
+def deviations(spec: dict, where: str) -> dict | None:
+    """{preregistration, results_commit, commits: [{commit, subject}], unrun: [...]}, or
+    None when analysis.yaml names no pre-registration commit."""
+    pre, post = spec.get("preregistration"), spec.get("results_commit")
+    unrun = [str(u) for u in spec.get("unrun") or []]
+    if pre is None:
+        if post is not None or unrun:
+            raise AnalysisError(f"{where}: results_commit and unrun need preregistration: "
+                                "the commit that pre-registered the experiment")
+        return None
+    if post is None:
+        raise AnalysisError(f"{where}: preregistration without results_commit (the commit "
+                            "that committed the results)")
+    try:
+        ends = [_git("rev-parse", "--verify", f"{c}^{{commit}}").strip() for c in (pre, post)]
+    except AnalysisError as e:
+        raise AnalysisError(f"{where}: preregistration/results_commit: {e}") from None
+    log = _git("log", "--format=%H%x09%s", f"{ends[0]}..{ends[1]}", "--", *CODE)
+    commits = [{"commit": h[:10], "subject": s[:160]}
+               for h, s in (line.split("\t", 1) for line in log.splitlines() if line)]
+    return {"preregistration": ends[0][:10], "results_commit": ends[1][:10],
+            "paths": list(CODE), "commits": commits, "unrun": unrun}
