@@ -71,7 +71,7 @@ def experiment_spec(sweep) -> Path | None:
 
 
 # keys an analysis.yaml may hold (analysis.publish reads include, headline_behaviour,
-# scripts and quantities; analysis.claims reads quantities; docs/statistics.md sec. 9)
+# scripts and quantities; analysis.claims reads quantities; docs/statistics.md sec. 4)
 SPEC_KEYS = ("metric", "baseline", "B", "rng_seed", "sesoi", "alpha", "step", "all_pairs",
              "lower_is_better", "evaluation_only", "exploratory", "include",
              "headline_behaviour", "hypotheses", "names", "seed_variance", "primary",
