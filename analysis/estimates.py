@@ -49,6 +49,7 @@ class CellData:
     steps: tuple = ()
     hops: dict = field(default_factory=dict)
     unit: str = "seed"               # the replicate: "seed", or "question" (fixed weights)
+    base: float | None = None        # a change's mean at its first evaluation
 
     @property
     def n_seeds(self) -> int:

@@ -81,16 +81,19 @@ class Ctx:
     env: str | None = None
 
 
-def pools_of(mats: list[dict], pooled: bool) -> dict:
+def pools_of(mats: list[dict], pooled: bool, only: str | None = None) -> dict:
     """{field: stats.pool over the cells that have it} for a pre-registered pooled seed
-    variance; {} (each cell's own seed variance, Welch-type contrasts) otherwise. No
+    variance (`only`: of that field, the pre-registered metric; the behaviour fields are
+    descriptive and keep each cell's own: pooling an arm whose seeds split 87% / 1% into
+    the others would give them intervals their own seeds never showed); {} (each cell's
+    own seed variance, Welch-type contrasts) otherwise. No
     pretest chooses between them: Bartlett's test is not robust to non-normal seeds
     (Box 1953, Biometrika 40:318) and choosing a variance model by a pretest changes the
     test's error rate (Zimmerman 2004, Br. J. Math. Stat. Psychol. 57:173)."""
     if not pooled:
         return {}
     return {n: st.pool([m[n].y for m in mats if n in m and m[n].unit == "seed"])
-            for n in {n for m in mats for n in m}}
+            for n in {n for m in mats for n in m} if only is None or n == only}
 
 
 def bounded(r: dict, kind: str | None, n_units: int, alpha: float) -> list | None:
@@ -194,8 +197,9 @@ def change_matrices(c, mats: dict, fields: dict, steps: dict, warnings: list) ->
         pos1 = {q: i for i, q in enumerate(d1.questions)}
         qs = [q for q in d1.questions if q in pos0]
         if qs:
-            y = d1.y[[pos1[q] for q in qs]] - d0.y[[pos0[q] for q in qs]]
-            out[name] = est.CellData(y=y, questions=qs, seeds=d1.seeds,
+            y0 = d0.y[[pos0[q] for q in qs]]
+            out[name] = est.CellData(y=d1.y[[pos1[q] for q in qs]] - y0, questions=qs,
+                                     seeds=d1.seeds, base=float(y0.mean()),
                                      steps=tuple(sorted(set(first.values()))))
     return out
 
@@ -207,9 +211,21 @@ def _changes(changes: dict, ctx: Ctx) -> dict:
     for name, d in changes.items():
         r = evaluate([d], {0: 1.0}, ctx.alpha, pooled=ctx.change_pools.get(name))
         out[name] = {"from_step": list(d.steps), "mean": r["estimate"], "se": r["se"],
-                     "df": r["df"], "ci": r["ci"], "p": r["p"],
+                     "df": r["df"], "ci": feasible(r["ci"], est.field_kind(name), d.base),
+                     "p": r["p"],
                      "inferential": r["inferential"], "n_questions": r["n_questions"]}
     return out
+
+
+def feasible(ci, kind: str | None, base: float | None):
+    """A change's interval cut to the values the change can take: a rate that started at
+    p0 moves within [-p0, 1 - p0], a count that started at c0 falls by at most c0 (the
+    true change lies there, so coverage is kept; an interval of [-22, +22] points from a
+    1% start claims impossible values)."""
+    if not ci or base is None or None in ci or kind not in ("rate", "count"):
+        return ci
+    lo, hi = max(ci[0], -base), ci[1] if kind == "count" else min(ci[1], 1.0 - base)
+    return [lo, max(hi, lo)]
 
 
 def _compute(c, steps: dict) -> dict:
@@ -248,8 +264,11 @@ def _curve(curves: dict, ctx: Ctx) -> dict:
         lo.append(r["ci"][0])
         hi.append(r["ci"][1])
     out = {"steps": steps, "mean": mean, "lo": lo, "hi": hi}
+    changes = curve_changes(curves)
     ch = {s: evaluate([d], {0: 1.0}, ctx.alpha, pooled=ctx.curve_change_pools.get(s))
-          for s, d in curve_changes(curves).items()}
+          for s, d in changes.items()}
+    for s, r in ch.items():
+        r["ci"] = feasible(r["ci"], est.field_kind(ctx.metric), changes[s].base)
     if ch:
         out.update({"change_mean": [ch[s]["estimate"] if s in ch else 0.0 for s in steps],
                     "change_lo": [ch[s]["ci"][0] if s in ch else 0.0 for s in steps],
@@ -268,9 +287,10 @@ def curve_changes(curves: dict) -> dict:
     for s, d in curves.items():
         qs = [q for q in d.questions if q in pos0]
         if s != first and qs and d.seeds == d0.seeds:
-            y = d.y[[d.questions.index(q) for q in qs]] - d0.y[[pos0[q] for q in qs]]
-            out[s] = est.CellData(y=y, questions=qs, seeds=d.seeds, samples=d.samples,
-                                  steps=(first, s), unit=d.unit)
+            y0 = d0.y[[pos0[q] for q in qs]]
+            out[s] = est.CellData(y=d.y[[d.questions.index(q) for q in qs]] - y0,
+                                  questions=qs, seeds=d.seeds, samples=d.samples,
+                                  steps=(first, s), unit=d.unit, base=float(y0.mean()))
     return out
 
 
@@ -480,8 +500,8 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
     if evaluation_only:
         curves = [{s: d.per_question() for s, d in cv.items()} for cv in curves]
     pooled = seed_variance_model == "pooled"
-    ctx = Ctx(alpha=alpha, metric=metric, pools=pools_of(mats, pooled),
-              change_pools=pools_of(changes, pooled),
+    ctx = Ctx(alpha=alpha, metric=metric, pools=pools_of(mats, pooled, metric),
+              change_pools=pools_of(changes, pooled, metric),
               curve_pools=pools_of([{s: d for s, d in cv.items()} for cv in curves], pooled),
               curve_change_pools=pools_of([curve_changes(cv) for cv in curves], pooled),
               eval_only=evaluation_only, env=env)

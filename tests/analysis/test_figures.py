@@ -181,3 +181,18 @@ def test_a_field_the_same_in_every_cell_is_named_not_drawn(tmp_path):
     assert drawn == ["answer_rate", "mean_turns"] and constant == {}
     change = figures.change(summary, tmp_path)["_axes"]
     assert [a["texts"][0] for a in change] == ["held-out accuracy", "turns"]
+
+
+def test_a_change_interval_holds_only_values_the_change_can_take():
+    """A rate that started at p0 moves within [-p0, 1 - p0]; a count falls by at most its
+    start (summary.feasible). naive_trap's "I don't know" changes, from about 1%, were
+    [-22, +22] points under a variance pooled with the naive arm's 87%/1% seeds."""
+    from analysis.summary import feasible
+    assert feasible([-0.2, 0.2], "rate", 0.01) == [-0.01, 0.2]
+    assert feasible([-0.2, 0.2], "rate", 0.9) == pytest.approx([-0.2, 0.1])
+    assert feasible([-3.0, 2.0], "count", 1.5) == [-1.5, 2.0]
+    assert feasible([-3.0, 2.0], None, 1.5) == [-3.0, 2.0]
+    path = REPO / "experiments/naive_trap/results/report/summary.json"
+    for c in json.loads(path.read_text())["cells"]:
+        lo, hi = c["change"]["idk_rate"]["ci"]
+        assert lo >= -0.02 and (hi < 0.05 or c["factors"]["reward.name"] == "naive")
