@@ -67,6 +67,19 @@ def test_published_figures_are_paper_ready(path, tmp_path):
         assert "learning_curves" not in made and "change" in made     # a paired change
 
 
+INTERIM = sorted(REPO.glob("experiments/*/interim/summary.json"))
+
+
+@pytest.mark.parametrize("path", INTERIM, ids=[p.parents[1].name for p in INTERIM])
+def test_interim_figures_are_paper_ready_and_redrawn(path, tmp_path):
+    """An interim look's frozen summary (reward_resolution's stage 1): its kept figures
+    are the ones the current code draws from it."""
+    summary = json.loads(path.read_text())
+    drawn = figures.write_all(summary, tmp_path, workers=1)
+    assert check(summary, drawn) == []
+    assert {p.name for p in path.parent.glob("*.png")} <= {p.name for p in tmp_path.glob("*.png")}
+
+
 @pytest.mark.parametrize("path", PUBLISHED, ids=[p.parents[2].name for p in PUBLISHED])
 def test_the_finding_figure_shows_its_tables_numbers(path, tmp_path):
     """The finding figure draws each pre-registered primary comparison with the estimate,
