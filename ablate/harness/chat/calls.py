@@ -22,6 +22,8 @@ import json
 from dataclasses import dataclass
 from typing import Callable
 
+from ablate.core.registry import Registry
+
 IM_START, IM_END, ENDOFTEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -173,14 +175,20 @@ class ToolFormat:
         return {} if out == hermes else out
 
 
-TOOL_FORMATS = {
-    "hermes": ToolFormat("hermes", format_tool_call, parse_tool_calls, "tool",
-                         ("<tool_call>",), call_open=CALL_OPEN, call_close=CALL_CLOSE),
-    "llama3_json": ToolFormat("llama3_json", _format_llama3, _parse_json_text, "ipython",
-                              ("<|python_tag|>", "ipython"), arguments_key="parameters"),
-    "json_text": ToolFormat("json_text", _format_json_text, _parse_json_text, "user",
-                            (), tools_in_system=True),
-}
+# the one registry of tool-call syntaxes (model.tool_format; `auto` detects one from the
+# chat template): a new syntax is one TOOL_FORMATS.register call
+TOOL_FORMATS = Registry("model.tool_format", "tool-call format")
+TOOL_FORMATS.register("hermes", ToolFormat(
+    "hermes", format_tool_call, parse_tool_calls, "tool", ("<tool_call>",),
+    call_open=CALL_OPEN, call_close=CALL_CLOSE),
+    doc="Hermes / Qwen: <tool_call>{json}</tool_call>, results in the tool role")
+TOOL_FORMATS.register("llama3_json", ToolFormat(
+    "llama3_json", _format_llama3, _parse_json_text, "ipython",
+    ("<|python_tag|>", "ipython"), arguments_key="parameters"),
+    doc="Llama 3.x: a bare JSON object with `parameters`, results in the ipython role")
+TOOL_FORMATS.register("json_text", ToolFormat(
+    "json_text", _format_json_text, _parse_json_text, "user", (), tools_in_system=True),
+    doc="any model: tools described in the system prompt, a JSON object as the call")
 
 
 def detect_tool_format(template: str) -> str:
