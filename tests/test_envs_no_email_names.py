@@ -1,27 +1,69 @@
 """Issue 14's seam check: no email-specific name outside the email environment. The
 names come from the email environment itself: its tool names, and message_id (the id
 argument the email grammar of the action masks names)."""
+import ast
+import re
+import sys
 from pathlib import Path
 
 from ablate.envs.email.tools import TOOL_SCHEMAS
 
 ROOT = Path(__file__).resolve().parents[1]
-GENERIC = [ROOT / "ablate" / "harness", ROOT / "ablate" / "rewards", ROOT / "ablate" / "cell.py",
-           ROOT / "analysis"]
+# every generic package (all of ablate/ but the worlds, the apps and recipes), and the
+# analysis; each must exist, so a moved package cannot leave the check scanning nothing
+GENERIC = [ROOT / "ablate" / p for p in ("core", "loop", "harness", "algos", "agents",
+                                          "learners", "samplers", "models", "rewards")] + [
+    ROOT / "analysis"]
+# `hops` (EnronHop's difficulty) where the generic code still reads it, until the world
+# names its difficulty (issue 48 item 3): a new site fails the check. The analysis reads
+# the eval rows' `hops` column and shows it in the world's word (analysis/labels.py)
+HOPS_SITES = {"ablate/algos/config.py": 1, "ablate/algos/curriculum.py": 4,
+              "ablate/loop/cell.py": 1, "ablate/loop/eval_metrics.py": 2,
+              "ablate/loop/scoring.py": 1}
 
 
 def email_names() -> set[str]:
     return {s["function"]["name"] for s in TOOL_SCHEMAS} | {"message_id"}
 
 
+def code_lines(path: Path) -> list[str]:
+    """The lines of code of a module: docstrings and comments left out (a docstring may
+    name EnronHop as an example)."""
+    src = path.read_text()
+    docs = set()
+    for node in ast.walk(ast.parse(src)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            docs.update(range(body[0].lineno, body[0].end_lineno + 1))
+    return [line.split("#")[0] for i, line in enumerate(src.splitlines(), 1) if i not in docs]
+
+
 def offending() -> list[str]:
     hits = []
     for base in GENERIC:
-        for path in ([base] if base.is_file() else sorted(base.rglob("*.py"))):
-            text = path.read_text()
-            hits += [f"{path.relative_to(ROOT)}: {n}" for n in sorted(email_names())
-                     if n in text]
+        assert base.is_dir(), f"{base} does not exist: the check would scan nothing"
+        for path in sorted(base.rglob("*.py")):
+            code = "\n".join(code_lines(path))
+            where = str(path.relative_to(ROOT))
+            hits += [f"{where}: {n}" for n in sorted(email_names() | {"inbox"})
+                     if re.search(rf"\b{n}", code)]
+            n_hops = sum(bool(re.search(r"\bhops", line)) for line in code.splitlines())
+            if where.startswith("ablate/") and n_hops > HOPS_SITES.get(where, 0):
+                hits.append(f"{where}: hops ({n_hops} lines, {HOPS_SITES.get(where, 0)} known)")
     return hits
+
+
+def test_the_check_finds_a_planted_name(tmp_path, monkeypatch):
+    pkg = tmp_path / "ablate" / "loop"
+    pkg.mkdir(parents=True)
+    (pkg / "m.py").write_text('"""search_inbox in a docstring is an example."""\n'
+                              "x = 1  # read_email in a comment\n"
+                              "def f(t):\n    return t.inbox_address, t.hops\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "GENERIC", [pkg])
+    assert offending() == ["ablate/loop/m.py: inbox", "ablate/loop/m.py: hops (1 lines, 0 known)"]
 
 
 def test_email_names_are_known():
