@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from ablate.models.loading import load_policy
+
 CACHE_TEXTS = 8192          # distinct texts whose vectors are kept in memory
 
 
@@ -38,7 +40,6 @@ class Embedder:
             if model_cfg is None:
                 raise ValueError("agent.voyager.embedding=policy: no model config to load "
                                  "the policy from (Voyager.bind got none)")
-            from ablate.models.loading import load_policy
             model, tok = load_policy(model_cfg)
             return cls(model.float(), tok, f"policy:{model_cfg.name}", max_tokens)
         path = Path(str(spec)).expanduser()

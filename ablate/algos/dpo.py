@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from ablate.algos.protocol import TrainingBatch, flatten_segments, loss_index
 from ablate.algos.registry import ALGORITHMS, PAIR_RULES
+from ablate.models.loading import load_policy
 
 
 @PAIR_RULES.register("first")
@@ -94,6 +95,8 @@ def sequence_logprobs(model, segments, episode_of, *, temperature: float,
                       micro_batch_tokens: int) -> torch.Tensor:
     """Σ over each episode's trained tokens of log π(y_t) [episodes], float64 (the
     learner's alignment, temperature and action masks; ablate.learners.batching)."""
+    # deferred: ablate.learners loads transformers (+0.6 s, 348 modules measured after
+    # `import ablate.algos`, 2-core host); only a DPO update needs it
     from ablate.learners.batching import collate, pack, token_stats
     device = next(model.parameters()).device   # the learner's (DPO.place)
     out = torch.zeros(max(episode_of) + 1 if episode_of else 0, dtype=torch.float64,
@@ -237,7 +240,6 @@ def load_reference(name: str, model_cfg) -> torch.nn.Module:
     """`initial`: the cell's model as it starts (loaded again, frozen); otherwise a local
     HF model directory (it must share the policy's tokenizer)."""
     if name == "initial":
-        from ablate.models.loading import load_policy
         return load_policy(model_cfg)[0]
     from pathlib import Path
     if not Path(name).is_dir():

@@ -16,6 +16,9 @@ import math
 from types import SimpleNamespace
 from typing import Any, Optional
 
+from ablate.harness.chat import ChatConventions
+from ablate.harness.masking import token_bytes
+
 
 def hinted_task(task, template: str):
     """The task with the hint appended to what the agent is asked (EnronHop's `question`,
@@ -79,7 +82,6 @@ def turn_spans(episode) -> list[tuple[int, int, int]]:
 
 @functools.lru_cache(maxsize=4)
 def _vocab(tokenizer):
-    from ablate.harness.masking import token_bytes
     return token_bytes(tokenizer)
 
 
@@ -90,8 +92,9 @@ def remask(episode, tokenizer, harness_cfg, mode_cfg, env,
     replayed through its calls so far (the mask candidates come from that state); None
     when the harness builds none. `model_cfg` (model.tool_format, model.chat_template)
     selects the chat conventions as the rollout did (None: auto-detected)."""
+    # deferred: harness.rollout loads every environment (ablate.envs: +0.3 s, 285 modules
+    # measured after `import ablate.algos.hints`, 2-core host); only a hinted re-mask needs it
     from ablate.harness.rollout import _mask_for
-    from ablate.harness.chat import ChatConventions
     conv = ChatConventions.from_config(tokenizer, model_cfg, mode_cfg)
     out: list[dict] = [{} for _ in episode.segments]
     vocab, any_mask = None, False

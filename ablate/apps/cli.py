@@ -33,6 +33,7 @@ from ablate.core.dist import env_world_size, is_writer
 from ablate.core.threads import available_cpus, grid_threads
 from ablate.apps.preflight import (check_free_space, check_output_dir, preflight as check_cfg,
                                     writable_dir)
+from ablate.loop import cell as loop_cell   # run_cell read when called (tests replace it)
 
 log = logging.getLogger("ablate")
 FAILED_CELLS: list[str] = []   # cells of this -m grid that raised (the others went on)
@@ -247,13 +248,12 @@ def check_complete_cells(multirun: bool) -> None:
 def skip_complete_cells() -> None:
     """Every cell of the command is complete and one is read-only: each is replayed by
     run_cell ("complete; skipping", or the config change it ignores) without Hydra."""
-    from ablate.loop.cell import run_cell
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO,
                             format="[%(asctime)s %(levelname)s] %(message)s")
     for cell, cfg in PLANNED["complete"]:
-        run_cell(cfg, cell)
+        loop_cell.run_cell(cfg, cell)
 
 
 def compose_job(job: list[str]) -> DictConfig:
@@ -318,14 +318,12 @@ register()
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> float | None:
-    from ablate.loop.cell import run_cell
-
     hc = HydraConfig.get()
     out_dir = hc.runtime.output_dir
     export_submitit_ranks()   # a multi-task submitit job: one rank per task
     if hc.mode != RunMode.MULTIRUN:
         try:
-            summary = run_cell(cfg, out_dir)
+            summary = loop_cell.run_cell(cfg, out_dir)
         except (CellBusy, CellOutcome, *CELL_ERRORS) as e:
             print(f"ablate: error: {one_line(e)}", file=sys.stderr)
             sys.exit(2)
@@ -336,7 +334,8 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         if env_world_size() == 1:   # a multi-rank cell's ranks use GPU LOCAL_RANK
             assign_devices(int(hc.job.num), int(cfg.run.devices_per_cell))   # before CUDA
         _share_cores(cfg, hc)
-        summary = _grid_cell(cfg, out_dir, hc.job.override_dirname or "default", run_cell)
+        summary = _grid_cell(cfg, out_dir, hc.job.override_dirname or "default",
+                             loop_cell.run_cell)
     return summary.get("final_accuracy") if summary else None
 
 

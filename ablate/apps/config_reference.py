@@ -16,8 +16,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ablate.apps.cli import APPEND_GROUPS, conf_dir
+from ablate.apps.cli import APPEND_GROUPS, compose_config, conf_dir
 from ablate.core.registry import Registry
+from ablate.envs import ENVIRONMENTS
+from ablate.envs.config import EnvConfig
 from ablate.loop.config import ALLOWED, AblateConfig
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
@@ -114,7 +116,6 @@ def rows(cls, prefix: str = "") -> tuple[list[tuple], list[tuple[str, type]]]:
 def _default_cell():
     """The config of plain `python -m ablate` (conf/config.yaml and its default groups),
     interpolations left as written."""
-    from ablate.apps.cli import compose_config
     return compose_config([])
 
 
@@ -186,8 +187,6 @@ def registries() -> str:
 
 def env_sections() -> list[str]:
     """Each built-in environment's own `env` keys (its config_schema beyond EnvConfig)."""
-    from ablate.envs import ENVIRONMENTS
-    from ablate.envs.config import EnvConfig
     common = {f.name: _default(f) for f in dataclasses.fields(EnvConfig)}
     by_schema: dict[type, list[str]] = {}
     for name, cls in ENVIRONMENTS.items():

@@ -26,6 +26,9 @@ from typing import Any, Optional
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ablate.core.dist import env_world_size
+from ablate.models.budget import check_weights
+
 GB = 1e9
 # Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
 # Models" (arXiv:2205.05198) eq. 1: s·b·h·(34 + 5·a·s/h) bytes per layer at 16-bit without
@@ -229,6 +232,8 @@ def learner_terms(cfg, shape: Shape, world: int) -> tuple[list[Term], int]:
 def default_logprob_chunk() -> int:
     """The learner's log-softmax chunk when learner.logprob_chunk is not set: its module
     default (ablate.learners.batching.LOGPROB_CHUNK) where it has one, else 0 (full)."""
+    # deferred: ablate.learners loads transformers (+0.55 s, 316 modules measured after
+    # `import ablate.apps.memory_plan`, 2-core host), which a plan from shapes never needs
     from ablate.learners import batching
     return int(getattr(batching, "LOGPROB_CHUNK", 0) or 0)
 
@@ -339,7 +344,6 @@ def memory_plan(cfg: DictConfig, *, model_config=None, world_size: Optional[int]
     shape = _shape(cfg, model_config)
     if shape is None:
         return None
-    from ablate.core.dist import env_world_size
     world = int(world_size or env_world_size())
     device, have, source = device_memory(cfg)
     if device_bytes is not None:
@@ -355,7 +359,6 @@ def _shape(cfg, model_config) -> Optional[Shape]:
         return shape_of(model_config)
     if str(cfg.model.name) == "scripted":
         return None
-    from ablate.models.budget import check_weights
     model_dir = check_weights(cfg)
     return None if model_dir is None else shape_of_dir(
         str(model_dir), bool(cfg.model.trust_remote_code))

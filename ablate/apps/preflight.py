@@ -24,13 +24,14 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.apps.memory_plan import memory_plan
+from ablate.apps.memory_plan import memory_plan, shape_of_dir
 from ablate.envs import EnvError, env_class, make_env
 from ablate.envs.conformance import (check_class, check_splits, check_tools, play_one,
                                      protocol)
 from ablate.harness.episode import scripted_episode
 from ablate.loop.cell import eval_subset
 from ablate.loop.config import ConfigError, validate
+from ablate.loop.outputs import JSONL_FILES, OutputFileError, read_jsonl
 from ablate.models.budget import check_weights, question_budget
 from ablate.rewards import REWARDS, check_reward_for
 
@@ -247,7 +248,6 @@ def check_output_dir(key: str, path: str) -> None:
     why = writable_dir(Path(path))
     if why:
         raise ConfigError(f"{key}={path!r} is not usable: {why}; give a writable directory")
-    from ablate.loop.outputs import JSONL_FILES, OutputFileError, read_jsonl
     for name in JSONL_FILES:
         try:
             read_jsonl(Path(os.path.expanduser(path)) / name)
@@ -288,7 +288,6 @@ def checkpoint_bytes(cfg: DictConfig, model_dir) -> int:
     plus DeepSpeed's module copy below ZeRO-3 (2 bytes in bf16, 4 in fp32, which stage 0
     keeps as the optimizer's weights), plus a fixed part: at or above the written size,
     by at most a quarter on the tiny model (tests/test_reliability_round2b.py)."""
-    from ablate.apps.memory_plan import shape_of_dir
     lc = cfg.learner
     shape = shape_of_dir(str(model_dir), bool(cfg.model.trust_remote_code))
     trained = shape.lora_params(int(lc.lora.rank), lc.lora.target_modules) \

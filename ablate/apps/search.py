@@ -42,6 +42,7 @@ from ablate.apps.cli import CELL_ERRORS, compose_config, normalise_overrides, on
 from ablate.core.locks import process_alive
 from ablate.loop.config import ConfigError, validate
 from ablate.loop.outputs import CellBusy
+from ablate.loop import cell as loop_cell   # run_cell read when called (tests replace it)
 
 log = logging.getLogger("ablate.apps.search")
 
@@ -108,9 +109,8 @@ def params_key(params: dict) -> str:
 def run_search(space: dict, *, n_trials: int, storage: str, out_dir: Path,
                extra_overrides: list[str] = (), run_fn: Callable | None = None) -> optuna.Study:
     """Run trials until the study holds `n_trials` finished (complete or pruned) trials."""
-    from ablate.loop.cell import run_cell
 
-    run_fn = run_fn or run_cell
+    run_fn = run_fn or loop_cell.run_cell
     out_dir.mkdir(parents=True, exist_ok=True)
     pruner = PRUNERS[(space.get("pruner") or {}).get("type", "median")](space.get("pruner") or {})
     study = optuna.create_study(study_name=space["study_name"], storage=storage,

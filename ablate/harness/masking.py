@@ -63,6 +63,8 @@ import itertools
 import json
 from typing import Iterable, Sequence
 
+from ablate.harness.chat import strip_thinking_ids
+
 IDK = "I don't know"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _PUNCT = ".,;:!?()[]{}<>\"'`*"
@@ -204,7 +206,6 @@ def strip_thinking(tokenizer, vocab: TokenBytes, ids: Sequence[int]) -> list[int
     bytes: everything up to the last </think> and the newlines after it goes, the ids
     from there on are kept when a token starts there, else that remainder is re-encoded
     (it is context, never trained) with the trailing special tokens kept as ids."""
-    from ablate.harness.chat import strip_thinking_ids
     if vocab.think_close is not None:
         return strip_thinking_ids(tokenizer, ids)
     ids = list(ids)

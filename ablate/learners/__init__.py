@@ -21,6 +21,7 @@ import torch
 
 from ablate.core.registry import Registry
 from ablate.learners.base import CheckpointError, Learner, LossFn, LossInputs  # noqa: F401
+from ablate.learners.oplock import load_comm_op
 
 __all__ = ["LEARNERS", "Learner", "LossFn", "LossInputs", "make_learner",
            "build_model_for_learner", "zero3_init"]
@@ -48,7 +49,6 @@ def deepspeed_learner(learner_cfg: Any, model: torch.nn.Module, **kw) -> Learner
     """DeepSpeed (ZeRO-3 by default, also on CPU)."""
     # deferred: deepspeed_learner imports peft through lora.py (14 s measured, 2-core host)
     from ablate.learners.deepspeed_learner import DeepSpeedLearner
-    from ablate.learners.oplock import load_comm_op
     load_comm_op()   # before DeepSpeed's own load, whose lock a killed cell held forever
     return DeepSpeedLearner(learner_cfg, model, **kw)
 
@@ -74,8 +74,8 @@ def zero3_init(learner_cfg: Any):
     from transformers.integrations import HfDeepSpeedConfig
     from transformers.integrations import deepspeed as hfds
 
+    # deferred: deepspeed_learner imports peft through lora.py, as in deepspeed_learner()
     from ablate.learners.deepspeed_learner import ds_config, ensure_dist_env
-    from ablate.learners.oplock import load_comm_op
     ensure_dist_env()
     load_comm_op()   # issue 51: DeepSpeed's loader then finds the op loaded
     import deepspeed

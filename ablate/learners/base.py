@@ -352,6 +352,8 @@ class Learner:
 
     def export_state_dict(self) -> dict[str, torch.Tensor]:
         """Full weights on cpu under standard HF keys (LoRA merged), for the sampler."""
+        # deferred: lora.py imports peft (14 s measured on the 2-core host), which a cell
+        # without learner.lora.enable never loads
         from ablate.learners.lora import merged_state_dict
         sd = self._gathered_state_dict()
         return merged_state_dict(self.model, sd) if _is_peft(self.model) else sd

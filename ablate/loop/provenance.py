@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import ablate
 from ablate.loop.outputs import CellDir
 
 CODE_PACKAGES = ("torch", "transformers", "deepspeed", "peft", "vllm")
@@ -22,7 +23,6 @@ def code_provenance(root: str | Path | None = None) -> dict:
     import importlib.metadata
     import platform
 
-    import ablate
     root = Path(ablate.__file__).resolve().parents[1] if root is None else Path(root)
     packages = {}
     for name in CODE_PACKAGES:

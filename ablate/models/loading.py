@@ -12,6 +12,7 @@ import torch
 
 from ablate.models.errors import ModelNotFoundError  # noqa: F401  (re-exported)
 from ablate.models.smollm import PACKAGED, converted_dir, warm_started_dir
+from ablate.models.tiny import load_tiny
 
 # name -> Hugging Face repo id (the `hf_id` field of conf/model/<name>.yaml overrides)
 HF_IDS = {
@@ -73,7 +74,6 @@ def resolve_weights(model_cfg) -> str:
 def load_policy(model_cfg):
     """(model, tokenizer) for model_cfg; `tiny` comes from ablate.models.tiny."""
     if model_cfg.name == "tiny":
-        from ablate.models.tiny import load_tiny   # lazy: its build code is heavy
         return load_tiny(model_cfg)
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = resolve_weights(model_cfg)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from ablate.apps.cli import main as ablate_main
 from ablate.prime import resolve
 from ablate.prime.convert import Conversion, Override, convert
 from ablate.prime.source import PrimeError
@@ -172,5 +173,4 @@ def main(argv: list[str] | None = None) -> None:
     except PrimeError as exc:
         print(f"ablate.prime: error: {exc}", file=sys.stderr)
         sys.exit(2)
-    from ablate.apps.cli import main as ablate_main
     ablate_main(as_args(ours) + rest)

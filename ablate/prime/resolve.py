@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from ablate.apps.cli import conf_dir
+from ablate.envs import ENVIRONMENTS
 
 
 def model_presets() -> dict[str, str]:
@@ -52,7 +53,6 @@ def verifiers_package(env_id: str) -> str | None:
 
 def env_alias(env_id: str) -> dict | None:
     """The spec an ablate environment declares for `env_id` (its `prime_aliases`)."""
-    from ablate.envs import ENVIRONMENTS
     name = env_name(env_id)
     for cls in dict.fromkeys(ENVIRONMENTS.values()):
         spec = (getattr(cls, "prime_aliases", None) or {}).get(name)
@@ -62,7 +62,6 @@ def env_alias(env_id: str) -> dict | None:
 
 
 def known_aliases() -> list[str]:
-    from ablate.envs import ENVIRONMENTS
     return sorted({a for cls in ENVIRONMENTS.values()
                    for a in (getattr(cls, "prime_aliases", None) or {})})
 

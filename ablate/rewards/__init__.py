@@ -3,10 +3,9 @@ component functions `fn(episode, cfg) -> float` with weights (`reward.weights.<c
 registered in REWARDS. `naive` (+1 / -1 / 0) and `outcome` (1 / 0) here, environments' own
 schemes (the email task's `shaped`, code repair's `tool_bonus`) registered by their
 packages; `compute_reward(episode, cfg.reward)` applies the configured one with the
-optional format penalty. `ablate.rewards.<scheme>` names any registered scheme (e.g.
-`ablate.rewards.shaped`); docs/rewards.md shows how to add one."""
-import importlib
-
+optional format penalty. `ablate.rewards.<scheme>` names any scheme registered so far
+(e.g. `ablate.rewards.shaped` once ablate.envs is imported); docs/rewards.md shows how to
+add one."""
 from ablate.rewards.compute import check_reward_for, compute_reward, malformed_calls
 from ablate.rewards.rubric import Component, Components, Rubric
 from ablate.rewards.schemes import REWARDS, correct, naive, outcome, wrong
@@ -16,8 +15,9 @@ __all__ = ["Component", "Components", "REWARDS", "Rubric", "check_reward_for", "
 
 
 def __getattr__(name: str):
-    """A scheme an environment registers (importing ablate.envs registers the built-ins)."""
-    importlib.import_module("ablate.envs")
+    """A scheme registered so far (an environment's registers when its package is
+    imported, e.g. `shaped` with ablate.envs; this module imports no environment)."""
     if name in REWARDS:
         return REWARDS[name]
-    raise AttributeError(f"module 'ablate.rewards' has no attribute {name!r}")
+    raise AttributeError(f"module 'ablate.rewards' has no attribute {name!r} (a scheme "
+                         "is an attribute once the module registering it is imported)")

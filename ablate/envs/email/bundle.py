@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.core.locks import file_lock
+from ablate.envs.email import synthetic
+from ablate.envs.email.check import load_checked
 from ablate.envs.email.data import Task
-from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS
+from ablate.envs.email.tools import SYSTEM_PROMPT, TOOL_SCHEMAS, ToolBox
 from ablate.models.budget import check_weights, question_budget
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,6 @@ class EnvBundle:
     max_read_chars: int | None = None   # read_email body limit (env.max_read_chars)
 
     def toolbox(self, task: Task):
-        from ablate.envs.email.tools import ToolBox
         return ToolBox(self.db, task.inbox_address, task.query_date, max_results=self.max_results,
                        max_read_chars=self.max_read_chars)
 
@@ -43,7 +44,6 @@ SYNTHETIC_KEYS = ("gen_seed", "num_inboxes", "emails_per_inbox", "train_tasks", 
 
 def synthetic_files(env_cfg, cache_dir: Path) -> dict[str, Path]:
     """Generate (once) the synthetic mailbox for these settings; return its file paths."""
-    from ablate.envs.email import synthetic
 
     params = {k: env_cfg[k] for k in SYNTHETIC_KEYS}
     params["generator_version"] = getattr(synthetic, "GENERATOR_VERSION", 1)
@@ -83,7 +83,6 @@ def build_env(cfg, budget=None) -> EnvBundle:
     """The validated environment (ablate.envs.email.check.load_checked: a bad record raises
     DataFileError naming file:line); questions are bounded by `budget` (a
     QuestionBudget; by default the one of cfg's model, ablate.models.budget)."""
-    from ablate.envs.email.check import load_checked
 
     if budget is None:
         budget = question_budget(cfg, check_weights(cfg),

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from ablate.envs.email.data import Task
 from ablate.envs.email.tools import ToolCall
+from ablate.harness.chat import format_tool_call
 from ablate.harness.episode import Episode, Turn
 
 IDK = "I don't know"
@@ -94,13 +95,7 @@ def _content_words(question: str) -> list[str]:
 
 
 def _tool_text(name: str, arguments: dict, think: str = "") -> str:
-    try:
-        from ablate.harness.chat import format_tool_call
-        call = format_tool_call(name, arguments)
-    except ImportError:
-        import json
-        call = ("<tool_call>\n" + json.dumps({"name": name, "arguments": arguments},
-                                             ensure_ascii=False) + "\n</tool_call>")
+    call = format_tool_call(name, arguments)
     return (f"<think>\n{think}\n</think>\n\n" if think else "") + call
 
 

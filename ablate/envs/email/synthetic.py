@@ -39,6 +39,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ablate.envs.email.data import write_jsonl
+
 GENERATOR_VERSION = 2
 
 # ----------------------------------------------------------------------------- pools
@@ -268,7 +270,6 @@ def generate(out_dir, *, seed: int = 0, num_inboxes: int = 24, emails_per_inbox:
     tmp.replace(paths["emails"])
     if bar:
         bar.close()
-    from ablate.envs.email.data import write_jsonl
     for split in ("train", "test"):
         tasks = [t for inb in inboxes if inb.split == split for t in inb.tasks]
         write_jsonl(paths[f"{split}_tasks"], tasks)
