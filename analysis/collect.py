@@ -426,8 +426,45 @@ def parse_assignments(text: str) -> dict:
     return out
 
 
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _typed(text: str):
+    """A string as YAML types it (`1e-3`, which PyYAML leaves a string, as a float)."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def same_value(have, want) -> bool:
+    """Whether a config value `have` (config.yaml's, typed) is the value `want` a
+    --baseline or analysis.yaml names: numbers numerically (1 == 1.0, 1e-3 == 0.001),
+    booleans as booleans (true == True, never 1), lists item by item, None as null, and
+    strings as strings. A string on one side only is read as YAML types it first."""
+    if isinstance(have, (list, tuple)) and isinstance(want, (list, tuple)):
+        return len(have) == len(want) and all(map(same_value, have, want))
+    if isinstance(have, str) != isinstance(want, str):
+        have, want = (_typed(x) if isinstance(x, str) else x for x in (have, want))
+    if isinstance(have, bool) or isinstance(want, bool):
+        return isinstance(have, bool) and isinstance(want, bool) and have == want
+    if _number(have) and _number(want):
+        return have == want or (math.isnan(have) and math.isnan(want))
+    if isinstance(have, str) and isinstance(want, str):
+        return have == want
+    return str(have) == str(want)     # None as null (or as written: None)
+
+
 def match_cell(cells: list[Cell], spec: dict) -> int:
-    """Index of the one cell whose factors match spec (a key may omit '.name')."""
+    """Index of the one cell whose factors match spec (a key may omit '.name'), each value
+    compared as the config types it (same_value: 1 matches a stored 1.0)."""
     def value_of(c, k):
         if k in c.factors:
             return True, c.factors[k]
@@ -444,7 +481,7 @@ def match_cell(cells: list[Cell], spec: dict) -> int:
         ok = True
         for k, v in spec.items():
             has, val = value_of(c, k)
-            if not has or str(val) != str(v):
+            if not has or not same_value(val, v):
                 ok = False
                 break
         if ok:
