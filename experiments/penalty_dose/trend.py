@@ -1,0 +1,365 @@
+"""penalty_dose's trend test and dose-response quantities (README, "Endpoint and
+hypotheses"): the exact Jonckheere-Terpstra test of a monotone trend in held-out
+accuracy across the wrong-answer weight lambda (`reward.weights.wrong`), by permutation
+over seeds; lambda = 4 vs lambda = 0 by exact permutation; Holm over the two (the
+primary family); and, secondary and unadjusted, the same trend test per question class
+(1-hop, 2-hop) and on the submission rate, how each seed's episodes ended, and whether
+each arm's interval excludes the collapse the pilot predicts (pilots/sizing.json).
+
+Registered in analysis.yaml `scripts:` (publish runs it as `python trend.py REPORT_DIR`):
+writes REPORT_DIR/trend.json (the README's quantities) and the figure "dose_response"
+(accuracy and submission rate against lambda, per seed, with each class's predicted
+threshold lambda* = p / (1 - p) as a vertical line). Without REPORT_DIR it prints the
+per-seed table and the tests only.
+
+    PYTHONPATH=. python experiments/penalty_dose/trend.py [REPORT_DIR] [--runs RUNS] [--step N]
+    # defaults: results/runs, the last evaluated step
+
+The exact null distribution of the statistic is computed, not sampled: every assignment
+of the pooled seed values to the arms (sizes fixed) is equally likely under H0, and a
+dynamic programme over the values in ascending order (tied values placed as one block,
+each tied pair across arms counting 1/2) counts the assignments giving each value of the
+statistic (Jonckheere 1954, Biometrika 41:133; Terpstra 1952, Indag. Math. 14:327;
+the exact permutation form with ties as in Hollander, Wolfe & Chicken 2014,
+Nonparametric Statistical Methods, 3rd ed., sec. 6.2).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+from collections import Counter
+from fractions import Fraction
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from analysis.collect import find_run_dirs, flatten, read_config, read_jsonl
+from analysis.stats import holm, permutation_test
+
+HERE = Path(__file__).resolve().parent
+FACTOR = "reward.weights.wrong"
+ENDINGS = ("submitted", "idk", "max_turns", "max_tokens", "malformed")
+ALPHA = 0.05
+
+
+# ------------------------------------------------------------------ the exact JT test
+def jt_statistic(groups: list) -> float:
+    """J = sum over ordered arm pairs i < j of #(x in arm i < y in arm j) + 1/2 #(ties):
+    large when values increase with the arm's order."""
+    j = 0.0
+    for a, b in itertools.combinations([np.asarray(g, float) for g in groups], 2):
+        j += float((a[:, None] < b[None, :]).sum() + 0.5 * (a[:, None] == b[None, :]).sum())
+    return j
+
+
+def jt_null(groups: list) -> dict[Fraction, int]:
+    """{value of J: number of assignments of the pooled values to the arms (sizes fixed)
+    giving it}; the counts sum to N! / prod(n_i!). Exact, ties included."""
+    values = sorted(float(x) for g in groups for x in g)
+    blocks = tuple(len(list(run)) for _, run in itertools.groupby(values))
+    return dict(_null(tuple(len(g) for g in groups), blocks))
+
+
+@lru_cache(maxsize=256)
+def _null(sizes: tuple, blocks: tuple) -> tuple:
+    """The null of `jt_null` for arm sizes and tie blocks (the sizes of the runs of equal
+    values, ascending): it depends on nothing else. The values in ascending order, each
+    block placed at once: a block of m values split c_1..c_k over the arms adds, to 2J,
+    2 c_j x (values already placed in arms before j) for each j, plus c_i c_j for each
+    pair of arms i < j (tied pairs count 1/2), in m! / prod(c_j!) ways."""
+    k = len(sizes)
+    states: dict[tuple, Counter] = {tuple([0] * k): Counter({0: 1})}
+    for m in blocks:
+        nxt: dict[tuple, Counter] = {}
+        for placed, dist in states.items():
+            room = [n - p for n, p in zip(sizes, placed)]
+            for comp in _compositions(m, room):
+                below = 0
+                add2 = 0
+                for j in range(k):
+                    add2 += 2 * comp[j] * below
+                    below += placed[j]
+                add2 += sum(comp[i] * comp[j] for i in range(k) for j in range(i + 1, k))
+                ways = math.factorial(m)
+                for c in comp:
+                    ways //= math.factorial(c)
+                key = tuple(p + c for p, c in zip(placed, comp))
+                out = nxt.setdefault(key, Counter())
+                for v2, n in dist.items():
+                    out[v2 + add2] += n * ways
+        states = nxt
+    (final,) = states.values()
+    return tuple((Fraction(v2, 2), n) for v2, n in sorted(final.items()))
+
+
+def _compositions(m: int, room: list[int]):
+    """Every (c_1..c_k) with sum m and 0 <= c_i <= room_i."""
+    if len(room) == 1:
+        if m <= room[0]:
+            yield (m,)
+        return
+    for c in range(min(m, room[0]) + 1):
+        for rest in _compositions(m - c, room[1:]):
+            yield (c, *rest)
+
+
+def jt_test(groups: list, expect: str = "decreasing") -> dict:
+    """The exact Jonckheere-Terpstra test over the arms in their order. p_decreasing:
+    P(J <= J_obs) (values fall along the order); p_increasing: P(J >= J_obs); p: the
+    two-sided p, 2 x the smaller tail (at most 1). `supported`: p < ALPHA with the trend
+    in the `expect`ed direction. Also the null mean and variance of J (checked against
+    the no-ties formulas in the tests) and the smallest p the design can give."""
+    groups = [np.asarray(g, float) for g in groups]
+    if min(len(g) for g in groups) == 0:
+        raise ValueError("every arm needs at least one seed")
+    obs = Fraction(jt_statistic(groups)).limit_denominator(2)
+    null = jt_null(groups)
+    total = sum(null.values())
+    le = sum(n for v, n in null.items() if v <= obs)
+    ge = sum(n for v, n in null.items() if v >= obs)
+    v_, w_ = np.array([float(v) for v in null]), np.array([n / total for n in null.values()])
+    mean = float((v_ * w_).sum())
+    var = float(((v_ - mean) ** 2 * w_).sum())
+    tail = min(n for v, n in null.items() if v == max(null)) / total
+    p_dec, p_inc = le / total, ge / total
+    p = min(1.0, 2 * min(p_dec, p_inc))
+    direction = "decreasing" if obs < mean else "increasing" if obs > mean else "none"
+    pairs = sum(len(a) * len(b) for a, b in itertools.combinations(groups, 2))
+    return {"J": float(obs), "J_decreasing": float(pairs - obs), "pairs": pairs,
+            "null_mean": float(mean), "null_var": float(var), "assignments": total,
+            "p_decreasing": float(p_dec), "p_increasing": float(p_inc), "p": float(p),
+            "p_min": float(min(1.0, 2 * tail)), "direction": direction,
+            "expect": expect, "supported": bool(p < ALPHA and direction == expect)}
+
+
+# ------------------------------------------------------------------ per-seed values
+def per_seed(runs: Path, step: int | None = None) -> list[dict]:
+    """One row per run: lambda, seed, step, and at that step (default: the run's last)
+    accuracy and submission rate overall and per hop class (sampled rows; a question's
+    samples averaged, then the questions), and how its episodes ended."""
+    out = []
+    for run, cfg_file in find_run_dirs(runs):
+        c = flatten(read_config(cfg_file))
+        rows, _ = read_jsonl(run / "eval.jsonl", required=("step", "task_id", "correct"))
+        rows = [r for r in rows if r.get("decoding", "sampled") == "sampled"]
+        at = max(r["step"] for r in rows) if step is None else step
+        mine = [r for r in rows if r["step"] == at]
+        if not mine:
+            continue
+        row = {"lambda": float(c.get(FACTOR)), "seed": int(c.get("seed")), "step": at,
+               "episodes": len(mine), **_rates(mine)}
+        for h in sorted({r.get("hops") for r in mine if r.get("hops") is not None}):
+            row[f"hops{h}"] = _rates([r for r in mine if r.get("hops") == h])
+        row["endings"] = _endings(mine)
+        out.append(row)
+    return sorted(out, key=lambda r: (r["lambda"], r["seed"]))
+
+
+def _rates(rows: list[dict]) -> dict:
+    by_q: dict = {}
+    for r in rows:
+        by_q.setdefault(r["task_id"], []).append(r)
+    acc = [np.mean([bool(r["correct"]) for r in v]) for v in by_q.values()]
+    sub = [np.mean([bool(r.get("answered")) for r in v]) for v in by_q.values()]
+    n_sub = sum(bool(r.get("answered")) for r in rows)
+    n_right = sum(bool(r.get("answered")) and bool(r["correct"]) for r in rows)
+    return {"questions": len(by_q), "accuracy": float(np.mean(acc)),
+            "submitted": float(np.mean(sub)),
+            "right_when_submitted": (n_right / n_sub) if n_sub else None}
+
+
+def _endings(rows: list[dict]) -> dict:
+    c = Counter({k: 0 for k in ENDINGS})
+    for r in rows:
+        if r.get("end_reason") == "answer":
+            c["submitted" if r.get("answered") else "idk"] += 1
+        else:
+            c[str(r.get("end_reason"))] += 1
+    return dict(c)
+
+
+def _value(row: dict, metric: str, cls: str | None):
+    return (row[cls] if cls else row)[metric] if (cls is None or cls in row) else None
+
+
+def arms(rows: list[dict], metric: str = "accuracy", cls: str | None = None) -> dict:
+    """{lambda: [value per seed, in seed order]} of one metric (one class, or overall)."""
+    out: dict = {}
+    for r in rows:
+        v = _value(r, metric, cls)
+        if v is not None:
+            out.setdefault(r["lambda"], []).append(v)
+    return dict(sorted(out.items()))
+
+
+# ------------------------------------------------------------------ the analysis
+def analyse(rows: list[dict], sizing: dict | None = None,
+            summary: dict | None = None) -> dict:
+    """trend.json: the primary family (JT on accuracy; lambda max vs lambda 0 by exact
+    permutation; Holm over the two), the secondary trend tests (unadjusted), per-arm
+    means, endings per seed, and the collapse each arm's interval excludes."""
+    acc = arms(rows)
+    lams = list(acc)
+    lo, hi = lams[0], lams[-1]
+    jt = jt_test(list(acc.values()))
+    perm = permutation_test(acc[hi], acc[lo])
+    delta = float(np.mean(acc[hi]) - np.mean(acc[lo]))
+    pair_ok = delta < 0
+    p_pair = perm["p"]
+    adj = holm([jt["p"], p_pair if p_pair is not None else 1.0])
+    primary = {
+        "trend": {**jt, "p_holm": float(adj[0]),
+                  "supported": bool(adj[0] < ALPHA and jt["direction"] == "decreasing")},
+        "pair": {"a": hi, "b": lo, "delta": delta, "p_perm": p_pair,
+                 "p_perm_min": perm["min_p"], "p_holm": float(adj[1]),
+                 "expect": "less", "direction_ok": bool(pair_ok),
+                 "supported": bool(adj[1] < ALPHA and pair_ok)}}
+    secondary = {}
+    for metric in ("accuracy", "submitted"):
+        for cls in (None, "hops1", "hops2"):
+            if metric == "accuracy" and cls is None:
+                continue
+            g = arms(rows, metric, cls)
+            if len(g) == len(lams) and all(len(v) for v in g.values()):
+                secondary[f"{metric}{'_' + cls if cls else ''}"] = jt_test(list(g.values()))
+    means = {}
+    for lam in lams:
+        mine = [r for r in rows if r["lambda"] == lam]
+        means[_key(lam)] = {
+            "seeds": [r["seed"] for r in mine],
+            **{f"{m}{'_' + c if c else ''}": _mean([_value(r, m, c) for r in mine])
+               for m in ("accuracy", "submitted", "right_when_submitted")
+               for c in (None, "hops1", "hops2")},
+            "endings": {str(r["seed"]): r["endings"] for r in mine}}
+    out = {"factor": FACTOR, "lambdas": lams, "step": max(r["step"] for r in rows),
+           "alpha": ALPHA, "primary": primary, "secondary": secondary, "arms": means,
+           "per_seed": rows}
+    if sizing:
+        out["thresholds"] = sizing.get("thresholds")
+        out["collapse"] = collapse(summary, sizing, lams) if summary else None
+    return out
+
+
+def _key(lam: float) -> str:
+    return f"{lam:g}"
+
+
+def _mean(v: list) -> float | None:
+    v = [x for x in v if x is not None]
+    return float(np.mean(v)) if v else None
+
+
+def collapse(summary: dict, sizing: dict, lams: list[float]) -> list[dict]:
+    """Per lambda > 0: the analysis's difference from lambda 0 (its interval) and the
+    collapse the pilot predicts there (pilots/sizing.json `predicted_drop`: the warm
+    start's accuracy on the classes whose threshold lambda* lies below lambda), and
+    whether the interval's lower end lies above minus that drop (a collapse of the
+    predicted size excluded) and above minus half of it."""
+    pred = {float(k): v for k, v in (sizing.get("predicted_drop") or {}).items()}
+    out = []
+    for cmp in (summary.get("comparisons") or []):
+        lam = (cmp.get("a") or {}).get(FACTOR)
+        if lam is None or (cmp.get("b") or {}).get(FACTOR) != lams[0]:
+            continue
+        lam = float(lam)
+        drop = pred.get(lam)
+        ci = cmp.get("ci")
+        out.append({"lambda": lam, "delta": cmp.get("delta"), "ci": ci,
+                    "predicted_drop": drop,
+                    "excludes_predicted": (None if drop is None or not ci
+                                           else bool(ci[0] > -drop)),
+                    "excludes_half": (None if drop is None or not ci
+                                      else bool(ci[0] > -drop / 2))})
+    return sorted(out, key=lambda r: r["lambda"])
+
+
+# ------------------------------------------------------------------ the figure
+def figure(q: dict, out: Path) -> list[Path]:
+    """Accuracy and submission rate against lambda: each seed a dot, each class's arm
+    mean a line, each class's predicted threshold a vertical line."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lams = q["lambdas"]
+    colours = {None: "#333333", "hops1": "#4c72b0", "hops2": "#c44e52"}
+    words = {None: "all questions", "hops1": "1-hop", "hops2": "2-hop"}
+    fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.4), sharex=True)
+    for ax, metric, title in ((axes[0], "accuracy", "held-out accuracy"),
+                              (axes[1], "submitted", "submission rate")):
+        for i, cls in enumerate((None, "hops1", "hops2")):
+            g = arms(q["per_seed"], metric, cls)
+            for lam, v in g.items():
+                off = (i - 1) * 0.08
+                ax.plot([lam + off] * len(v), v, "o", ms=3.5, alpha=0.7,
+                        color=colours[cls], mec="none")
+            ax.plot(list(g), [np.mean(v) for v in g.values()], "-", lw=1.2,
+                    color=colours[cls], label=words[cls])
+        for cls, t in (q.get("thresholds") or {}).items():
+            if t is not None and math.isfinite(t) and t <= max(lams) * 1.1:
+                ax.axvline(t, ls="--", lw=1, color=colours.get(cls, "#777777"))
+        ax.set_xticks(lams, [f"{x:g}" for x in lams])
+        ax.set_xlabel("wrong-answer weight λ (reward.weights.wrong)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"{title} at step {q['step']}", fontsize=10)
+    axes[0].legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    paths = []
+    for ext in ("png", "pdf"):
+        p = out / f"dose_response.{ext}"
+        fig.savefig(p, dpi=150, bbox_inches="tight",
+                    metadata={"CreationDate": None} if ext == "pdf" else None)
+        paths.append(p)
+    plt.close(fig)
+    th = q.get("thresholds") or {}
+    thr = "; ".join(f"{'1-hop' if k == 'hops1' else '2-hop' if k == 'hops2' else k} "
+                    f"λ* = {v:.2f}" for k, v in th.items() if v is not None)
+    (out / "dose_response.caption.txt").write_text(
+        f"Held-out accuracy (left) and submission rate (right) at step {q['step']} against "
+        "the wrong-answer weight λ: each dot one seed (all questions in black, 1-hop in "
+        "blue, 2-hop in red, offset sideways), lines the arm means. Dashed vertical lines: "
+        f"the threshold λ* = p / (1 − p) the pilot predicts for each class ({thr}); above "
+        "it, answering is worth less than abstaining to a reward-maximising agent. No "
+        "interval.\n")
+    return paths
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("report", nargs="?", default=None,
+                    help="write trend.json and the figure here (publish passes the report dir)")
+    ap.add_argument("--runs", default=str(HERE / "results" / "runs"))
+    ap.add_argument("--step", type=int, default=None, help="default: each run's last step")
+    a = ap.parse_args(argv)
+    rows = per_seed(Path(a.runs), a.step)
+    sizing_file = HERE / "pilots" / "sizing.json"
+    sizing = json.loads(sizing_file.read_text()) if sizing_file.exists() else None
+    summary = None
+    if a.report and (Path(a.report) / "summary.json").exists():
+        summary = json.loads((Path(a.report) / "summary.json").read_text())
+    q = analyse(rows, sizing, summary)
+    print("| λ | seed | step | accuracy | 1-hop | 2-hop | submitted | 1-hop | 2-hop |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['lambda']:g} | {r['seed']} | {r['step']} | {r['accuracy']:.3f} | "
+              f"{r.get('hops1', {}).get('accuracy', float('nan')):.3f} | "
+              f"{r.get('hops2', {}).get('accuracy', float('nan')):.3f} | "
+              f"{r['submitted']:.3f} | {r.get('hops1', {}).get('submitted', float('nan')):.3f} | "
+              f"{r.get('hops2', {}).get('submitted', float('nan')):.3f} |")
+    t, p = q["primary"]["trend"], q["primary"]["pair"]
+    print(f"JT (accuracy, decreasing in λ): J = {t['J']:g} (null mean {t['null_mean']:g}), "
+          f"exact two-sided p = {t['p']:.4g}, Holm {t['p_holm']:.4g}, {t['direction']}")
+    print(f"λ={p['a']:g} vs λ={p['b']:g}: Δ = {p['delta']:+.4f}, exact permutation p = "
+          f"{p['p_perm']}, Holm {p['p_holm']:.4g}")
+    if a.report:
+        out = Path(a.report)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "trend.json").write_text(json.dumps(q, indent=1, sort_keys=True) + "\n")
+        figure(q, out)
+
+
+if __name__ == "__main__":
+    main()
