@@ -23,8 +23,8 @@ from analysis.labels import (behaviour_words, cell_words, comparison_words,  # n
                              env_word, factor_words, in_words, level, level_words)
 from analysis.lifelong import KIND, QUANTITIES, WORDS  # noqa: E402
 from analysis.tables import (behaviour_panels, constant_fields,  # noqa: E402
-                             fmt, fmt_ci, fmt_p, has_change, has_curves, has_training, is_pct,
-                             not_drawn)
+                             fmt, fmt_ci, has_change, has_curves, has_training, is_pct,
+                             not_drawn, p_is, tex_escape)
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9",
              "#F0E442", "#000000"]
@@ -363,20 +363,15 @@ def _part_words(summary: dict, part: dict) -> str:
         f"\n({part['source']})" if part["source"] != "comparison" else "")
 
 
-def _p_is(p) -> str:
-    s = fmt_p(p)
-    return f"p {s[0]} {s[1:]}" if s.startswith("<") else f"p = {s}"
-
-
 def _p_words(part: dict, pct: bool) -> str:
     """'+4.8 [+1.5, +8.0]; p = 0.004 (exact p = 0.008)' and the adjusted p, as its table
     gives them (analysis.tables' formats)."""
     text = f"{fmt(part['delta'], pct, True)} {fmt_ci(part['ci'], pct, True)}\n" \
-        + _p_is(part["p"])
+        + p_is(part["p"])
     if part.get("p_perm") is not None:
-        text += f" (exact {_p_is(part['p_perm'])})"
+        text += f" (exact {p_is(part['p_perm'])})"
     if part.get("p_adj") is not None:
-        text += f"\nHolm {_p_is(part['p_adj'])}"
+        text += f"\nHolm {p_is(part['p_adj'])}"
     return text
 
 
@@ -956,7 +951,6 @@ def script_captions(out: Path) -> list[str]:
 
 def _snippet(out: Path, name: str, text: str, wide: bool) -> None:
     from analysis.collect import shown
-    from analysis.tables import tex_escape
     where = shown(out)
     parts = Path(where).parts
     tag = parts[1] if len(parts) > 1 and parts[0] == "experiments" else "ablate"

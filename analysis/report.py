@@ -6,12 +6,7 @@ from analysis.lifelong import KIND, QUANTITIES, WORDS
 from analysis.labels import behaviour_words, env_word, hop_words, legend, level
 from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, behaviour_panels, fmt,
                              fmt_ci, fmt_est, fmt_p, has_change, has_curves, has_lifelong,
-                             has_training, is_pct, not_drawn)
-
-def p_is(p) -> str:
-    s = fmt_p(p)
-    return f"p {s[0]} {s[1:]}" if s.startswith("<") else f"p = {s}"
-
+                             has_training, is_pct, not_drawn, p_is)
 
 VERDICT_WORDS = {
     "better": "better: the difference is significant after correction and {good}",

@@ -123,7 +123,8 @@ def _breakdown_levels(out_cells: list) -> list[str]:
     return levels if len(levels) > 1 else []
 
 
-def _cell_summary(c, mats, changes, curves, ctx: Ctx, names, with_curves, steps) -> dict:
+def _cell_summary(c, mats, changes, curves, curve_chs, ctx: Ctx, names, with_curves,
+                  steps) -> dict:
     d = mats[ctx.metric]
     r = _estimate(d, ctx.metric, ctx)
     by_hops = {}
@@ -157,7 +158,7 @@ def _cell_summary(c, mats, changes, curves, ctx: Ctx, names, with_curves, steps)
         "compute": _compute(c, steps),
     }
     if with_curves:
-        out["curve"] = _curve(curves, ctx)
+        out["curve"] = _curve(curves, curve_chs, ctx)
         out["train_curves"] = est.train_curves(c)
     return out
 
@@ -252,7 +253,7 @@ def _compute(c, steps: dict) -> dict:
     return out
 
 
-def _curve(curves: dict, ctx: Ctx) -> dict:
+def _curve(curves: dict, changes: dict, ctx: Ctx) -> dict:
     """Per evaluation step: the cell mean with the same interval as the tables, and the
     paired change from the first step with the interval its test uses (`change_*`: a
     figure draws the change, never two cell bands, so it cannot contradict the test)."""
@@ -264,7 +265,6 @@ def _curve(curves: dict, ctx: Ctx) -> dict:
         lo.append(r["ci"][0])
         hi.append(r["ci"][1])
     out = {"steps": steps, "mean": mean, "lo": lo, "hi": hi}
-    changes = curve_changes(curves)
     ch = {s: evaluate([d], {0: 1.0}, ctx.alpha, pooled=ctx.curve_change_pools.get(s))
           for s, d in changes.items()}
     for s, r in ch.items():
@@ -499,14 +499,15 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
     curves = [est.curve_matrices(c, metric) if with_curves else {} for c in cells]
     if evaluation_only:
         curves = [{s: d.per_question() for s, d in cv.items()} for cv in curves]
+    curve_chs = [curve_changes(cv) for cv in curves]
     pooled = seed_variance_model == "pooled"
     ctx = Ctx(alpha=alpha, metric=metric, pools=pools_of(mats, pooled, metric),
               change_pools=pools_of(changes, pooled, metric),
-              curve_pools=pools_of([{s: d for s, d in cv.items()} for cv in curves], pooled),
-              curve_change_pools=pools_of([curve_changes(cv) for cv in curves], pooled),
+              curve_pools=pools_of(curves, pooled),
+              curve_change_pools=pools_of(curve_chs, pooled),
               eval_only=evaluation_only, env=env)
-    out_cells = [_cell_summary(c, m, ch, cv, ctx, names, with_curves, steps)
-                 for c, m, ch, cv in zip(cells, mats, changes, curves)]
+    out_cells = [_cell_summary(c, m, ch, cv, cch, ctx, names, with_curves, steps)
+                 for c, m, ch, cv, cch in zip(cells, mats, changes, curves, curve_chs)]
     if with_curves and ll.has_library(cells):        # a design with agent=voyager cells
         for c, oc in zip(cells, out_cells):
             oc["lifelong"] = ll.summarise(c, lambda d, kind: _lifelong_estimate(d, kind, ctx),

@@ -99,6 +99,12 @@ def fmt_p(p) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
+def p_is(p) -> str:
+    """'p = 0.008' / 'p < 0.001' (fmt_p in words)."""
+    s = fmt_p(p)
+    return f"p {s[0]} {s[1:]}" if s.startswith("<") else f"p = {s}"
+
+
 def tex_escape(s) -> str:
     s = str(s)
     for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("$", r"\$"),
@@ -114,12 +120,12 @@ def factor_name(k: str, summary: dict | None = None) -> str:
     return k.removesuffix(".name")
 
 
-def _point(v) -> tuple | None:
-    """(mean, lo, hi) of an estimate that is a single point (zero-width interval)."""
-    if not v or v.get("ci") is None or None in v["ci"]:
-        return None
+def _zero_point(v) -> bool:
+    """An estimate that is 0 with a zero-width interval ({mean or delta, ci})."""
+    if not v or not v.get("ci") or None in v["ci"]:
+        return False
     m = v.get("mean", v.get("delta"))
-    return (m, *v["ci"]) if m is not None and len({m, *v["ci"]}) == 1 else None
+    return m == 0 and v["ci"][0] == 0 and v["ci"][1] == 0
 
 
 def not_drawn(summary: dict) -> dict[str, str]:
@@ -129,12 +135,10 @@ def not_drawn(summary: dict) -> dict[str, str]:
     cells, why = summary["cells"], {}
     comps = [c for c in summary.get("comparisons", [])
              if c["family"] == "confirmatory" and c.get("delta") is not None]
-    if comps and all((_point({"delta": c["delta"], "ci": c["ci"]}) or (1,))[0] == 0
-                     for c in comps):
+    if comps and all(_zero_point(c) for c in comps):
         why["forest"] = "every difference to the baseline is 0 with a zero-width interval"
     primary = summary.get("primary") or []
-    if primary and all((_point({"delta": q["delta"], "ci": q["ci"]}) or (1,))[0] == 0
-                       for q in primary):
+    if primary and all(_zero_point(q) for q in primary):
         why["finding"] = ("every primary difference is 0 with a zero-width interval "
                           "(hypotheses and comparisons tables)")
     if len(summary.get("factors") or []) <= 1:
@@ -143,7 +147,7 @@ def not_drawn(summary: dict) -> dict[str, str]:
         why["seeds"] = "every seed of every cell has the same mean"
     metric = summary.get("metric", "correct")
     if has_change(summary) and all(
-            (_point((c.get("change") or {}).get(metric)) or (1,))[0] == 0 for c in cells
+            _zero_point(c["change"][metric]) for c in cells
             if (c.get("change") or {}).get(metric)) and not _changed_fields(summary):
         why["change"] = "no cell changed in the metric or any behaviour field"
     if has_curves(summary) and len({round(v, 12) for c in cells
