@@ -6,7 +6,8 @@
                        [--allow-duplicates]
 
 Modules: collect (find runs, infer factors), estimates (per-question means, behaviour
-metrics), stats (variance components of the crossed seeds x questions design, t
+metrics), world (a run's environment.json: its breakdown label and own behaviour
+columns), stats (variance components of the crossed seeds x questions design, t
 intervals, verdicts, Holm/BH, planning), compare (contrasts on shared questions,
 simultaneous intervals), calibration (simulation study), labels, lifelong (the curves of
 skill-library cells: library, skills used, held-out solve rate, forgetting), summary

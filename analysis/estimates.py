@@ -213,6 +213,23 @@ def _count_exclusions(cell: Cell, missing: dict, warnings: list, exclusions) -> 
                             f"of '{name}' only")
 
 
+def own_fields(cells: list[Cell], steps: dict, labels: dict, metric: str) -> list[str]:
+    """A world's own behaviour columns (environment.json `behaviour_labels`, analysis/
+    world.py) to estimate as BEHAVIOUR fields are: those BEHAVIOUR does not read (by
+    name or row field), nor the metric or a reward, whose analysed rows hold a number
+    or true/false in some row and nothing else but null."""
+    taken = set(BEHAVIOUR) | {key for _, key, _ in BEHAVIOUR.values()} | {metric}
+    names = [k for k in labels if k not in taken and k.split("/")[0] != "reward"]
+    rows = [r for c in cells for run in c.runs for r in run.eval_rows()
+            if r["step"] == steps[str(run.path)]]
+    return [k for k in names if _numbers(r.get(k) for r in rows)]
+
+
+def _numbers(values) -> bool:
+    have = [type(v) for v in values if v is not None]
+    return bool(have) and set(have) <= NUMBER_TYPES
+
+
 def reward_fields(cells: list[Cell], steps: dict) -> list[str]:
     names = set()
     for c in cells:

@@ -3,7 +3,8 @@
     python -m analysis.export SWEEP_DIR DEST
 
 For every run below SWEEP_DIR (the runs `python -m analysis` finds): its config file,
-eval.jsonl, metrics.jsonl, code.json (the code it ran) and COMPLETE / FAILED markers go to DEST/<run's path relative to
+eval.jsonl, metrics.jsonl, code.json (the code it ran), environment.json (its world's
+words: analysis/world.py) and COMPLETE / FAILED markers go to DEST/<run's path relative to
 SWEEP_DIR>. Checkpoints, trajectories and logs are left behind. `python -m analysis DEST`
 then gives the same numbers as on SWEEP_DIR (tests/analysis/test_analysis_export.py).
 """
@@ -16,7 +17,8 @@ from pathlib import Path
 
 from analysis.collect import AnalysisError, find_run_dirs
 
-FILES = ("eval.jsonl", "metrics.jsonl", "code.json", "COMPLETE", "FAILED")
+FILES = ("eval.jsonl", "metrics.jsonl", "code.json", "environment.json", "COMPLETE",
+         "FAILED")
 
 
 def export(sweep: Path, dest: Path) -> list[Path]:

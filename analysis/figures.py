@@ -19,8 +19,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.estimates import field_kind  # noqa: E402
-from analysis.labels import (behaviour_words, cell_words, comparison_words,  # noqa: E402
-                             env_word, factor_words, in_words, level, level_words)
+from analysis.labels import (breakdown_word, cell_words, comparison_words,  # noqa: E402
+                             env_word, factor_words, field_words, in_words, level,
+                             level_words, own_behaviour)
 from analysis.lifelong import KIND, QUANTITIES, WORDS  # noqa: E402
 from analysis.tables import (behaviour_panels, constant_fields,  # noqa: E402
                              fmt, fmt_ci, has_change, has_curves, has_training, is_pct,
@@ -443,7 +444,7 @@ def hops(summary: dict, out: Path) -> dict:
             note(ax, _kind(summary), lo, hi, unit=one_unit(summary, is_pct(summary)))
         ax.set_xticks(range(len(hop_keys)))
         ax.set_xticklabels(hop_keys)
-        ax.set_xlabel(env_word("hops", summary.get("env")))
+        ax.set_xlabel(breakdown_word(summary))
         ax.set_ylabel(_ylabel(summary))
         ax.set_title(interval_words(summary), loc="left", fontsize=7)
         ax.grid(True, axis="y")
@@ -477,7 +478,7 @@ def behaviour(summary: dict, out: Path) -> dict:
                      unit=one_unit(summary, nme in RATES), axis="x")
                 a.plot([v["mean"] * kk], [y], "o", color=colour(0), ms=3)
                 plotted.setdefault(nme, {})[c["label"]] = v["mean"]
-            a.set_title(behaviour_words(nme, summary.get("env"))
+            a.set_title(field_words(nme, summary)
                         + (" (%)" if nme in RATES else ""))
             a.set_yticks(range(len(cells)))
             a.set_yticklabels([cell_words(summary, c) for c in reversed(cells)])
@@ -488,7 +489,7 @@ def behaviour(summary: dict, out: Path) -> dict:
         head = interval_words(summary)
         if constant:   # named, not drawn: a panel of identical points says nothing
             head += "\nthe same in every cell: " + ", ".join(
-                f"{behaviour_words(n, summary.get('env'))} = "
+                f"{field_words(n, summary)} = "
                 + (f"{v * 100:g}%" if n in RATES else f"{v:g}") for n, v in constant.items())
         fig.suptitle(head, fontsize=7)
         fig.tight_layout()
@@ -638,11 +639,12 @@ def change(summary: dict, out: Path) -> dict:
     then the behaviour fields of the tables that changed), not a line between two points."""
     from analysis.estimates import RATES
     from analysis.tables import BEHAVIOUR_TABLE
-    metric, env = summary["metric"], summary.get("env")
+    metric = summary["metric"]
     cells = [c for c in summary["cells"] if (c.get("change") or {}).get(metric)]
     if not has_change(summary) or not cells:
         return _nothing_to_draw(out, "change")
-    names = [n for n in BEHAVIOUR_TABLE if n != metric and all(n in c["change"] for c in cells)]
+    names = [n for n in BEHAVIOUR_TABLE + own_behaviour(summary)
+             if n != metric and all(n in c["change"] for c in cells)]
     same = [n for n, v in constant_fields(cells, "change", [metric] + names).items()
             if v == 0]                              # no change in any cell: named, not drawn
     names = [n for n in [metric] + names if n not in same][:6]
@@ -667,7 +669,7 @@ def change(summary: dict, out: Path) -> dict:
                  [c["change"][name]["ci"][1] for c in cells], unit=one_unit(summary, pct),
                  axis="x")
             ax.axvline(0, color="0.2", lw=0.6)
-            words = summary["metric_words"] if name == metric else behaviour_words(name, env)
+            words = summary["metric_words"] if name == metric else field_words(name, summary)
             ax.set_title(words)
             ax.set_xlabel("change (points)" if pct else "change")
             ax.set_yticks(range(len(cells)))
@@ -686,7 +688,7 @@ def _change_title(summary: dict, from_step, same: list[str], cols: int) -> str:
     """The change figure's title; it names the fields with no change in any cell (not
     drawn), e.g. turns in a one-turn task."""
     words = ", ".join(summary["metric_words"] if n == summary["metric"]
-                      else behaviour_words(n, summary.get("env")) for n in same)
+                      else field_words(n, summary) for n in same)
     return (f"change from step {'/'.join(map(str, from_step))} to the analysed step,"
             + ("\n" if cols == 1 else " ") + "paired by seed and question "
             f"({level(summary['alpha'])} intervals)"
@@ -890,7 +892,7 @@ def caption(summary: dict, name: str) -> str:
                   f"Holm-adjusted p < {summary['alpha']}.",
         "seeds": f"Each seed's mean {words} over the questions (circles), the cell mean "
                  "(bar) and the interquartile mean over seeds (diamond); no interval.",
-        "hops": f"{held} by {env_word('hops', summary.get('env'))}, with {iv}.",
+        "hops": f"{held} by {breakdown_word(summary)}, with {iv}.",
         "behaviour": f"Behaviour of the held-out episodes per cell, with {iv}; fields equal "
                      "in every cell are named, not drawn.",
         "factor_intervals": f"Mean {words} of the cells at each level of each factor, "

@@ -111,12 +111,32 @@ def behaviour_words(name: str, env: str | None) -> str:
     return env_word(BEHAVIOUR[name][0], env) if name in BEHAVIOUR else name
 
 
-def hop_words(h: str, env: str | None) -> str:
-    """'2 hops' / 'difficulty 2': a level of a task's `hops` in the environment's terms."""
-    word = env_word("hops", env)
+def breakdown_word(summary: dict) -> str:
+    """What the tasks' `hops` counts: the world's own `breakdown_label` (environment.json,
+    summary["world"]), else the environment's word (ENV_WORDS)."""
+    return (summary.get("world") or {}).get("breakdown_label") or env_word(
+        "hops", summary.get("env"))
+
+
+def hop_words(h, word: str) -> str:
+    """'2 hops' / 'difficulty 2' / 'rooms 2': a level of a task's `hops` in `word`
+    (breakdown_word)."""
     if word == "hops":
         return f"{h} hop{'' if str(h) == '1' else 's'}"
     return f"{word} {h}"
+
+
+def own_behaviour(summary: dict) -> list[str]:
+    """The world's own behaviour columns the summary estimated (environment.json
+    `behaviour_labels` beyond analysis/estimates.py BEHAVIOUR)."""
+    return list((summary.get("world") or {}).get("behaviour_labels") or {})
+
+
+def field_words(name: str, summary: dict) -> str:
+    """A behaviour field's words: the world's own label for its own columns, else
+    behaviour_words."""
+    own = (summary.get("world") or {}).get("behaviour_labels") or {}
+    return own[name] if name in own else behaviour_words(name, summary.get("env"))
 
 
 def level(alpha: float, tex: bool = False) -> str:

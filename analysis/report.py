@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis.lifelong import KIND, QUANTITIES, WORDS
-from analysis.labels import behaviour_words, env_word, hop_words, legend, level
+from analysis.labels import (breakdown_word, env_word, field_words, hop_words, legend,
+                             level, own_behaviour)
 from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, behaviour_panels, fmt,
                              fmt_ci, fmt_est, fmt_p, has_change, has_curves, has_lifelong,
                              has_training, is_pct, not_drawn, p_is)
@@ -227,6 +228,7 @@ def _question_planning(plan: dict, summary: dict, pct: bool) -> list[str]:
 
 def _behaviour(summary: dict) -> list[str]:
     names = [n for n in BEHAVIOUR_TABLE + [b for b in BEHAVIOUR if b not in BEHAVIOUR_TABLE]
+             + own_behaviour(summary)
              if any(n in c.get("behaviour", {}) for c in summary["cells"])]
     if not names:
         return []
@@ -236,7 +238,7 @@ def _behaviour(summary: dict) -> list[str]:
          "descriptions, not tests; an interval that excludes a value here is a lead for "
          "a pre-registered experiment, "
          "not a finding.", "", "| cell | " + " | ".join(
-        behaviour_words(n, summary.get("env")) + (" (%)" if n in RATES else "")
+        field_words(n, summary) + (" (%)" if n in RATES else "")
         for n in names) + " |",
          "|---|" + "---:|" * len(names)]
     for c in summary["cells"]:
@@ -252,7 +254,8 @@ def _changes(summary: dict, pct: bool) -> list[str]:
     cells = [c for c in summary["cells"] if c.get("change", {}).get(metric)]
     if not cells:
         return []
-    names = [n for n in BEHAVIOUR_TABLE if any(n in c["change"] for c in cells)]
+    names = [n for n in BEHAVIOUR_TABLE + own_behaviour(summary)
+             if any(n in c["change"] for c in cells)]
     L = ["## Change from the first evaluation", "",
          "Each seed's last minus first evaluation, per question, then the same seeds x "
          "questions interval as a cell mean (p: two-sided, no change; unadjusted; † one "
@@ -260,7 +263,7 @@ def _changes(summary: dict, pct: bool) -> list[str]:
          f"exploratory (unadjusted {level(summary['alpha'])} intervals over the family "
          "shown).", "",
          "| " + " | ".join(["cell", "from step", summary["metric_words"]] + [
-             behaviour_words(n, summary.get("env")) + (" (%)" if n in RATES else "")
+             field_words(n, summary) + (" (%)" if n in RATES else "")
              for n in names]) + " |",
          "|---|---:|" + "---:|" * (len(names) + 1)]
     for c in cells:
@@ -298,9 +301,9 @@ def _hops(summary: dict, pct: bool) -> list[str]:
     hops = summary.get("hops", [])
     if not hops:
         return []
-    env = summary.get("env")
-    L = [f"## By {env_word('hops', env)}", "",
-         "| cell | " + " | ".join(hop_words(h, env) for h in hops) + " |",
+    word = breakdown_word(summary)
+    L = [f"## By {word}", "",
+         "| cell | " + " | ".join(hop_words(h, word) for h in hops) + " |",
          "|---|" + "---:|" * len(hops)]
     for c in summary["cells"]:
         vals = [c["by_hops"].get(h) for h in hops]

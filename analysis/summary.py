@@ -15,6 +15,7 @@ from analysis import labels as lb
 from analysis import lifelong as ll
 from analysis import provenance
 from analysis import stats as st
+from analysis import world as wd
 from analysis.collect import AnalysisError, Sweep, cell_label, match_cell, shown, sort_key
 from analysis.compare import evaluate, rows_of, shared, simultaneous
 
@@ -56,13 +57,16 @@ def _select_steps(sweep: Sweep, step, failed: list) -> dict:
     return steps
 
 
-def _fields(metric: str, rewards: list[str]) -> dict:
+def _fields(metric: str, rewards: list[str], own=()) -> dict:
+    """{name: (row field, transform)}: the metric first, BEHAVIOUR, the rewards, then the
+    world's own behaviour columns (`own`: estimates.own_fields)."""
     f = {metric: (metric, float)}
     # a behaviour that reads the metric's own row field (answer_rate when the metric is
     # `answered`) is the metric under another name: not repeated beside it
     f.update({n: (key, tr) for n, (_, key, tr) in est.BEHAVIOUR.items()
               if n != metric and key != metric})
     f.update({r: (r, float) for r in rewards if r != metric})
+    f.update({n: (n, float) for n in own})
     return f
 
 
@@ -79,6 +83,7 @@ class Ctx:
     curve_change_pools: dict
     eval_only: bool
     env: str | None = None
+    own: tuple = ()               # the world's own behaviour columns (environment.json)
 
 
 def pools_of(mats: list[dict], pooled: bool, only: str | None = None) -> dict:
@@ -151,8 +156,9 @@ def _cell_summary(c, mats, changes, curves, curve_chs, ctx: Ctx, names, with_cur
         "interval": _interval_words(d, r),
         "variance_components": st.components(d.y),
         "by_hops": by_hops,
-        "behaviour": {n: v for n, v in extra.items() if n in est.BEHAVIOUR},
-        "reward": {n: v for n, v in extra.items() if n not in est.BEHAVIOUR},
+        "behaviour": {n: v for n, v in extra.items() if n in est.BEHAVIOUR or n in ctx.own},
+        "reward": {n: v for n, v in extra.items()
+                   if n not in est.BEHAVIOUR and n not in ctx.own},
         "runs": [shown(run.path) for run in c.runs],
         "change": {n: v for n, v in _changes(changes, ctx).items() if n not in skipped},
         "compute": _compute(c, steps),
@@ -478,7 +484,9 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
     names = lb.short_names(sweep.factors)
     envs = {r.config.get("env.name") for c in cells for r in c.runs}
     env = envs.pop() if len(envs) == 1 else None
-    fields = _fields(metric, est.reward_fields(cells, steps))
+    world = wd.world_of(cells, warnings)
+    own = est.own_fields(cells, steps, world.get("behaviour_labels", {}), metric)
+    fields = _fields(metric, est.reward_fields(cells, steps), own)
     exclusions: list = []
     mats = [est.cell_matrices(c, steps, fields, warnings, (metric,), exclusions)
             for c in cells]
@@ -505,7 +513,7 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
               change_pools=pools_of(changes, pooled, metric),
               curve_pools=pools_of(curves, pooled),
               curve_change_pools=pools_of(curve_chs, pooled),
-              eval_only=evaluation_only, env=env)
+              eval_only=evaluation_only, env=env, own=tuple(own))
     out_cells = [_cell_summary(c, m, ch, cv, cch, ctx, names, with_curves, steps)
                  for c, m, ch, cv, cch in zip(cells, mats, changes, curves, curve_chs)]
     if with_curves and ll.has_library(cells):        # a design with agent=voyager cells
@@ -569,7 +577,19 @@ def analyse(sweep: Sweep, metric: str = "correct", step: int | None = None,
         "incomplete": sweep.incomplete, "failed": failed, "missing": sweep.missing,
         "duplicates": sweep.duplicates, "exclusions": exclusions,
     }
+    summary.update(_world(world, own, out_cells))
     return _clean(summary)
+
+
+def _world(world: dict, own: list, out_cells: list) -> dict:
+    """{"world": the breakdown label and the labels of the own behaviour columns some
+    cell estimated} when the runs' environment.json give either; {} otherwise (a summary
+    of runs without environment.json is unchanged)."""
+    labels = {n: world["behaviour_labels"][n] for n in own
+              if any(n in c["behaviour"] for c in out_cells)}
+    out = {k: v for k, v in (("breakdown_label", world.get("breakdown_label")),
+                             ("behaviour_labels", labels)) if v}
+    return {"world": out} if out else {}
 
 
 def warm_start(cells) -> dict | None:

@@ -9,8 +9,9 @@ import re
 from pathlib import Path
 
 from analysis.estimates import BEHAVIOUR, RATES
-from analysis.labels import (cell_words, comparison_words, differing, env_word,
-                             factor_words, hop_words, in_words, level, level_words)
+from analysis.labels import (breakdown_word, cell_words, comparison_words, differing,
+                             env_word, factor_words, hop_words, in_words, level, level_words,
+                             own_behaviour)
 from analysis.lifelong import KIND
 
 PCT_METRICS = {"correct", "answered", "read_after_hit"}
@@ -53,7 +54,8 @@ def behaviour_panels(summary: dict) -> tuple[list[str], dict[str, float]]:
     that is one point (zero-width interval) at the same value in every cell, such as
     turns = 1 in a one-turn task, has nothing to show."""
     cells = summary["cells"]
-    names = [n for n in BEHAVIOUR_TABLE if any(n in c.get("behaviour", {}) for c in cells)]
+    names = [n for n in BEHAVIOUR_TABLE + own_behaviour(summary)
+             if any(n in c.get("behaviour", {}) for c in cells)]
     constant = constant_fields(cells, "behaviour", names)
     return [n for n in names if n not in constant], constant
 
@@ -344,13 +346,21 @@ def comparisons_table(summary: dict, out: Path) -> None:
           "; ".join(c["warnings"])] for c in summary["comparisons"]])
 
 
+def _upper(words: str) -> str:
+    """The first letter upper case, the rest as written (a world's label as a heading)."""
+    return words[:1].upper() + words[1:]
+
+
 def behaviour_table(summary: dict, out: Path) -> None:
-    """The behaviour table of the case study, each value with its 95% interval."""
-    names = [n for n in BEHAVIOUR_TABLE
+    """The behaviour table of the case study, each value with its 95% interval; a
+    world's own columns (environment.json) after the built-in ones, headed by its label."""
+    own = (summary.get("world") or {}).get("behaviour_labels") or {}
+    names = [n for n in BEHAVIOUR_TABLE + list(own)
              if any(n in c.get("behaviour", {}) for c in summary["cells"])]
     extra = [n for n in BEHAVIOUR if n not in BEHAVIOUR_TABLE
              and any(n in c.get("behaviour", {}) for c in summary["cells"])]
-    header = ["Cell"] + [BEHAVIOUR_HEAD[n] + (" (\\%)" if n in RATES else "") for n in names]
+    header = ["Cell"] + [_upper(tex_escape(own[n])) if n in own else BEHAVIOUR_HEAD[n]
+                         + (" (\\%)" if n in RATES else "") for n in names]
     rows, csv_rows = [], []
     for c in summary["cells"]:
         vals = [c["behaviour"].get(n) for n in names]
@@ -365,7 +375,9 @@ def behaviour_table(summary: dict, out: Path) -> None:
     caption = ("Behaviour at the analysed step (mean over seeds of per-seed means over "
                f"questions), {_interval_words(summary)}. Keywords per search; searches per "
                "episode; episodes with an answer; episodes ending in \\emph{I don't know}; "
-               "episodes citing a message never seen; turns per episode.")
+               "episodes citing a message never seen; turns per episode."
+               + "".join(f" {_upper(tex_escape(own[n]))}: the world's own column "
+                         f"\\texttt{{{tex_escape(n)}}}." for n in names if n in own))
     (out / "behaviour.tex").write_text(_tabular(header, rows, caption, "tab:behaviour",
                                                 "l" + "r" * len(names), wide=True))
     _write_csv(out / "behaviour.csv", ["cell"] + [f"{x}_{n}" for n in names + extra
@@ -380,7 +392,8 @@ def hops_table(summary: dict, out: Path) -> None:
         for name in ("hops.tex", "hops.csv"):
             (out / name).unlink(missing_ok=True)
         return
-    header = ["Cell"] + [hop_words(h, summary.get("env")) for h in hops]
+    word = breakdown_word(summary)
+    header = ["Cell"] + [hop_words(h, word) for h in hops]
     rows, csv_rows = [], []
     for c in summary["cells"]:
         cells = [c["by_hops"].get(h) for h in hops]
@@ -392,7 +405,7 @@ def hops_table(summary: dict, out: Path) -> None:
             row += [None, None, None] if v is None else [v["mean"], *v["ci"]]
         csv_rows.append(row)
     words = summary.get("metric_words", summary["metric"])
-    caption = (f"{words.capitalize()} by {env_word('hops', summary.get('env'))}, "
+    caption = (f"{words.capitalize()} by {word}, "
                f"{_interval_words(summary)}.")
     (out / "hops.tex").write_text(_tabular(header, rows, caption, "tab:hops",
                                            "l" + "r" * len(hops), wide=len(hops) > 2))
