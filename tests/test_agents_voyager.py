@@ -306,7 +306,7 @@ def test_curriculum_proposes_unsolved_tasks_near_the_solved_ones_first(tmp_path)
     then the other unsolved ones, then the solved ones; harder tasks wait for the level."""
     import dataclasses
     import numpy as np
-    from ablate.envs.base import Task
+    from ablate.protocol.task import Task
     env, lib = email_skills(U.make_db(tmp_path))
     agent = Voyager()
     agent.library = lib                                   # t1 and t2 are solved

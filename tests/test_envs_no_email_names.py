@@ -11,8 +11,9 @@ from ablate.envs.email.tools import TOOL_SCHEMAS
 ROOT = Path(__file__).resolve().parents[1]
 # every generic package (all of ablate/ but the worlds, the apps and recipes), and the
 # analysis; each must exist, so a moved package cannot leave the check scanning nothing
-GENERIC = [ROOT / "ablate" / p for p in ("core", "loop", "harness", "algos", "agents",
-                                          "learners", "samplers", "models", "rewards")] + [
+GENERIC = [ROOT / "ablate" / p for p in ("core", "protocol", "loop", "harness", "algos",
+                                          "agents", "learners", "samplers", "models",
+                                          "rewards")] + [
     ROOT / "analysis"]
 # `hops` (EnronHop's difficulty) where the generic code still reads it, until the world
 # names its difficulty (issue 48 item 3): a new site fails the check. The analysis reads
@@ -80,7 +81,8 @@ def test_the_generic_core_asks_the_environment():
     prompt budget, judge, schema and default reward are the environment's own."""
     core = [*sorted((ROOT / "ablate" / "apps").glob("*.py")),
             *sorted((ROOT / "ablate" / "loop").glob("*.py")),
-            *(ROOT / "ablate" / "envs" / f for f in ("base.py", "registry.py", "config.py",
+            *sorted((ROOT / "ablate" / "protocol").glob("*.py")),
+            *(ROOT / "ablate" / "envs" / f for f in ("registry.py", "config.py",
                                                     "conformance.py"))]
     hits = [str(p.relative_to(ROOT)) for p in core if "ablate.envs.email" in p.read_text()]
     assert hits == []

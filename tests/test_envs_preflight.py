@@ -94,11 +94,11 @@ def test_a_raising_tool_is_logged_once_per_exception_type_then_counted(caplog):
     env = make_env(OmegaConf.create({"_target_": "envs_external.broken.RaisingTool",
                                      "name": "raising"}))
     state = env.reset(env.tasks("train")[0])
-    with caplog.at_level(logging.ERROR, logger="ablate.envs.base"):
+    with caplog.at_level(logging.ERROR, logger="ablate.protocol.environment"):
         results = [env.call(state, "look", {}) for _ in range(18)]
     assert all(r.error == "internal: ValueError: the lamp is broken" for r in results)
     assert {r.observation for r in results} == {"Error: look failed inside the environment."}
-    logged = [r for r in caplog.records if r.name == "ablate.envs.base"]
+    logged = [r for r in caplog.records if r.name == "ablate.protocol.environment"]
     assert len(logged) == 2, [r.getMessage() for r in logged]
     assert logged[0].exc_info is not None and "raised ValueError" in logged[0].getMessage()
     assert "10 times so far" in logged[1].getMessage()

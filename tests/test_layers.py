@@ -171,8 +171,9 @@ DEFERRED = {
     "ablate.apps.cli": ("peft", "deepspeed", "vllm", "ablate.samplers.vllm",
                         "ablate.samplers.hf", "ablate.learners.lora"),
     "ablate.rewards": ("torch", "ablate.models.loading"),
+    "ablate.harness.rollout": ("ablate.envs",),   # the harness reads ablate.protocol only
     "ablate.harness.chat": ("torch",),
-    "ablate.algos": ("transformers", "ablate.learners", "ablate.harness.rollout"),
+    "ablate.algos": ("transformers", "ablate.learners", "ablate.envs"),
     "ablate.apps.memory_plan": ("transformers", "ablate.learners"),
     "ablate.loop.async_rollout": ("transformers", "ablate.learners"),
 }

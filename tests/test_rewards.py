@@ -291,7 +291,7 @@ def test_naive_and_outcome_default_weights_equal_the_formula_exactly(correct, fi
                                                   (10, 10, False)])
 def test_tool_bonus_default_weights_equal_the_formula_exactly(runs, changed, correct):
     from types import SimpleNamespace
-    from ablate.envs.base import ToolResult
+    from ablate.protocol.task import ToolResult
     from ablate.envs.coderepair.rewards import tool_bonus
     results = [ToolResult("run_tests", {}, observation="", state_changed=i < changed)
                for i in range(runs)]

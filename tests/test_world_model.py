@@ -12,7 +12,7 @@ from ablate.loop.cell import run_cell
 from ablate.apps.cli import compose_config
 from ablate.loop.config import ConfigError, validate
 from ablate.envs import run_episode
-from ablate.envs.base import Task, ToolResult
+from ablate.protocol.task import Task, ToolResult
 from ablate.envs.coderepair.env import CodeRepairEnv
 from ablate.harness.chat import format_tool_call as call
 from ablate.harness.config import HarnessConfig, ModeConfig

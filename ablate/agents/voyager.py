@@ -40,7 +40,8 @@ from ablate.agents.library import RRF_K, SkillLibrary
 from ablate.agents.registry import AGENTS
 from ablate.algos.curriculum import Curriculum, Experience
 from ablate.core.seeding import derived_seed
-from ablate.envs.base import Environment, ToolResult, parse_arguments, quote
+from ablate.protocol.environment import Environment, parse_arguments, quote
+from ablate.protocol.task import ToolResult
 from ablate.envs.skills import Skill, replay, verify
 
 USE_SKILL = "use_skill"

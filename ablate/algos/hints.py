@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from ablate.harness.chat import ChatConventions
 from ablate.harness.masking import token_bytes
+from ablate.harness.rollout import _mask_for
 
 
 def hinted_task(task, template: str):
@@ -92,9 +93,6 @@ def remask(episode, tokenizer, harness_cfg, mode_cfg, env,
     replayed through its calls so far (the mask candidates come from that state); None
     when the harness builds none. `model_cfg` (model.tool_format, model.chat_template)
     selects the chat conventions as the rollout did (None: auto-detected)."""
-    # deferred: harness.rollout loads every environment (ablate.envs: +0.3 s, 285 modules
-    # measured after `import ablate.algos.hints`, 2-core host); only a hinted re-mask needs it
-    from ablate.harness.rollout import _mask_for
     conv = ChatConventions.from_config(tokenizer, model_cfg, mode_cfg)
     out: list[dict] = [{} for _ in episode.segments]
     vocab, any_mask = None, False

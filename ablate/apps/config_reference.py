@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from ablate.apps.cli import APPEND_GROUPS, compose_config, conf_dir
 from ablate.core.registry import Registry
 from ablate.envs import ENVIRONMENTS
-from ablate.envs.config import EnvConfig
+from ablate.protocol.config import EnvConfig
 from ablate.loop.config import ALLOWED, AblateConfig
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"

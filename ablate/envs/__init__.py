@@ -1,4 +1,5 @@
-"""Environments as plug-ins: the protocol (base.py), its registry, and the built-ins.
+"""Environments as plug-ins: the protocol's types (ablate.protocol, re-exported
+here for a world's author), the registry (registry.py), and the built-ins.
 
     from ablate.envs import ENVIRONMENTS, make_env, run_episode
     env = make_env(cfg.env)          # by `env.name`, or a user's class via `_target_`
@@ -9,9 +10,10 @@ Built-ins: `synthetic` / `enronhop` (the email task, email.py), `coderepair`,
 verifiers v1 taskset, verifiers_env.py; the optional extra ablate[verifiers]).
 docs/environments.md shows how to write your own.
 """
-from ablate.envs.base import (ENVIRONMENTS, EnvError, Environment, Policy, Task, ToolResult,
-                              Trajectory, env_names, register_env, run_episode, scripted)
-from ablate.envs.registry import env_class, make_env
+from ablate.protocol.environment import EnvError, Environment
+from ablate.protocol.task import Task, ToolResult
+from ablate.protocol.trajectory import Policy, Trajectory, run_episode, scripted
+from ablate.envs.registry import ENVIRONMENTS, env_class, env_names, make_env, register_env
 from ablate.envs import coderepair  # noqa: F401  (registers coderepair)
 from ablate.envs import email  # noqa: F401  (registers synthetic, enronhop)
 from ablate.envs import reasoning_gym  # noqa: F401  (registers reasoning_gym)

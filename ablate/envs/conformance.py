@@ -8,7 +8,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-from ablate.envs.base import EnvError, Environment, Trajectory, run_episode
+from ablate.protocol.environment import EnvError, Environment
+from ablate.protocol.trajectory import Trajectory, run_episode
 
 PLACEHOLDER = {"string": "", "integer": 0, "number": 0, "boolean": False, "array": [],
                "object": {}}

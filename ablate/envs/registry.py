@@ -3,8 +3,26 @@ a user's own class (`env._target_: my_module.MyEnv`, imported the Hydra way)."""
 from __future__ import annotations
 
 import importlib
+from typing import Callable
 
-from ablate.envs.base import ENVIRONMENTS, EnvError, Environment
+from ablate.core.registry import Registry
+from ablate.protocol.environment import EnvError, Environment
+
+# name -> Environment class: the single source of `env.name` (ablate.core.registry)
+ENVIRONMENTS = Registry("env.name", "environment")
+
+
+def register_env(name: str) -> Callable[[type[Environment]], type[Environment]]:
+    """Class decorator: `@register_env("name")` registers the class in ENVIRONMENTS."""
+    def add(cls: type[Environment]) -> type[Environment]:
+        if name not in ENVIRONMENTS and not cls.__dict__.get("name"):
+            cls.name = name          # a class registered under several names keeps its first
+        return ENVIRONMENTS.register(name)(cls)
+    return add
+
+
+def env_names() -> tuple[str, ...]:
+    return tuple(ENVIRONMENTS)
 
 
 def _get(env_cfg, key: str):

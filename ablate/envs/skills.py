@@ -9,7 +9,7 @@ was made from). Replaying a skill is calling `Environment.call` once per call, s
 replayed call has its own observation and `state_changed`, exactly as if the model had
 made it.
 
-An environment declares its skills through three optional methods (ablate/envs/base.py):
+An environment declares its skills through three optional methods (ablate/protocol/environment.py):
 `skill_of(task, results)` (a candidate skill from an episode's calls; None = nothing
 worth keeping, the default: an environment without skills), `skill_query(task)` (the
 text a library indexes and searches for a task) and `skill_feedback(task, state)` (what

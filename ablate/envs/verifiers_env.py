@@ -41,10 +41,11 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 
 from ablate.core.errors import ConfigError
-from ablate.envs.base import (EnvError, Environment, Task, ToolResult, _keys, optional_module,
-                              register_env)
-from ablate.envs.config import EnvConfig
-from ablate.rewards.rubric import Rubric, weights_of
+from ablate.envs.registry import register_env
+from ablate.protocol.environment import EnvError, Environment, _keys, optional_module
+from ablate.protocol.task import Task, ToolResult
+from ablate.protocol.config import EnvConfig
+from ablate.protocol.rubric import Rubric, weights_of
 from ablate.rewards.schemes import REWARDS as ALL_REWARDS, outcome
 
 log = logging.getLogger(__name__)

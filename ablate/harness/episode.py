@@ -8,10 +8,9 @@ environment's own in `env_metrics`). See docs/architecture.md and docs/environme
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:   # annotations only: ablate.envs imports the harness
-    from ablate.envs.base import Task, ToolResult
+from ablate.protocol.task import Task, ToolResult
 
 
 @dataclass

@@ -52,7 +52,8 @@ from ablate.harness import chat, parser
 from ablate.harness.episode import Episode, Segment, Turn
 from ablate.harness.masking import ActionMask, marker_positions, strip_thinking, token_bytes
 from ablate.harness.chat import ChatConventions
-from ablate.envs.base import Environment, ToolResult   # after the harness: envs imports it
+from ablate.protocol.environment import Environment
+from ablate.protocol.task import ToolResult
 
 
 @dataclass

@@ -23,7 +23,8 @@ from ablate.algos.config import AlgoConfig
 from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, ALGORITHMS, LOSS_AGGREGATIONS,
                                    PAIR_RULES, POLICY_LOSSES, ROLLOUT_CORRECTIONS,
                                    import_plugins)
-from ablate.envs.config import EnvConfig, JudgeConfig
+from ablate.envs.config import JudgeConfig
+from ablate.protocol.config import EnvConfig
 from ablate.envs import ENVIRONMENTS, EnvError, env_class
 from ablate.harness.config import HarnessConfig, ModeConfig
 from ablate.harness.parser import PARSERS

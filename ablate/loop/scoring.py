@@ -59,7 +59,8 @@ def eval_history(rows: list[dict]) -> list[tuple[int, dict]]:
 def eval_rows(step: int, episodes, rewards, decoding: str = SAMPLED) -> list[dict]:
     rows = []
     for e, (total, comps) in zip(episodes, rewards):
-        row = {"step": step, "task_id": e.task.id, "sample": e.sample, "hops": e.task.hops,
+        row = {"step": step, "task_id": e.task.id, "sample": e.sample,
+               "hops": e.task.difficulty,   # the rows' difficulty column (its historical name)
                "correct": bool(e.correct), "reward": float(total), "decoding": decoding}
         row.update(e.behaviour())
         row.update({f"reward/{k}": float(v) for k, v in comps.items()})

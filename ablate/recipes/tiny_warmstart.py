@@ -41,7 +41,7 @@ class Recipe:
 
 def demonstrations(env, conv, n: int) -> list[tuple[list[int], list[int]]]:
     """(ids, loss_mask) of the first `n` correct episodes of env's scripted baseline."""
-    from ablate.envs.base import run_episode
+    from ablate.protocol.trajectory import run_episode
     from ablate.harness.chat import demonstration
     out = []
     for task in env.tasks("train"):

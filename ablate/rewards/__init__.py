@@ -7,7 +7,7 @@ optional format penalty. `ablate.rewards.<scheme>` names any scheme registered s
 (e.g. `ablate.rewards.shaped` once ablate.envs is imported); docs/rewards.md shows how to
 add one."""
 from ablate.rewards.compute import check_reward_for, compute_reward, malformed_calls
-from ablate.rewards.rubric import Component, Components, Rubric
+from ablate.protocol.rubric import Component, Components, Rubric
 from ablate.rewards.schemes import REWARDS, correct, naive, outcome, wrong
 
 __all__ = ["Component", "Components", "REWARDS", "Rubric", "check_reward_for", "compute_reward",

@@ -1,7 +1,7 @@
 """The reward registry and the generic schemes.
 
 REWARDS (ablate.core.registry) is the single source of the names `reward.name` accepts:
-name -> Rubric (ablate/rewards/rubric.py), a list of named components with weights
+name -> Rubric (ablate/protocol/rubric.py), a list of named components with weights
 (`reward.weights.<component>`). The generic schemes live here; an environment's own (the
 email task's `shaped`, code repair's `tool_bonus`) are registered by its package with
 `env_only=True` and named by its `reward_schemes()`. A user's scheme registers the same way
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ablate.core.registry import Registry
-from ablate.rewards.rubric import Components, Rubric  # noqa: F401  (re-exported)
+from ablate.protocol.rubric import Components, Rubric  # noqa: F401  (re-exported)
 
 REWARDS = Registry("reward.name", "reward scheme")
 

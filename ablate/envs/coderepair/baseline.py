@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ablate.envs.base import ToolResult
+from ablate.protocol.task import ToolResult
 from ablate.envs.coderepair import generator as gen
 from ablate.envs.coderepair.names import LIST, READ, REPLACE, RUN, SUBMIT
 from ablate.envs.coderepair.lang import (CalcError, Decl, Program, build, parse_line,

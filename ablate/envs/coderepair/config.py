@@ -1,11 +1,11 @@
 """Code repair's own `env` keys (`env=coderepair`), beside the common ones of
-ablate.envs.config.EnvConfig."""
+ablate.protocol.config.EnvConfig."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-from ablate.envs.config import EnvConfig
+from ablate.protocol.config import EnvConfig
 
 
 @dataclass

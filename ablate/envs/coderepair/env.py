@@ -12,7 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ablate.envs.base import EnvError, Environment, Task, ToolResult, quote, register_env
+from ablate.envs.registry import register_env
+from ablate.protocol.environment import EnvError, Environment, quote
+from ablate.protocol.task import Task, ToolResult
 from ablate.envs.coderepair import generator as gen
 from ablate.envs.coderepair.lang import CalcError, build, render, run_test, tokenize
 

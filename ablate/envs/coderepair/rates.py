@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ablate.envs.base import run_episode
+from ablate.protocol.trajectory import run_episode
 from ablate.envs.coderepair.baseline import HonestFixer, ReadAndSubmit, run_tests_forever
 from ablate.envs.coderepair.env import CodeRepairEnv
 from ablate.envs.coderepair.rewards import outcome, tool_bonus

@@ -1,6 +1,6 @@
 """Rewards of the code-repair world, over an environment-neutral episode record (anything
 with `.results` (list of ToolResult) and `.correct`): Rubrics of components
-`fn(episode, cfg) -> float` (ablate/rewards/rubric.py), registered in ablate.rewards.REWARDS.
+`fn(episode, cfg) -> float` (ablate/protocol/rubric.py), registered in ablate.rewards.REWARDS.
 
 - outcome: 1 if the submitted code passes every visible and hidden test, else 0.
 - tool_bonus: outcome + TEST_BONUS per run_tests call, the hackable proxy on purpose:
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ablate.envs.coderepair.names import RUN
-from ablate.rewards.rubric import Rubric
+from ablate.protocol.rubric import Rubric
 from ablate.rewards.schemes import REWARDS as ALL_REWARDS, correct, outcome
 
 TEST_BONUS = 0.1

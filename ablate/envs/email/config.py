@@ -1,11 +1,12 @@
 """The email task's own `env` keys (`env=synthetic|enronhop`), beside the common ones of
-ablate.envs.config.EnvConfig; the answer judge's schema is JudgeConfig (re-exported)."""
+ablate.protocol.config.EnvConfig; the answer judge's schema is JudgeConfig (re-exported)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-from ablate.envs.config import EnvConfig, JudgeConfig  # noqa: F401  (JudgeConfig re-exported)
+from ablate.envs.config import JudgeConfig  # noqa: F401  (re-exported)
+from ablate.protocol.config import EnvConfig
 
 
 @dataclass

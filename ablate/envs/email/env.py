@@ -17,7 +17,9 @@ from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
-from ablate.envs.base import EnvError, Environment, Task, ToolResult, register_env
+from ablate.envs.registry import register_env
+from ablate.protocol.environment import EnvError, Environment
+from ablate.protocol.task import Task, ToolResult
 from ablate.envs.email.alias import PRIME_ALIASES
 from ablate.envs.email.bundle import EnvBundle, build_env
 from ablate.envs.email.config import EmailEnvConfig

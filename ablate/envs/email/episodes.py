@@ -2,7 +2,7 @@
 behaviour columns and by its reward schemes)."""
 from __future__ import annotations
 
-from ablate.envs.base import Task, ToolResult
+from ablate.protocol.task import Task, ToolResult
 from ablate.envs.email.data import Task as EmailTask
 
 

@@ -1,6 +1,6 @@
 """The email task's reward scheme `shaped` (EnronHop v0.2.0): process + witness +
 correctness (+ efficiency), each a component `fn(episode, cfg) -> float` weighted by
-`reward.weights.<component>` (ablate/rewards/rubric.py). It reads the episode's
+`reward.weights.<component>` (ablate/protocol/rubric.py). It reads the episode's
 ToolResults (`extra` holds the ToolBox's hits and reads) and the task's evidence ids; `reward.state_change_bonus`
 credits a tool only for a call that changed what the agent knows (ToolResult.state_changed:
 a read of an email not read before, a search with hits never returned before; the final
@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from ablate.envs.email.episodes import email_task, evidence_read
 from ablate.envs.email.tools import TOOL_NAMES
-from ablate.rewards.rubric import Rubric
+from ablate.protocol.rubric import Rubric
 from ablate.rewards.schemes import REWARDS
 
 # EnronHop v0.2.0 "shaped" constants (EnronHop article; docs/architecture.md)

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ablate.envs.base import parse_arguments, quote
+from ablate.protocol.environment import parse_arguments, quote
 from ablate.envs.email.db import MAX_RESULTS_LIMIT, EmailDB, normalize_date
 
 log = logging.getLogger(__name__)

@@ -28,8 +28,9 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ablate.envs.base import (EnvError, Environment, Task, ToolResult, optional_module,
-                              register_env)
+from ablate.envs.registry import register_env
+from ablate.protocol.environment import EnvError, Environment, optional_module
+from ablate.protocol.task import Task, ToolResult
 from ablate.envs.openenv.config import OpenEnvEnvConfig
 from ablate.envs.openenv.rewards import REWARDS
 from ablate.envs.openenv.server import Served

@@ -1,5 +1,5 @@
 """Rewards of `env=openenv` over an environment-neutral episode record (`.results`,
-`.correct`): Rubrics registered in ablate.rewards.REWARDS (ablate/rewards/rubric.py).
+`.correct`): Rubrics registered in ablate.rewards.REWARDS (ablate/protocol/rubric.py).
 
 - openenv_reward (the default): the sum of the rewards the server returned over the
   episode's steps (OpenEnv's Observation.reward, openenv/core/env_server/types.py).
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ablate.rewards.rubric import Rubric
+from ablate.protocol.rubric import Rubric
 from ablate.rewards.schemes import REWARDS as ALL_REWARDS, outcome
 
 

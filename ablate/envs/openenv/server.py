@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.request
 
-from ablate.envs.base import EnvError
+from ablate.protocol.environment import EnvError
 
 
 def free_port() -> int:

@@ -1,12 +1,12 @@
 """reasoning-gym's own `env` keys (`env=reasoning_gym`), beside the common ones of
-ablate.envs.config.EnvConfig. The dataset's generator arguments go under `env.options`
+ablate.protocol.config.EnvConfig. The dataset's generator arguments go under `env.options`
 (checked against the dataset's own config dataclass, e.g. ChainSumConfig)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-from ablate.envs.config import EnvConfig
+from ablate.protocol.config import EnvConfig
 
 
 @dataclass

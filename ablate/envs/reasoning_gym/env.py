@@ -28,8 +28,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ablate.envs.base import (EnvError, Environment, Task, ToolResult, _keys, optional_module,
-                              register_env)
+from ablate.envs.registry import register_env
+from ablate.protocol.environment import EnvError, Environment, _keys, optional_module
+from ablate.protocol.task import Task, ToolResult
 from ablate.envs.reasoning_gym.calculator import CalcError, evaluate
 from ablate.envs.reasoning_gym.config import ReasoningGymEnvConfig
 from ablate.envs.reasoning_gym.rewards import REWARDS

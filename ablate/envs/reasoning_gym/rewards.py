@@ -1,5 +1,5 @@
 """Rewards of `env=reasoning_gym` over an environment-neutral episode record (`.results`,
-`.correct`): Rubrics registered in ablate.rewards.REWARDS (ablate/rewards/rubric.py).
+`.correct`): Rubrics registered in ablate.rewards.REWARDS (ablate/protocol/rubric.py).
 
 - outcome (the default): 1 if score_answer reached env.correct_threshold, else 0.
 - rg_score: the dataset's own score_answer of the final answer, in [0, 1] (partial credit
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ablate.rewards.rubric import Rubric
+from ablate.protocol.rubric import Rubric
 from ablate.rewards.schemes import REWARDS as ALL_REWARDS, outcome
 
 

@@ -25,21 +25,18 @@ Rules every environment keeps:
 from __future__ import annotations
 
 import copy
-import importlib
 import dataclasses
+import importlib
 import inspect
 import json
 import logging
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Optional
 
-from ablate.core.registry import Registry
-from ablate.envs.config import EnvConfig
+from ablate.protocol.config import EnvConfig
+from ablate.protocol.task import Task, ToolResult
 
 log = logging.getLogger(__name__)
-
-SPLITS = ("train", "test")
 
 
 class EnvError(ValueError):
@@ -55,68 +52,6 @@ def optional_module(module: str, env: str, package: str, install: str):
         raise EnvError(f"env={env} needs the {package} package: {install}") from None
 
 
-@dataclass(frozen=True)
-class Task:
-    """One task of an environment: what the agent is asked, and the gold answer.
-
-    `metadata` holds JSON-serialisable facts used for breakdowns (e.g. `difficulty`);
-    `payload` is the environment's own record of the task (not serialised); `key`, when
-    the prompt alone does not tell tasks apart (code repair: one prompt, many
-    repositories), names what does (see `identity`)."""
-    id: str
-    prompt: str                     # the user message of the episode's first turn
-    answer: str                     # gold answer ("" when correctness is not by answer)
-    metadata: dict = field(default_factory=dict, compare=False)
-    payload: Any = field(default=None, compare=False, repr=False)
-    key: str = field(default="", compare=False, repr=False)
-
-    @property
-    def identity(self) -> str:
-        """What makes two tasks one question (preflight refuses a test task whose
-        identity a train task has): `key` when set, else the prompt and the gold answer,
-        whitespace collapsed."""
-        if self.key:
-            return self.key
-        return " ".join(self.prompt.split()) + "\n" + " ".join(self.answer.split())
-
-    @property
-    def difficulty(self) -> int:
-        return int(self.metadata.get("difficulty", 1))
-
-    @property
-    def hops(self) -> int:
-        """The breakdown key of evaluations (eval/accuracy_hops<h>): `hops` when the
-        environment sets it, else the difficulty."""
-        return int(self.metadata.get("hops", self.difficulty))
-
-    def to_json(self) -> dict:
-        return {"id": self.id, "prompt": self.prompt, "answer": self.answer,
-                **self.metadata}
-
-
-@dataclass
-class ToolResult:
-    """One tool call as the environment saw it and what it answered (environment-neutral
-    episode record: tool name, arguments, observation text, structured info)."""
-    name: str                       # tool name as written ("" when none could be read)
-    arguments: Optional[dict]       # parsed arguments; None when they were not an object
-    observation: str                # the text the model sees back
-    state_changed: bool = False     # did this call change the world / the agent's view?
-    error: Optional[str] = None     # set when the call was malformed / unknown / bad args
-    done: bool = False              # the answer tool was called without error
-    answer: Optional[str] = None    # the final answer when done
-    extra: dict = field(default_factory=dict)   # environment-specific facts (JSON-safe)
-
-    @property
-    def info(self) -> dict:
-        return {"state_changed": self.state_changed, "error": self.error,
-                "done": self.done, **self.extra}
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "arguments": self.arguments,
-                "observation": self.observation, "answer": self.answer, "info": self.info}
-
-
 class Environment(ABC):
     """Base class of every environment. Subclasses implement the abstract methods and are
     registered with @register_env("name"); `name` and `answer_tool` are class attributes."""
@@ -127,7 +62,7 @@ class Environment(ABC):
     config_schema: type = EnvConfig     # its `env` keys: EnvConfig or a subclass of it
     default_reward: str = "outcome"     # reward.name when the command line sets none
     behaviour_labels: dict = {}         # behaviour() column -> what it counts, for tables
-    breakdown_label: str = "difficulty"  # what a row's `hops` (Task.hops) counts here
+    breakdown_label: str = "difficulty"  # what Task.difficulty counts here (eval rows: `hops`)
     config_errors: tuple = ()           # exceptions of from_config that mean bad user input
 
     # ------------------------------------------------------------------ required
@@ -440,76 +375,3 @@ def quote(value: Any, limit: int = 60) -> str:
     except (TypeError, ValueError, RecursionError):
         text = repr(value)
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-# ---------------------------------------------------------------------- registry
-# name -> Environment class: the single source of `env.name` (ablate.core.registry)
-ENVIRONMENTS = Registry("env.name", "environment")
-
-
-def register_env(name: str) -> Callable[[type[Environment]], type[Environment]]:
-    """Class decorator: `@register_env("name")` registers the class in ENVIRONMENTS."""
-    def add(cls: type[Environment]) -> type[Environment]:
-        if name not in ENVIRONMENTS and not cls.__dict__.get("name"):
-            cls.name = name          # a class registered under several names keeps its first
-        return ENVIRONMENTS.register(name)(cls)
-    return add
-
-
-def env_names() -> tuple[str, ...]:
-    return tuple(ENVIRONMENTS)
-
-
-# ---------------------------------------------------------------------- episodes
-Policy = Callable[[list[ToolResult]], Optional[tuple[str, Any]]]
-"""A scripted policy: from the results so far to the next (tool name, arguments), or
-None to stop (the episode then ends without an answer, as if out of turns)."""
-
-
-@dataclass
-class Trajectory:
-    """An episode driven by a scripted policy (no tokens): the environment-neutral record."""
-    task: Task
-    results: list[ToolResult]
-    answer: Optional[str]
-    end_reason: str                 # "answer" | "max_turns"
-    correct: bool
-    max_turns: int
-    state: Any = field(default=None, repr=False)    # the world at the end
-
-    def steps(self) -> list[tuple[str, Optional[dict], str]]:
-        """(tool, arguments, observation) per call: a supervised demonstration."""
-        return [(r.name, r.arguments, r.observation) for r in self.results]
-
-    def to_json(self) -> dict:
-        return {"task_id": self.task.id, "answer": self.answer, "correct": self.correct,
-                "end_reason": self.end_reason, "steps": [r.to_json() for r in self.results]}
-
-
-def run_episode(env: Environment, task: Task, policy: Policy, max_turns: int) -> Trajectory:
-    """Drive `policy` on a fresh state of `task` for at most `max_turns` calls."""
-    state = env.reset(task)
-    results: list[ToolResult] = []
-    answer, reason = None, "max_turns"
-    for _ in range(max_turns):
-        action = policy(results)
-        if action is None:
-            break
-        name, args = action
-        result = env.call(state, name, args)
-        results.append(result)
-        if result.done:
-            answer, reason = result.answer, "answer"
-            break
-    return Trajectory(task=task, results=results, answer=answer, end_reason=reason,
-                      correct=bool(env.is_correct(task, answer, state)),
-                      max_turns=max_turns, state=state)
-
-
-def scripted(calls: Iterable[tuple[str, Any]]) -> Policy:
-    """A policy that plays a fixed list of calls, then repeats the last one."""
-    seq = list(calls)
-
-    def policy(results: list[ToolResult]) -> tuple[str, Any]:
-        return seq[min(len(results), len(seq) - 1)]
-    return policy

@@ -1,0 +1,62 @@
+"""Episodes driven by a scripted policy (no tokens): demonstrations, conformance checks,
+sanity floors. The token-level episode of the harness is ablate/harness/episode.py."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional
+
+from ablate.protocol.environment import Environment
+from ablate.protocol.task import Task, ToolResult
+
+Policy = Callable[[list[ToolResult]], Optional[tuple[str, Any]]]
+"""A scripted policy: from the results so far to the next (tool name, arguments), or
+None to stop (the episode then ends without an answer, as if out of turns)."""
+
+
+@dataclass
+class Trajectory:
+    """An episode driven by a scripted policy (no tokens): the environment-neutral record."""
+    task: Task
+    results: list[ToolResult]
+    answer: Optional[str]
+    end_reason: str                 # "answer" | "max_turns"
+    correct: bool
+    max_turns: int
+    state: Any = field(default=None, repr=False)    # the world at the end
+
+    def steps(self) -> list[tuple[str, Optional[dict], str]]:
+        """(tool, arguments, observation) per call: a supervised demonstration."""
+        return [(r.name, r.arguments, r.observation) for r in self.results]
+
+    def to_json(self) -> dict:
+        return {"task_id": self.task.id, "answer": self.answer, "correct": self.correct,
+                "end_reason": self.end_reason, "steps": [r.to_json() for r in self.results]}
+
+
+def run_episode(env: Environment, task: Task, policy: Policy, max_turns: int) -> Trajectory:
+    """Drive `policy` on a fresh state of `task` for at most `max_turns` calls."""
+    state = env.reset(task)
+    results: list[ToolResult] = []
+    answer, reason = None, "max_turns"
+    for _ in range(max_turns):
+        action = policy(results)
+        if action is None:
+            break
+        name, args = action
+        result = env.call(state, name, args)
+        results.append(result)
+        if result.done:
+            answer, reason = result.answer, "answer"
+            break
+    return Trajectory(task=task, results=results, answer=answer, end_reason=reason,
+                      correct=bool(env.is_correct(task, answer, state)),
+                      max_turns=max_turns, state=state)
+
+
+def scripted(calls: Iterable[tuple[str, Any]]) -> Policy:
+    """A policy that plays a fixed list of calls, then repeats the last one."""
+    seq = list(calls)
+
+    def policy(results: list[ToolResult]) -> tuple[str, Any]:
+        return seq[min(len(results), len(seq) - 1)]
+    return policy
