@@ -20,7 +20,7 @@ from ablate.apps.cli import compose_config, normalise_overrides
 from ablate.envs import run_episode, scripted
 from ablate.envs.coderepair.env import CodeRepairEnv
 from ablate.envs.email import EmailEnv
-from ablate.envs.skills import verify
+from ablate.agents.skills import verify
 from ablate.harness import chat
 from ablate.loop.config import ConfigError, validate
 from ablate.loop.scoring import score

@@ -37,7 +37,7 @@ from typing import Optional
 
 import numpy as np
 
-from ablate.envs.skills import Skill
+from ablate.protocol.skills import Skill
 
 TABLES = {
     "skills": "id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, doc TEXT NOT NULL, "

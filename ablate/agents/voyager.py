@@ -3,7 +3,7 @@
 arXiv:2305.16291, §2: automatic curriculum, skill library, iterative prompting with
 environment feedback and self-verification).
 
-What a skill is belongs to the environment (ablate/envs/skills.py; code repair: a patch
+What a skill is belongs to the environment (ablate/protocol/skills.py; code repair: a patch
 program, the email task: a search-and-read plan); the agent is generic:
 
 1. Retrieval (§2.2): for each task the top-k skills by BM25 of the environment's
@@ -40,9 +40,12 @@ from ablate.agents.library import RRF_K, SkillLibrary
 from ablate.agents.registry import AGENTS
 from ablate.algos.curriculum import Curriculum, Experience
 from ablate.core.seeding import derived_seed
-from ablate.protocol.environment import Environment, parse_arguments, quote
+from ablate.agents.skills import SkillWorld, replay, skill_query, verify
+from ablate.harness.masking import mask_context
+from ablate.harness.parser import Predictable, outcome_labels
+from ablate.protocol.environment import Environment, judge_all, parse_arguments, quote
+from ablate.protocol.skills import Skill
 from ablate.protocol.task import ToolResult
-from ablate.envs.skills import Skill, replay, verify
 
 USE_SKILL = "use_skill"
 USE_SKILL_SCHEMA = {"type": "function", "function": {
@@ -128,7 +131,7 @@ class SkillEnv(Environment):
         return self.env.is_correct(task, answer, _inner(state))
 
     def judge_many(self, items):
-        return self.env.judge_many([(t, a, _inner(s)) for t, a, s in items])
+        return judge_all(self.env, [(t, a, _inner(s)) for t, a, s in items])
 
     def behaviour(self, task, results):
         return self.env.behaviour(task, results)
@@ -137,7 +140,7 @@ class SkillEnv(Environment):
         """The environment's masks, plus use_skill when skills are offered: under
         masking its whole call is forced to the best-ranked offered skill with its
         default arguments (the model chooses whether to use it, not which)."""
-        ctx = dict(self.env.mask_candidates(state.inner, **options))
+        ctx = mask_context(self.env, state.inner, **options)
         if not ctx or not state.offered:
             if ctx:
                 ctx["tool_names"] = [t for t in ctx.get("tool_names", self.env.tool_names())
@@ -153,17 +156,11 @@ class SkillEnv(Environment):
         return ctx
 
     def outcome_labels(self):
-        return self.env.outcome_labels()
+        return outcome_labels(self.env)
 
     def outcome_label(self, state, result):
-        return self.env.outcome_label(_inner(state), result)
-
-    def snapshot(self, state):
-        return SkillState(self.env.snapshot(state.inner), state.offered, list(state.used))
-
-    def restore(self, snapshot):
-        return SkillState(self.env.restore(snapshot.inner), snapshot.offered,
-                          list(snapshot.used))
+        return (self.env.outcome_label(_inner(state), result)
+                if isinstance(self.env, Predictable) else None)
 
 
 def _inner(state):
@@ -232,7 +229,7 @@ class Voyager(Agent):
 
     # --- acting --------------------------------------------------------------------------
     def offers(self, env, tasks) -> dict[str, list[Skill]]:
-        return {t.id: [s for s, _ in self.library.search(env.skill_query(t), self.top_k)]
+        return {t.id: [s for s, _ in self.library.search(skill_query(env, t), self.top_k)]
                 for t in tasks}
 
     def rollout(self, policy, tasks, group_size, offers, *, temperature, seed) -> list:
@@ -299,7 +296,8 @@ class Voyager(Agent):
     def learn(self, env, episode) -> tuple[Optional[str], Optional[str]]:
         """(name of the skill stored, feedback for a retry): the episode's candidate
         skill, verified by replay on a fresh state of its task."""
-        cand = env.skill_of(episode.task, episode.calls)
+        cand = (env.skill_of(episode.task, episode.calls) if isinstance(env, SkillWorld)
+                else None)
         if cand is None:
             return None, None
         used = episode.env_metrics.get("voyager_skills", "")
@@ -309,7 +307,7 @@ class Voyager(Agent):
         if verdict.ok:
             self.counts["voyager/skills_added"] = \
                 self.counts.get("voyager/skills_added", 0) + 1
-            return self.library.add(cand, episode.task.id, env.skill_query(episode.task),
+            return self.library.add(cand, episode.task.id, skill_query(env, episode.task),
                                     self.step), None
         self.counts["voyager/verify_failed"] = self.counts.get("voyager/verify_failed", 0) + 1
         return None, (f"{RETRY_HEAD} Result: {verdict.feedback}\nIts program: "
@@ -375,7 +373,7 @@ class Voyager(Agent):
             t = tasks[j]
             if t.id in solved:
                 return (2, 0.0, keys[j])
-            near = self.library.search(env.skill_query(t), 1) if len(self.library) else []
+            near = self.library.search(skill_query(env, t), 1) if len(self.library) else []
             return (0, near[0][1], keys[j]) if near else (1, 0.0, keys[j])
         return [tasks[j] for j in sorted(range(len(tasks)), key=rank)]
 

@@ -18,7 +18,6 @@ import numbers
 import os
 import tempfile
 from contextlib import contextmanager
-from types import SimpleNamespace
 from pathlib import Path
 
 import torch
@@ -29,6 +28,8 @@ from ablate.envs import EnvError, env_class, make_env
 from ablate.envs.conformance import (check_class, check_splits, check_tools, play_one,
                                      protocol)
 from ablate.harness.episode import scripted_episode
+from ablate.agents.skills import SkillWorld
+from ablate.harness.masking import mask_context
 from ablate.loop.cell import eval_subset
 from ablate.loop.config import ConfigError, validate
 from ablate.loop.outputs import JSONL_FILES, OutputFileError, read_jsonl
@@ -51,6 +52,7 @@ def preflight(cfg: DictConfig, *, data: bool = True) -> None:
     (cached, but file-reading) data validation."""
     validate(cfg)
     check_env_reward(cfg)
+    check_features(cfg)
     check_packages(cfg)
     check_device(cfg)
     check_writable(cfg)
@@ -178,8 +180,8 @@ def warn_unmasked(cfg: DictConfig, env, state) -> None:
     if cfg.model.name != "tiny" or not cfg.harness.action_masking:
         return
     h = cfg.harness
-    ctx = protocol(cfg.env.name, "mask_candidates", lambda: env.mask_candidates(
-        state, answer_masking=h.answer_masking, keyword_masking=h.keyword_masking,
+    ctx = protocol(cfg.env.name, "mask_candidates", lambda: mask_context(
+        env, state, answer_masking=h.answer_masking, keyword_masking=h.keyword_masking,
         keyword_words=h.masked_keyword_words))
     if not ctx:
         log.warning("env=%s returns no mask_candidates: model=tiny writes its tool calls "
@@ -190,14 +192,26 @@ def warn_unmasked(cfg: DictConfig, env, state) -> None:
 def check_env_reward(cfg: DictConfig) -> None:
     """`reward.name` is a generic scheme or one of the environment's own; its schemes are
     read without building it (reward_schemes of the class, which keeps no state in them)."""
-    cls = env_class(cfg.env)
-    probe = SimpleNamespace(name=cfg.env.name,
-                            reward_schemes=lambda: cls.reward_schemes(None),
-                            outcome_labels=lambda: cls.outcome_labels(None))
     try:
-        check_reward_for(cfg.reward, probe)
+        check_reward_for(cfg.reward, env_class(cfg.env), label=cfg.env.name)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+
+
+# a feature chosen in the config -> (the Protocol the world must implement, its methods)
+FEATURES = {"agent=voyager": (SkillWorld, "skill_of(task, results)")}
+
+
+def check_features(cfg: DictConfig) -> None:
+    """ConfigError (one line) when a chosen feature needs a method the world lacks."""
+    chosen = [f"agent={cfg.agent.name}"] if cfg.get("agent") is not None else []
+    cls = env_class(cfg.env)
+    for feature in chosen:
+        proto, methods = FEATURES.get(feature, (None, ""))
+        if proto is not None and not issubclass(cls, proto):
+            raise ConfigError(f"{feature} needs env={cfg.env.name} to implement {methods} "
+                              f"({proto.__name__}, {proto.__module__}); "
+                              f"{cls.__name__} does not")
 
 
 def check_packages(cfg: DictConfig) -> None:

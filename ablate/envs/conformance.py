@@ -9,7 +9,7 @@ import inspect
 from typing import Any, Callable
 
 from ablate.protocol.environment import EnvError, Environment
-from ablate.protocol.trajectory import Trajectory, run_episode
+from ablate.protocol.trajectory import Trajectory, baseline_policy, run_episode
 
 PLACEHOLDER = {"string": "", "integer": 0, "number": 0, "boolean": False, "array": [],
                "object": {}}
@@ -70,7 +70,7 @@ def play_one(env: Environment, label: str, max_turns: int) -> tuple[Trajectory, 
     if not tasks:
         raise EnvError(f"env={label}: tasks('train') is empty; expected at least one Task")
     task = tasks[0]
-    policy = protocol(label, "baseline", lambda: env.baseline(task, seed=0)) or no_op(env)
+    policy = protocol(label, "baseline", lambda: baseline_policy(env, task, seed=0)) or no_op(env)
     traj = protocol(label, "an episode", lambda: run_episode(env, task, policy, max_turns))
     metrics = protocol(label, "behaviour", lambda: env.behaviour(task, traj.results))
     if not isinstance(metrics, dict):

@@ -61,7 +61,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 from ablate.harness.chat import strip_thinking_ids
 
@@ -69,6 +69,20 @@ IDK = "I don't know"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _PUNCT = ".,;:!?()[]{}<>\"'`*"
 MAX_KEYWORD_CHARS = 200     # keyword candidates longer than this are not offered
+
+
+@runtime_checkable
+class Maskable(Protocol):
+    """A world whose calls can be constrained (action masking, docs/environments.md):
+    context parts for the mask (ids seen so far, `tool_names` allowed next, answers,
+    grammar, tails); `options` are the harness's masking switches."""
+
+    def mask_candidates(self, state: Any, **options) -> dict: ...
+
+
+def mask_context(env: Any, state: Any, **options) -> dict:
+    """The world's mask candidates; {} (no masking) for a world that is not Maskable."""
+    return dict(env.mask_candidates(state, **options)) if isinstance(env, Maskable) else {}
 
 
 class TokenBytes:

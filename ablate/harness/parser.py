@@ -32,7 +32,7 @@ import ast
 import json
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional, Protocol, runtime_checkable
 
 from ablate.core.registry import Registry
 from ablate.harness.chat import CALL_CLOSE, CALL_OPEN, ParsedCall, parse_tool_calls
@@ -172,6 +172,22 @@ def parse_actions(text: str, parser: str = "strict", predict: bool = False) -> l
     return actions
 
 
+@runtime_checkable
+class Predictable(Protocol):
+    """A world whose call results an agent may predict (world-model reward,
+    docs/rewards.md): per tool {label: what it means}, and which label a call produced
+    (read after the call on the episode's state; None: not predictable)."""
+
+    def outcome_labels(self) -> dict[str, dict[str, str]]: ...
+
+    def outcome_label(self, state: Any, result: Any) -> Optional[str]: ...
+
+
+def outcome_labels(env: Any) -> dict[str, dict[str, str]]:
+    """A Predictable world's labels; {} for a world with nothing to predict."""
+    return dict(env.outcome_labels()) if isinstance(env, Predictable) else {}
+
+
 def prediction_between(text: str, lo: int, hi: int) -> Optional[str]:
     """The label of the first complete <predict> tag inside text[lo:hi], normalised."""
     tag = _PREDICT.search(text, lo, hi)
@@ -196,7 +212,8 @@ def annotate(result, action: Action, predict: bool, env, state) -> None:
         result.extra["parser_repaired"] = True
     if predict:
         result.extra["prediction"] = action.prediction
-        result.extra["outcome"] = env.outcome_label(state, result)
+        result.extra["outcome"] = (env.outcome_label(state, result)
+                                   if isinstance(env, Predictable) else None)
 
 
 def prediction_counts(episode) -> tuple[int, int, int]:

@@ -44,16 +44,32 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.harness import chat, parser
 from ablate.harness.episode import Episode, Segment, Turn
-from ablate.harness.masking import ActionMask, marker_positions, strip_thinking, token_bytes
+from ablate.harness.masking import (ActionMask, marker_positions, mask_context, strip_thinking,
+                                    token_bytes)
 from ablate.harness.chat import ChatConventions
 from ablate.protocol.environment import Environment
 from ablate.protocol.task import ToolResult
+
+
+@runtime_checkable
+class Expands(Protocol):
+    """A world whose one model call may run several calls, each logged with its own
+    observation (agent=voyager's use_skill replays a skill: ablate/agents/voyager.py)."""
+
+    def run_call(self, state: Any, name: Any, arguments: Any) -> list[ToolResult]: ...
+
+
+def run_call(env: Environment, state: Any, name: Any, arguments: Any) -> list[ToolResult]:
+    """The calls one model call runs: `env.call` alone unless the world Expands it."""
+    if isinstance(env, Expands):
+        return env.run_call(state, name, arguments)
+    return [env.call(state, name, arguments)]
 
 
 @dataclass
@@ -78,9 +94,9 @@ def _mask_for(s: _Live, env: Environment, harness_cfg, mode_cfg, vocab,
     if not harness_cfg.action_masking:
         return ActionMask(vocab, max_think_tokens=think, think_open=opened)
     kw = bool(getattr(harness_cfg, "keyword_masking", False))
-    ctx = env.mask_candidates(s.state, answer_masking=harness_cfg.answer_masking,
-                              keyword_masking=kw,
-                              keyword_words=getattr(harness_cfg, "masked_keyword_words", 1))
+    ctx = mask_context(env, s.state, answer_masking=harness_cfg.answer_masking,
+                       keyword_masking=kw,
+                       keyword_words=getattr(harness_cfg, "masked_keyword_words", 1))
     extra = dict(keywords=ctx["keywords"], max_keywords=harness_cfg.max_masked_keywords) \
         if kw and "keywords" in ctx else {}
     if getattr(harness_cfg, "predict", False):   # the tag after each call, its label
@@ -95,7 +111,7 @@ def _mask_for(s: _Live, env: Environment, harness_cfg, mode_cfg, vocab,
 
 def _labels(env: Environment) -> list[str]:
     """Every outcome label of the environment, in order (harness.predict)."""
-    labels = {lab: None for m in env.outcome_labels().values() for lab in m}
+    labels = {lab: None for m in parser.outcome_labels(env).values() for lab in m}
     if not labels:
         raise ValueError(f"harness.predict=true (reward.world_model.enable): env "
                          f"{env.name} defines no outcome_labels() to predict")
@@ -141,7 +157,7 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
     predict = bool(getattr(harness_cfg, "predict", False))
     if predict:
         _labels(env)
-        system_prompt += "\n\n" + parser.prediction_instructions(env.outcome_labels())
+        system_prompt += "\n\n" + parser.prediction_instructions(parser.outcome_labels(env))
     thinking = bool(mode_cfg.enable_thinking)
     conv = ChatConventions.from_config(tokenizer, model_cfg, mode_cfg)
     if predict and conv.fmt.name != "hermes":
@@ -313,8 +329,8 @@ def _act(s: _Live, env: Environment, turn: Turn, text: str, harness_cfg,
         if pc.error is not None:
             rs = [ToolResult(name=pc.name, arguments=None, observation=pc.error,
                              error=pc.error)]
-        else:   # one call, or the calls a macro replays (Environment.run_call)
-            rs = env.run_call(s.state, pc.name, pc.arguments)
+        else:   # one call, or the calls a macro replays (Expands)
+            rs = run_call(env, s.state, pc.name, pc.arguments)
         for r in rs:
             parser.annotate(r, act, predict, env, s.state)
             turn.calls.append(r)

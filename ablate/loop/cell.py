@@ -48,7 +48,7 @@ from ablate.loop.policy import ModelPolicy, SamplerPolicy, ScriptedPolicy  # noq
 from ablate.loop.policy import with_agent_state
 from ablate.loop.scoring import (eval_history, eval_rows, eval_subset, eval_summary,  # noqa: F401
                                  sample_step_tasks, score)
-from ablate.harness.parser import step_metrics as harness_step_metrics
+from ablate.harness.parser import outcome_labels, step_metrics as harness_step_metrics
 
 log = logging.getLogger("ablate.loop.cell")
 
@@ -187,7 +187,8 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     t0 = time.time()
     env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
     judge = env   # correctness comes from the environment (and its configured judge)
-    cell.write_text("environment.json", json.dumps(env.describe(), indent=2))
+    cell.write_text("environment.json", json.dumps(
+        {**env.describe(), "outcome_labels": outcome_labels(env)}, indent=2))
     if cell.writer:
         record_code(cell)
     try:

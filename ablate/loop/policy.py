@@ -10,6 +10,7 @@ from ablate.algos.curriculum import WithExperience
 from ablate.core.seeding import derived_seed
 from ablate.envs import run_episode
 from ablate.harness.episode import scripted_episode
+from ablate.protocol.trajectory import baseline_policy
 from ablate.loop.scoring import score
 from ablate.models.loading import load_policy
 from ablate.samplers import make_sampler
@@ -60,7 +61,7 @@ class ScriptedPolicy:
         episodes = []
         for gi, task in enumerate(tasks):
             for s in range(group_size):
-                policy = self.env.baseline(task, derived_seed(seed, gi, s))
+                policy = baseline_policy(self.env, task, derived_seed(seed, gi, s))
                 if policy is None:
                     raise ValueError(f"model=scripted: env {self.env.name} has no "
                                      "scripted baseline")

@@ -7,6 +7,7 @@ import numpy as np
 from ablate.core.errors import ConfigError
 from ablate.core.seeding import derived_seed
 from ablate.loop.eval_metrics import SAMPLED, summarise
+from ablate.protocol.environment import judge_all
 from ablate.rewards import compute_reward
 
 
@@ -36,7 +37,7 @@ def score(episodes, env, reward_cfg) -> list[tuple[float, dict]]:
     """Correctness from the environment (its judge), then the configured reward scheme
     (ablate.rewards.REWARDS) with its weights."""
     pending = [e for e in episodes if e.final_answer is not None and e.answered]
-    verdicts = env.judge_many([(e.task, e.final_answer, e.state)
+    verdicts = judge_all(env, [(e.task, e.final_answer, e.state)
                                for e in pending]) if pending else []
     for e in episodes:
         e.correct = False

@@ -3,9 +3,12 @@
 An environment owns its tasks, its tool schemas (OpenAI function format), its system
 prompt, a per-episode state made by `reset`, a `step` from (state, tool name, arguments)
 to an observation plus structured info, the correctness of a final answer, its behaviour
-metrics, snapshot/restore of a state (tree search), and optionally the outcome label of
-a call (world-model predictions, docs/rewards.md). The harness, the rewards and the
-cell loop read only this protocol; docs/environments.md has a complete example.
+metrics. A feature only some worlds have is a `typing.Protocol` beside the code that
+uses it (docs/environments.md, "Optional features"): Maskable (ablate/harness/masking.py),
+Predictable (ablate/harness/parser.py), Expands (ablate/harness/rollout.py), SkillWorld
+(ablate/agents/skills.py), BatchJudge below and Demonstrable (trajectory.py). The
+harness, the rewards and the cell loop read only this protocol; docs/environments.md has
+a complete example.
 
 Design (read, not copied): verifiers' `MultiTurnEnv.setup_state` / `env_response` keep
 per-rollout state outside the environment object, and TRL's `environment_factory` makes
@@ -24,14 +27,13 @@ Rules every environment keeps:
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import importlib
 import inspect
 import json
 import logging
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol, runtime_checkable
 
 from ablate.protocol.config import EnvConfig
 from ablate.protocol.task import Task, ToolResult
@@ -149,12 +151,12 @@ class Environment(ABC):
     def describe(self) -> dict:
         """What a reader of a cell's rows needs of its environment (environment.json):
         its name, tools, default reward, the labels of its behaviour columns and what
-        the rows' `hops` breakdown counts."""
+        the rows' `hops` breakdown counts (the cell adds a Predictable world's outcome
+        labels, ablate/harness/parser.py)."""
         return {"name": self.name, "answer_tool": self.answer_tool,
                 "tools": list(self.tool_names()), "default_reward": self.default_reward,
                 "behaviour_labels": dict(self.behaviour_labels),
-                "breakdown_label": self.breakdown_label,
-                "outcome_labels": self.outcome_labels()}
+                "breakdown_label": self.breakdown_label}
 
     def prompt_tool_schemas(self) -> list[dict]:
         """The tools described to the model in its prompt (default: all of
@@ -177,70 +179,13 @@ class Environment(ABC):
         """Per-episode behaviour metrics (JSON scalars) beyond the generic ones."""
         return {}
 
-    def mask_candidates(self, state: Any, **options) -> dict:
-        """Context parts for action masking (e.g. ids seen so far, `tool_names` allowed
-        next); `options` are the harness's masking switches; {} = no masking."""
-        return {}
-
     def reward_schemes(self) -> dict[str, Callable]:
         """Reward schemes of this world: name -> its Rubric, registered in
         ablate.rewards.REWARDS (docs/rewards.md); {} = only the generic ones."""
         return {}
 
-    def outcome_labels(self) -> dict[str, dict[str, str]]:
-        """World-model predictions (docs/rewards.md): tool -> {label: what it means} for
-        the tools whose result the agent may predict; {} = nothing predictable."""
-        return {}
-
-    def outcome_label(self, state: Any, result: ToolResult) -> Optional[str]:
-        """The label (a key of outcome_labels()[result.name]) of what the call produced,
-        read after `step` on the episode's state; None = not predictable (an error, a
-        tool without labels)."""
-        return None
-
-    def baseline(self, task: Task, seed: int = 0) -> Optional["Policy"]:
-        """A scripted policy for this task (demonstrations, sanity floors); None if none."""
-        return None
-
-    def snapshot(self, state: Any) -> Any:
-        """An immutable copy of `state` (tree search); the default deep-copies."""
-        return copy.deepcopy(state)
-
-    def restore(self, snapshot: Any) -> Any:
-        """A live state equal to the one `snapshot` was taken of; `snapshot` stays
-        usable (restore twice gives two independent states)."""
-        return copy.deepcopy(snapshot)
-
-    def judge_many(self, items: list[tuple[Task, Optional[str], Any]]) -> list[bool]:
-        """is_correct of many (task, answer, final state) at once; an environment with a
-        batched judge overrides this."""
-        return [bool(self.is_correct(t, a, s)) for t, a, s in items]
-
     def close(self) -> None:
         """Release files, connections."""
-
-    # ------------------------------------------------------------------ skills (optional)
-    # agent=voyager's skill library (ablate/envs/skills.py, docs/agents.md); the defaults
-    # mean "this environment has no skills": other agents and environments are unaffected
-    def skill_of(self, task: Task, results: list[ToolResult]) -> Optional[Any]:
-        """A candidate ablate.envs.skills.Skill made from an episode's calls (kept only
-        if it verifies on `task`); None = nothing to keep."""
-        return None
-
-    def skill_query(self, task: Task) -> str:
-        """The text a skill library indexes and searches for `task`."""
-        return task.prompt
-
-    def skill_feedback(self, task: Task, state: Any) -> str:
-        """What a failed verification shows the next attempt ("" = the last call's
-        observation)."""
-        return ""
-
-    def run_call(self, state: Any, name: Any, arguments: Any) -> list[ToolResult]:
-        """The calls one model call runs, each logged with its own observation: `call`
-        alone; a wrapper may expand a macro (agent=voyager's use_skill) into the calls
-        it replays."""
-        return [self.call(state, name, arguments)]
 
     # ------------------------------------------------------------------ provided
     @property
@@ -375,3 +320,18 @@ def quote(value: Any, limit: int = 60) -> str:
     except (TypeError, ValueError, RecursionError):
         text = repr(value)
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+@runtime_checkable
+class BatchJudge(Protocol):
+    """A world that judges many episodes at once (an LLM judge's batched requests)."""
+
+    def judge_many(self, items: list[tuple[Task, Optional[str], Any]]) -> list[bool]: ...
+
+
+def judge_all(env: Environment, items: list[tuple[Task, Optional[str], Any]]) -> list[bool]:
+    """is_correct of many (task, answer, final state): the world's batched judge when it
+    has one (BatchJudge), else one is_correct per item."""
+    if isinstance(env, BatchJudge):
+        return list(env.judge_many(items))
+    return [bool(env.is_correct(t, a, s)) for t, a, s in items]

@@ -3,7 +3,7 @@ sanity floors. The token-level episode of the harness is ablate/harness/episode.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Protocol, runtime_checkable
 
 from ablate.protocol.environment import Environment
 from ablate.protocol.task import Task, ToolResult
@@ -11,6 +11,19 @@ from ablate.protocol.task import Task, ToolResult
 Policy = Callable[[list[ToolResult]], Optional[tuple[str, Any]]]
 """A scripted policy: from the results so far to the next (tool name, arguments), or
 None to stop (the episode then ends without an answer, as if out of turns)."""
+
+
+@runtime_checkable
+class Demonstrable(Protocol):
+    """A world with a scripted policy per task: demonstrations, sanity floors, the
+    conformance episode of preflight and `policy=scripted` cells."""
+
+    def baseline(self, task: Task, seed: int = 0) -> Optional[Policy]: ...
+
+
+def baseline_policy(env: Environment, task: Task, seed: int = 0) -> Optional[Policy]:
+    """The world's scripted policy for `task`; None for a world that has none."""
+    return env.baseline(task, seed=seed) if isinstance(env, Demonstrable) else None
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ablate.harness.episode import Episode
+from ablate.harness.parser import Predictable, outcome_labels
 from ablate.rewards.schemes import REWARDS, Components
 from ablate.rewards.world_model import world_model_reward
 
@@ -33,16 +34,19 @@ def compute_reward(episode: Episode, reward_cfg: Any) -> tuple[float, Components
     return total + penalty, comps
 
 
-def check_reward_for(reward_cfg: Any, env) -> None:
+def check_reward_for(reward_cfg: Any, env, label: str = "") -> None:
     """ValueError (one line) when `reward.name` is another environment's own scheme, or
-    the world-model reward is on for an environment with nothing to predict."""
-    wm, labels = getattr(reward_cfg, "world_model", None), getattr(env, "outcome_labels", None)
-    if wm is not None and wm.enable and labels is not None and not labels():
-        raise ValueError(f"reward.world_model.enable=true: env={env.name} defines no "
-                         "outcome_labels() to predict; allowed only for an environment "
-                         "that does (docs/environments.md)")
-    name, own = reward_cfg.name, env.reward_schemes()
+    the world-model reward is on for an environment with nothing to predict. `env`: the
+    world, or its class (preflight, before building it; `label` names it)."""
+    built, label = not isinstance(env, type), label or env.name
+    wm = getattr(reward_cfg, "world_model", None)
+    if wm is not None and wm.enable and not (outcome_labels(env) if built else (
+            issubclass(env, Predictable) and env.outcome_labels(None))):
+        raise ValueError(f"reward.world_model.enable=true: env={label} defines no "
+                         "outcome_labels() to predict (Predictable, ablate/harness/parser.py); "
+                         "allowed only for an environment that does (docs/environments.md)")
+    name, own = reward_cfg.name, env.reward_schemes() if built else env.reward_schemes(None)
     if getattr(REWARDS.get(name), "env_only", False) and name not in own:
         generic = [n for n, f in REWARDS.items() if not getattr(f, "env_only", False)]
         raise ValueError(f"reward.name={name!r} is another environment's scheme; "
-                         f"env={env.name} allows {sorted(set(generic) | set(own))}")
+                         f"env={label} allows {sorted(set(generic) | set(own))}")

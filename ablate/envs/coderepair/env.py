@@ -22,7 +22,7 @@ from ablate.envs.coderepair.baseline import HonestFixer
 from ablate.envs.coderepair.config import CodeRepairEnvConfig
 from ablate.envs.coderepair.names import LIST, READ, REPLACE, RUN, SUBMIT
 from ablate.envs.coderepair.rewards import REWARDS
-from ablate.envs.skills import Skill, parameterise
+from ablate.protocol.skills import Skill, parameterise
 MAX_EDIT_CHARS = 200
 MAX_FAILURES_SHOWN = 12
 

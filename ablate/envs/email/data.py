@@ -60,6 +60,11 @@ class Task:
         return (f"{self.question}\n\nMy email address is {self.inbox_address}. "
                 f"Today's date is {date}.")
 
+    @property
+    def difficulty(self) -> int:
+        """The generic Task's difficulty (ablate/protocol/task.py): EnronHop's hops."""
+        return self.hops
+
     def to_json(self) -> dict:
         d = asdict(self)
         extra = d.pop("extra")

@@ -30,7 +30,7 @@ from ablate.envs.email.judge import ExactJudge, make_judge, normalize_answer
 from ablate.envs.email.masking import GRAMMAR, episode_candidates
 from ablate.envs.email.rewards import SCHEMES
 from ablate.envs.email.scripted import ScriptedAgent
-from ablate.envs.skills import Skill, parameterise
+from ablate.protocol.skills import Skill, parameterise
 from ablate.harness.episode import is_abstention
 from ablate.envs.email.tools import (ANSWER, READ, SEARCH, SYSTEM_PROMPT, TOOL_SCHEMAS,
                                      ToolBox, ToolCall)

@@ -9,11 +9,12 @@ was made from). Replaying a skill is calling `Environment.call` once per call, s
 replayed call has its own observation and `state_changed`, exactly as if the model had
 made it.
 
-An environment declares its skills through three optional methods (ablate/protocol/environment.py):
-`skill_of(task, results)` (a candidate skill from an episode's calls; None = nothing
-worth keeping, the default: an environment without skills), `skill_query(task)` (the
-text a library indexes and searches for a task) and `skill_feedback(task, state)` (what
-a failed verification shows the next attempt).
+A world with skills is a SkillWorld (ablate/agents/skills.py): `skill_of(task, results)`
+(a candidate skill from an episode's calls; None = nothing worth keeping) and optionally
+`skill_query(task)` (the text a library indexes and searches for a task) and
+`skill_feedback(task, state)` (what a failed verification shows the next attempt). This
+module is the skill itself, which a world builds; replaying and verifying it belongs to
+the agent (ablate/agents/skills.py).
 """
 from __future__ import annotations
 
@@ -89,38 +90,3 @@ def parameterise(calls: list[tuple[str, dict]], keys: tuple[str, ...]) -> tuple[
             new[k] = PARAM + names[key]
         out.append((tool, new))
     return tuple(out), params
-
-
-def replay(env, state: Any, skill: Skill, args: Optional[dict] = None) -> list:
-    """The skill's calls through `env.call` on `state` (mutated), in order; stops after
-    a call that errors or ends the episode (as the model's own calls would)."""
-    results = []
-    for tool, a in skill.bind(args):
-        r = env.call(state, tool, a)
-        results.append(r)
-        if r.error is not None or r.done:
-            break
-    return results
-
-
-@dataclass
-class Verdict:
-    ok: bool
-    results: list                      # the replayed calls' ToolResults
-    feedback: str                      # what the next attempt is shown when not ok
-
-
-def verify(env, task, skill: Skill) -> Verdict:
-    """Replay `skill` on a fresh state of `task`; it verifies when its last call ends
-    the episode with an answer the environment (its judge) accepts."""
-    state = env.reset(task)
-    try:
-        results = replay(env, state, skill)
-    except ValueError as exc:
-        return Verdict(False, [], str(exc))
-    last = results[-1] if results else None
-    answer = last.answer if last is not None and last.done else None
-    ok = answer is not None and bool(env.judge_many([(task, answer, state)])[0])
-    feedback = "" if ok else (env.skill_feedback(task, state) or
-                              (last.observation if last is not None else "no calls"))
-    return Verdict(ok, results, feedback)

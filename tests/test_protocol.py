@@ -1,0 +1,88 @@
+"""The small Environment core and its optional features (issue 48, item 1): a feature only
+some worlds have is a typing.Protocol beside its consumer, with the plain behaviour for a
+world without it, and preflight names the missing method when the config chooses it."""
+from pathlib import Path
+
+import pytest
+
+from ablate.agents.skills import SkillWorld, skill_feedback, skill_query
+from ablate.core.errors import ConfigError
+from ablate.harness.masking import Maskable, mask_context
+from ablate.harness.parser import Predictable, outcome_labels
+from ablate.harness.rollout import Expands, run_call
+from ablate.protocol.environment import BatchJudge, Environment, judge_all
+from ablate.protocol.trajectory import Demonstrable, baseline_policy, run_episode
+from envs_external.counter import CounterEnv
+
+CONF = Path(__file__).resolve().parent / "envs_external" / "conf"
+# every public member of Environment, counted: 40 before the feature Protocols; the count
+# may only fall (each single-feature hook below lives beside its consumer instead)
+CORE_MEMBERS = 29
+FEATURES = {"mask_candidates", "outcome_labels", "outcome_label", "baseline", "judge_many",
+            "skill_of", "skill_query", "skill_feedback", "run_call", "snapshot", "restore"}
+
+
+def test_the_environment_core_is_small_and_holds_no_single_feature_hook():
+    members = {n for n in dir(Environment) if not n.startswith("_")}
+    assert len(members) <= CORE_MEMBERS, sorted(members)
+    assert not members & FEATURES
+
+
+def test_a_world_without_a_feature_gets_the_plain_behaviour():
+    env = CounterEnv(num_tasks=2)           # the docs' minimal world: baseline only
+    task = env.tasks("train")[0]
+    state = env.reset(task)
+    assert isinstance(env, Demonstrable) and baseline_policy(env, task) is not None
+    assert not isinstance(env, (Maskable, Predictable, BatchJudge, SkillWorld, Expands))
+    assert mask_context(env, state, answer_masking=True) == {}
+    assert outcome_labels(env) == {}
+    done = run_episode(env, task, baseline_policy(env, task), max_turns=10)
+    assert done.correct
+    assert judge_all(env, [(task, done.answer, done.state), (task, "nope", done.state)]) \
+        == [True, False]
+    [r] = run_call(env, state, "add", {"n": 1})
+    assert r.error is None and r.name == "add"
+    assert skill_query(env, task) == task.prompt and skill_feedback(env, task, state) == ""
+
+
+class _Masked(CounterEnv):
+    def mask_candidates(self, state, answer_masking=True, **options):
+        return {"tool_names": ["add"] if state.value < 3 else ["answer"],
+                "answer_masking": answer_masking}
+
+
+def test_a_world_with_a_feature_is_asked_for_it():
+    env = _Masked(num_tasks=2)
+    state = env.reset(env.tasks("train")[0])
+    assert isinstance(env, Maskable) and not isinstance(CounterEnv(), Maskable)
+    assert mask_context(env, state, answer_masking=False) == {
+        "tool_names": ["add"] if state.value < 3 else ["answer"], "answer_masking": False}
+
+
+class _Batched(CounterEnv):
+    calls = 0
+
+    def judge_many(self, items):
+        type(self).calls += 1
+        return [False for _ in items]       # a judge stricter than is_correct
+
+
+def test_a_batched_judge_is_used_once_for_all_items():
+    env = _Batched(num_tasks=2)
+    task = env.tasks("train")[0]
+    state = env.reset(task)
+    assert judge_all(env, [(task, task.answer, state)] * 3) == [False] * 3
+    assert _Batched.calls == 1
+
+
+def test_voyager_on_a_world_without_skills_is_refused_at_preflight():
+    from ablate.apps.cli import compose_config
+    from ablate.apps.preflight import check_features
+    cfg = compose_config([f"hydra.searchpath=[file://{CONF}]", "env=counter",
+                          "agent=voyager"])
+    with pytest.raises(ConfigError) as err:
+        check_features(cfg)
+    msg = str(err.value)
+    assert "\n" not in msg and "agent=voyager needs env=counter to implement skill_of(" in msg
+    assert "SkillWorld" in msg and "CounterEnv does not" in msg
+    check_features(compose_config(["env=coderepair", "agent=voyager"]))   # has skills
