@@ -23,7 +23,7 @@ from ablate.agents import AGENTS, LATS, Reflexion, agent_for, build_agent, run_r
 from ablate.agents.lats import RATE_ASK, Node, ReplayError, Tree, siblings
 from ablate.agents.reflexion import MEMORY_HEAD, REFLECTION_ASK, REFLECTION_SYSTEM
 from ablate.agents.replay import turn_actions
-from ablate.loop.cell import eval_rows, score
+from ablate.loop.scoring import eval_rows, score
 from ablate.apps.cli import compose_config, normalise_overrides
 from ablate.loop.config import ConfigError, validate
 from ablate.envs.email import EmailEnv

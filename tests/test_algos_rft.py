@@ -18,7 +18,7 @@ from ablate.algos import RFT, STaR
 from ablate.algos.hints import remask, same_masks
 from ablate.algos.protocol import StepContext
 from ablate.algos.rft import keep_mask
-from ablate.loop.cell import score
+from ablate.loop.scoring import score
 from ablate.apps.cli import compose_config, normalise_overrides
 from ablate.envs.email import EmailEnv
 from ablate.envs.email.judge import make_judge

@@ -22,7 +22,10 @@ import torch
 from ablate.loop import async_rollout
 from ablate.algos import build_algorithm
 from ablate.loop.async_rollout import behaviour_version, dumps, produce
-from ablate.loop.cell import SamplerPolicy, derived_seed, run_cell, sample_step_tasks
+from ablate.core.seeding import derived_seed
+from ablate.loop.cell import run_cell
+from ablate.loop.policy import SamplerPolicy
+from ablate.loop.scoring import sample_step_tasks
 from ablate.apps.cli import compose_config, normalise_overrides
 from ablate.loop.config import ConfigError, validate
 from ablate.harness.episode import Segment

@@ -80,7 +80,7 @@ def test_eval_temperature_is_validated():
 
 
 def test_eval_offset_selects_a_disjoint_confirmation_set():
-    from ablate.loop.cell import eval_subset
+    from ablate.loop.scoring import eval_subset
     tasks = list(range(10))
     assert eval_subset(tasks, 4) == [0, 1, 2, 3]
     assert eval_subset(tasks, 4, offset=4) == [4, 5, 6, 7]

@@ -16,7 +16,7 @@ import ablate.loop.cell
 from ablate.apps import cli
 from ablate.apps.progress import report
 from ablate.loop.config import cell_dirname
-from ablate.loop.outputs import COMPLETE, FAILED
+from ablate.loop.outputs import COMPLETE, FAILED, CellDir
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -54,7 +54,7 @@ def test_a_busy_cell_makes_the_grid_exit_non_zero_naming_it(tmp_path, monkeypatc
 
 
 def locking_cell(cfg, out_dir, on_eval=None):
-    cell = ablate.loop.cell.CellDir(out_dir)
+    cell = CellDir(out_dir)
     cell.lock()                       # CellBusy where a live process holds it
     try:
         Path(out_dir, COMPLETE).write_text("")

@@ -30,7 +30,7 @@ from ablate.envs.conformance import (check_class, check_splits, check_tools, pla
 from ablate.harness.episode import scripted_episode
 from ablate.agents.skills import SkillWorld
 from ablate.harness.masking import mask_context
-from ablate.loop.cell import eval_subset
+from ablate.loop.scoring import eval_subset
 from ablate.loop.config import ConfigError, validate
 from ablate.loop.outputs import JSONL_FILES, OutputFileError, read_jsonl
 from ablate.models.budget import check_weights, question_budget

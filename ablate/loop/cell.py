@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from ablate.core import dist
 from ablate.core.dist import local_world_size
 from ablate.core.errors import ConfigError
-from ablate.core.seeding import derived_seed, seed_everything  # noqa: F401  (re-exported)
+from ablate.core.seeding import derived_seed, seed_everything
 from ablate.core.memory import reuse_freed_memory
 from ablate.core.threads import available_cpus, cell_threads
 from ablate.envs import make_env
@@ -44,9 +44,9 @@ from ablate.loop.provenance import record_code
 from ablate.loop.ranks import act_scored, agree, eval_scored, learner_rows
 from ablate.loop.resume import check_resume, config_changes, describe, record_changes, \
     stored_config
-from ablate.loop.policy import ModelPolicy, SamplerPolicy, ScriptedPolicy  # noqa: F401
+from ablate.loop.policy import ModelPolicy, ScriptedPolicy
 from ablate.loop.policy import with_agent_state
-from ablate.loop.scoring import (eval_history, eval_rows, eval_subset, eval_summary,  # noqa: F401
+from ablate.loop.scoring import (eval_history, eval_rows, eval_subset, eval_summary,
                                  sample_step_tasks, score)
 from ablate.harness.parser import outcome_labels, step_metrics as harness_step_metrics
 
