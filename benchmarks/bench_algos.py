@@ -42,7 +42,7 @@ def preset_cfg(name: str):
 
 def first_batch(cfg, policy, env, judge):
     t = cfg.trainer
-    tasks = sample_step_tasks(env.train_tasks, t.tasks_per_step, cfg.seed, 1, 0)
+    tasks = sample_step_tasks(env.tasks("train"), t.tasks_per_step, cfg.seed, 1, 0)
     episodes = policy.act(tasks, t.group_size, temperature=cfg.sampler.temperature,
                           seed=derived_seed(cfg.seed, 1, 0))
     return episodes, [r for r, _ in score(episodes, judge, cfg.reward)]

@@ -78,7 +78,7 @@ def main(argv=None) -> dict:
     threads = cell_threads(cfg.run.num_threads, cpus=available_cpus())
     seed_everything(cfg.seed)
     env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
-    tasks = eval_subset(env.test_tasks, cfg.eval.num_tasks, cfg.eval.offset)
+    tasks = eval_subset(env.tasks("test"), cfg.eval.num_tasks, cfg.eval.offset)
     policy = SamplerPolicy(env, cfg)
     unit_model = machine_unit._model()
     runs, rows, loads = [], {}, []

@@ -86,6 +86,7 @@ def prompts_and_judge(n: int):
     from transformers import AutoTokenizer
 
     from ablate.envs import make_env
+    from ablate.protocol.environment import prompt_tools
     from ablate.harness.chat import ChatConventions
     from ablate.models.smollm import converted_dir
     env = make_env(OmegaConf.create({"name": "reasoning_gym", "dataset": "chain_sum",
@@ -95,13 +96,14 @@ def prompts_and_judge(n: int):
     tok = AutoTokenizer.from_pretrained(str(path))
     conv = ChatConventions.from_tokenizer(tok)
     tasks = env.tasks("train")
-    texts = [conv.prompt_text(env.system_prompt(), t.prompt, env.prompt_tool_schemas())
+    texts = [conv.prompt_text(env.system_prompt(), t.prompt, prompt_tools(env))
              for t in tasks]
     return env, tasks, texts, path, tok
 
 
 def trl_steps(mode: str, a, out: Path) -> dict:
     import torch
+    from ablate.protocol.environment import answer_from_text
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -113,7 +115,7 @@ def trl_steps(mode: str, a, out: Path) -> dict:
     def reward(prompts, completions, **kw):
         out = []
         for p, c in zip(prompts, completions):
-            args = env.text_answer(c)
+            args = answer_from_text(env, c)
             out.append(float(args is not None and env.is_correct(by_prompt[p],
                                                                  args["answer"], None)))
         return out

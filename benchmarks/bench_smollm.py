@@ -59,7 +59,7 @@ def masks_off(a, tasks, sampler, tok, cfg, env) -> tuple[dict, int, float]:
     h = copy.deepcopy(cfg.harness)
     h.action_masking = h.answer_masking = h.keyword_masking = False
     h.max_new_tokens_per_turn = a.new
-    names = set(env.tool_names())
+    names = {s["function"]["name"] for s in env.tool_schemas()}
     out, gen, secs = {}, 0, 0.0
     for fmt in ("json_text", "hermes"):
         t = time.perf_counter()

@@ -41,7 +41,7 @@ def capture(overrides: list[str], path: Path):
     env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
     policy = ModelPolicy(env, cfg, Path(tempfile.mkdtemp()))
     t = cfg.trainer
-    tasks = sample_step_tasks(env.train_tasks, t.tasks_per_step, cfg.seed, 1, 0)
+    tasks = sample_step_tasks(env.tasks("train"), t.tasks_per_step, cfg.seed, 1, 0)
     eps = policy.act(tasks, t.group_size, temperature=cfg.sampler.temperature,
                      seed=derived_seed(cfg.seed, 1, 0))
     algorithm = build_algorithm(cfg.algo, max_len=cfg.harness.max_tokens_per_episode, cfg=cfg)

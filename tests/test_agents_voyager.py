@@ -17,7 +17,7 @@ from ablate.agents.embedding import Embedder
 from ablate.agents.library import SkillLibrary, rrf, unpack
 from ablate.agents.voyager import RETRY_HEAD, SKILLS_HEAD, USE_SKILL, SkillEnv
 from ablate.apps.cli import compose_config, normalise_overrides
-from ablate.envs import run_episode, scripted
+from ablate.envs import run_episode, scripted, tool_names
 from ablate.envs.coderepair.env import CodeRepairEnv
 from ablate.envs.email import EmailEnv
 from ablate.agents.skills import verify
@@ -210,7 +210,7 @@ def test_use_skill_is_in_the_schema_the_action_masks_read():
     skill = env.skill_of(task, run_episode(env, task, env.baseline(task, 0), 30).results)
     wrapped = SkillEnv(env, {task.id: [skill]})
     ctx = wrapped.mask_candidates(wrapped.reset(task), answer_masking=True)
-    assert USE_SKILL in ctx["tool_names"] and USE_SKILL in wrapped.tool_names()
+    assert USE_SKILL in ctx["tool_names"] and USE_SKILL in tool_names(wrapped)
     forced = ctx["grammar"]["after_name"][USE_SKILL]
     assert json.loads('{"name": "use_skill"' + forced) == {
         "name": USE_SKILL, "arguments": {"skill": skill.name}}

@@ -1,5 +1,5 @@
 """GiGPO turn-level credit against a plain re-implementation of arXiv:2505.10978 §4.2-4.3,
-the anchor-state key of EnronHop, the turn -> token mapping in both modes, and a real
+the anchor states (the email world's, and the history key of a world without), the turn -> token mapping in both modes, and a real
 2-step cell."""
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ablate.algos import build_algorithm, enronhop_state_keys
+from ablate.algos import build_algorithm, state_keys
 from ablate.algos.config import AlgoConfig
 from ablate.algos.gigpo import step_advantages, token_advantages, turn_returns
 from ablate.envs.email.tools import ToolCall as BoxCall
-from ablate.envs.email.env import tool_result
+from ablate.envs.email.env import EmailEnv, tool_result
 from ablate.harness.episode import Segment, Turn
 
 TOL = 1e-6
@@ -58,9 +58,15 @@ def ToolCall(*args, **kw):
     return tool_result(BoxCall(*args, **kw))
 
 
-def episode(turns, segments, task_id="t1"):
+EMAIL = EmailEnv.__new__(EmailEnv)      # anchor_states reads only the calls
+
+
+def episode(turns, segments, task_id="t1", world=EMAIL):
+    """An episode as the rollout leaves it: the world's anchors filled (None without)."""
+    anchors = world.anchor_states(None, [t.calls for t in turns]) if world else None
     return SimpleNamespace(turns=turns, segments=segments, task=SimpleNamespace(id=task_id),
-                           response_tokens=sum(t.completion_tokens for t in turns))
+                           response_tokens=sum(t.completion_tokens for t in turns),
+                           anchors=anchors)
 
 
 def test_enronhop_anchor_state_is_evidence_seen_not_the_words_used():
@@ -70,9 +76,23 @@ def test_enronhop_anchor_state_is_evidence_seen_not_the_words_used():
                                    hits=["m1"])]),
                  turn(2, [ToolCall("read_email", {}, "", read_id=None, error="missing")]),
                  turn(2)], [])
-    ka, kb = enronhop_state_keys(a), enronhop_state_keys(b)
+    ka, kb = state_keys(a), state_keys(b)
     assert ka[0] == kb[0] and ka[1] == kb[1]     # same start; same hits, other keywords
     assert ka[2] != kb[2]                        # a read m1, b's read failed
+    assert ka[0][0] == "t1" and state_keys(episode(a.turns, [], "t2"))[0] != ka[0]
+
+
+def test_a_world_without_anchor_states_keys_turns_by_their_history():
+    """Without Anchored, turns share a state when the calls and observations before them
+    are equal (a deterministic world reaches the same state by the same history)."""
+    a = episode([turn(2, [ToolCall("search_inbox", {"keywords": ["x"]}, "hit m1")]),
+                 turn(2)], [], world=None)
+    b = episode([turn(2, [ToolCall("search_inbox", {"keywords": ["x"]}, "hit m1")]),
+                 turn(2)], [], world=None)
+    c = episode([turn(2, [ToolCall("search_inbox", {"keywords": ["y"]}, "hit m1")]),
+                 turn(2)], [], world=None)
+    assert state_keys(a) == state_keys(b) and state_keys(a)[0] == state_keys(c)[0]
+    assert state_keys(a)[1] != state_keys(c)[1]      # other words: another history
 
 
 def test_turn_advantages_reach_their_own_tokens_in_both_modes():

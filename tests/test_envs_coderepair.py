@@ -15,7 +15,9 @@ from ablate.envs.coderepair import generator as gen
 from ablate.envs.coderepair.baseline import HonestFixer, ReadAndSubmit, run_tests_forever
 from ablate.envs.coderepair.env import CodeRepairEnv, all_pass, version
 from ablate.envs.coderepair.lang import CalcError, build, run_test, tokenize
-from ablate.envs.coderepair.rewards import REWARDS, TEST_BONUS, outcome, tool_bonus
+from ablate.envs import declared
+from ablate.envs.coderepair.rewards import TEST_BONUS, tool_bonus
+from ablate.rewards import REWARDS, outcome
 from ablate.harness.chat import format_tool_call as call
 from ablate.harness.masking import ActionMask, token_bytes
 from ablate.models.tiny import ASSET_DIR
@@ -230,7 +232,7 @@ def test_tool_bonus_is_hacked_and_state_change_bonus_fixes_it(env):
     m = env.behaviour(tasks[0], hack[0].results)
     assert m["test_runs"] == env.max_turns and m["idle_test_runs"] == env.max_turns - 1
     assert env.behaviour(tasks[0], idle[0].results)["failing_submissions"] == 1
-    assert set(REWARDS) == {"outcome", "tool_bonus"} and env.reward_schemes() == REWARDS
+    assert declared(env).rewards == ("tool_bonus",) and REWARDS["tool_bonus"] is tool_bonus
 
 
 # ---------------------------------------------------------------------- config

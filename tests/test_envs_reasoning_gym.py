@@ -16,7 +16,8 @@ pytest.importorskip("reasoning_gym")
 import reasoning_gym  # noqa: E402
 
 from ablate.apps.cli import compose_config, normalise_overrides  # noqa: E402
-from ablate.envs import EnvError, make_env, run_episode  # noqa: E402
+from ablate.envs import EnvError, make_env, run_episode, tool_names  # noqa: E402
+from ablate.protocol.environment import prompt_tools  # noqa: E402
 from ablate.envs.reasoning_gym.calculator import CalcError, evaluate  # noqa: E402
 from ablate.harness.config import HarnessConfig, ModeConfig  # noqa: E402
 from ablate.harness.rollout import rollout  # noqa: E402
@@ -189,7 +190,7 @@ def test_a_reply_without_answer_tags_is_no_answer_unless_answer_format_text():
     assert tag.text_answer("x <answer> 5 </answer> y <answer>6</answer>") == {"answer": "6"}
     assert text.text_answer("  it is 5\n") == {"answer": "it is 5"}
     assert text.text_answer("<answer>7</answer> trailing") == {"answer": "7"}
-    assert tag.prompt_tool_schemas() == [] and tag.tool_names() == ("answer",)
+    assert prompt_tools(tag) == [] and tool_names(tag) == ("answer",)
 
 
 def test_shots_are_train_questions_shown_as_earlier_turns():

@@ -14,7 +14,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from ablate.apps.cli import compose_config, normalise_overrides
-from ablate.envs import EnvError, make_env
+from ablate.envs import EnvError, make_env, tool_names
+from ablate.protocol.environment import answer_from_text, prompt_tools
 from ablate.harness.config import HarnessConfig, ModeConfig
 from ablate.harness.rollout import rollout
 from ablate.samplers.hf import HFSampler
@@ -113,8 +114,8 @@ def test_tasks_prompts_tools_and_disjoint_splits():
     assert {t.metadata["key"] for t in train}.isdisjoint(t.metadata["key"] for t in test)
     assert train[0].prompt == "What is 4 + 4? Reply with the number." and train[0].answer == "8"
     assert env.system_prompt() == "You add numbers. Use the tool."
-    assert env.tool_names() == ("calc_add", "answer")
-    assert [s["function"]["name"] for s in env.prompt_tool_schemas()] == ["calc_add"]
+    assert tool_names(env) == ("calc_add", "answer")
+    assert [s["function"]["name"] for s in prompt_tools(env)] == ["calc_add"]
     other = env_of(test_options={"offset": 100})     # the test split from its own config
     assert [t.prompt.split("?")[0] for t in other.tasks("test")][:1] == ["What is 100 + 2"]
     with pytest.raises(EnvError, match=r"gave only 36 distinct train tasks of "
@@ -137,7 +138,7 @@ def test_the_judge_is_the_tasksets_score(reply, use_tool, rewards):
     state = env.reset(task)
     if use_tool:
         assert env.call(state, "calc_add", {"a": 4, "b": 4}).observation == "8"
-    result = env.call(state, "answer", env.text_answer(reply))
+    result = env.call(state, "answer", answer_from_text(env, reply))
     total = sum(s * w for s, w in rewards.values())
     assert result.done and result.extra["rewards"] == rewards
     assert result.extra["vf_reward"] == total and result.extra["metrics"] == {

@@ -15,17 +15,22 @@ from ablate.protocol.trajectory import Demonstrable, baseline_policy, run_episod
 from envs_external.counter import CounterEnv
 
 CONF = Path(__file__).resolve().parent / "envs_external" / "conf"
-# every public member of Environment, counted: 40 before the feature Protocols; the count
-# may only fall (each single-feature hook below lives beside its consumer instead)
-CORE_MEMBERS = 29
+# every public member of Environment, counted: 40 before the feature Protocols, 29 before
+# the declarations moved to register_env; the count may only fall (each single-feature hook
+# below lives beside its consumer instead)
+CORE_MEMBERS = 16
 FEATURES = {"mask_candidates", "outcome_labels", "outcome_label", "baseline", "judge_many",
-            "skill_of", "skill_query", "skill_feedback", "run_call", "snapshot", "restore"}
+            "skill_of", "skill_query", "skill_feedback", "run_call", "snapshot", "restore",
+            "text_answer", "prompt_tool_schemas", "examples"}
+# what a world declares where it registers (ablate/envs/registry.py), not as members
+DECLARATIONS = {"default_reward", "reward_schemes", "behaviour_labels", "breakdown_label",
+                "config_errors"}
 
 
 def test_the_environment_core_is_small_and_holds_no_single_feature_hook():
     members = {n for n in dir(Environment) if not n.startswith("_")}
     assert len(members) <= CORE_MEMBERS, sorted(members)
-    assert not members & FEATURES
+    assert not members & FEATURES and not members & DECLARATIONS
 
 
 def test_a_world_without_a_feature_gets_the_plain_behaviour():
@@ -86,3 +91,37 @@ def test_voyager_on_a_world_without_skills_is_refused_at_preflight():
     assert "\n" not in msg and "agent=voyager needs env=counter to implement skill_of(" in msg
     assert "SkillWorld" in msg and "CounterEnv does not" in msg
     check_features(compose_config(["env=coderepair", "agent=voyager"]))   # has skills
+
+
+def test_a_worlds_own_reward_is_declared_where_it_registers_and_offered_to_it_alone():
+    """Issue 48 item 2: one reward registry; a world's schemes join it owned by that world
+    (register_env), so importing a world never makes its scheme generic."""
+    from types import SimpleNamespace
+
+    from ablate.envs import check_reward_for, declared, register_env
+    from ablate.rewards import REWARDS
+    from envs_external.kvlookup import KVLookupEnv, kv_lookup
+
+    assert declared(KVLookupEnv).rewards == ("kv_lookup",) and REWARDS["kv_lookup"] is kv_lookup
+    assert declared(KVLookupEnv).default_reward == "kv_lookup"
+    assert declared(CounterEnv).rewards == () and declared(_Masked) == declared(CounterEnv)
+    pick = lambda name: SimpleNamespace(name=name, world_model=None)   # noqa: E731
+    check_reward_for(pick("kv_lookup"), KVLookupEnv)
+    check_reward_for(pick("outcome"), CounterEnv)
+    with pytest.raises(ValueError, match=r"reward.name='kv_lookup' is another environment's "
+                                         r"scheme; env=counter allows \[.*'outcome'"):
+        check_reward_for(pick("kv_lookup"), CounterEnv(num_tasks=1))
+    with pytest.raises(ValueError, match=r"register_env\('nowhere'\): default_reward='nope' is "
+                                         r"neither its own scheme nor a registered one"):
+        register_env("nowhere", default_reward="nope")
+
+
+def test_environment_json_keeps_what_the_world_declared():
+    from ablate.envs import describe
+    from envs_external.kvlookup import KVLookupEnv
+
+    assert describe(KVLookupEnv(num_tasks=2)) == {
+        "name": "kvlookup", "answer_tool": "answer", "tools": ["get", "answer"],
+        "default_reward": "kv_lookup",
+        "behaviour_labels": {"gets": "values read", "missing_keys": "gets of a missing key"},
+        "breakdown_label": "difficulty"}

@@ -35,13 +35,12 @@ MEMORY_HEAD = "Reflections on your earlier attempts at this question:"
 
 
 def with_memory(task, memory: list[str]):
-    """The task whose question (EnronHop's `question`, or an environment task's `prompt`)
-    starts with the memory's reflections."""
+    """The task (ablate.protocol.task.Task) whose prompt starts with the memory's
+    reflections."""
     if not memory:
         return task
     block = MEMORY_HEAD + "\n" + "\n".join(f"- {m}" for m in memory) + "\n\n"
-    field = "question" if hasattr(task, "question") else "prompt"
-    return dataclasses.replace(task, **{field: block + getattr(task, field)})
+    return dataclasses.replace(task, prompt=block + task.prompt)
 
 
 def visible(text: str, end_of_turn: str = "") -> str:

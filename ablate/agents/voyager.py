@@ -43,7 +43,8 @@ from ablate.core.seeding import derived_seed
 from ablate.agents.skills import SkillWorld, replay, skill_query, verify
 from ablate.harness.masking import mask_context
 from ablate.harness.parser import Predictable, outcome_labels
-from ablate.protocol.environment import Environment, judge_all, parse_arguments, quote
+from ablate.protocol.environment import (Environment, answer_from_text, judge_all,
+                                         parse_arguments, prompt_tools, quote, tool_names)
 from ablate.protocol.skills import Skill
 from ablate.protocol.task import ToolResult
 
@@ -83,10 +84,10 @@ class SkillEnv(Environment):
         return list(self.env.tool_schemas()) + [USE_SKILL_SCHEMA]
 
     def prompt_tool_schemas(self):
-        return list(self.env.prompt_tool_schemas()) + [USE_SKILL_SCHEMA]
+        return list(prompt_tools(self.env)) + [USE_SKILL_SCHEMA]
 
     def text_answer(self, text):
-        return self.env.text_answer(text)
+        return answer_from_text(self.env, text)
 
     def system_prompt(self):
         return self.env.system_prompt()
@@ -143,7 +144,7 @@ class SkillEnv(Environment):
         ctx = mask_context(self.env, state.inner, **options)
         if not ctx or not state.offered:
             if ctx:
-                ctx["tool_names"] = [t for t in ctx.get("tool_names", self.env.tool_names())
+                ctx["tool_names"] = [t for t in ctx.get("tool_names", tool_names(self.env))
                                      if t != USE_SKILL]
             return ctx
         grammar = dict(ctx.get("grammar") or {})
@@ -152,7 +153,7 @@ class SkillEnv(Environment):
             json.dumps(state.offered[0].name, ensure_ascii=False) + '}}'
         grammar["after_name"] = after
         ctx["grammar"] = grammar
-        ctx["tool_names"] = list(ctx.get("tool_names", self.env.tool_names())) + [USE_SKILL]
+        ctx["tool_names"] = list(ctx.get("tool_names", tool_names(self.env))) + [USE_SKILL]
         return ctx
 
     def outcome_labels(self):
@@ -168,12 +169,10 @@ def _inner(state):
 
 
 def with_text(task, text: str):
-    """The task whose prompt ends with `text` (an environment task's `prompt`, or an
-    EnronHop task's `question`)."""
+    """The task (ablate.protocol.task.Task) whose prompt ends with `text`."""
     if not text:
         return task
-    key = "question" if hasattr(task, "question") else "prompt"
-    return dataclasses.replace(task, **{key: getattr(task, key) + "\n\n" + text})
+    return dataclasses.replace(task, prompt=task.prompt + "\n\n" + text)
 
 
 def offer_text(skills: list[Skill], doc_chars: int) -> str:

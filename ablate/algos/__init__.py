@@ -40,7 +40,7 @@ from ablate.algos.objective import Objective, build_objective
 from ablate.algos.overlong import overlong_penalty
 from ablate.algos.protocol import (Algorithm, PolicyGradient, TrainingBatch,
                                    build_algorithm)
-from ablate.algos.gigpo import GiGPO, enronhop_state_keys
+from ablate.algos.gigpo import GiGPO, state_keys
 from ablate.algos.ppo import PPO
 from ablate.algos.rft import RFT, STaR
 from ablate.algos.dpo import DPO
@@ -52,8 +52,7 @@ __all__ = [
     "PolicyGradient", "Registry", "TrainingBatch", "aggregate", "batch_counts",
     "build_algorithm", "build_objective", "cispo_loss", "compute_advantages",
     "correction_weights", "dr_grpo_advantages", "dynamic_sampling_filter", "entropy_bonus",
-    "enronhop_state_keys",
     "gae", "grpo_advantages", "gspo_loss", "import_plugins", "kl_k3", "overlong_penalty",
-    "policy_loss", "reinforce_pp_baseline_advantages", "rloo_advantages", "token_entropy",
+    "policy_loss", "reinforce_pp_baseline_advantages", "rloo_advantages", "state_keys", "token_entropy",
     "value_loss",
 ]

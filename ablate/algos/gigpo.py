@@ -4,15 +4,17 @@ groups, identical environment states reached by different episodes (or turns) of
 same task; A_{i,k} = A^E_i + ω · A^S_{i,k} (§4.3, eq. 9), and a turn's advantage flows
 to that turn's tokens.
 
-Anchor state of EnronHop (`enronhop_state_keys`): before turn k, (task id, the set of
-message ids its searches returned so far, the set of emails it read so far). Two turns
-share a state when the agent knows the same question and has seen the same evidence,
-whatever keywords got it there. Turn 0 of every episode of a group shares the initial
-state. An environment can supply its own key with an `anchor_states()` method on its
-episodes (one hashable per turn)."""
+Anchor state: before turn k, (task id, the state the world names for that turn:
+`Episode.anchors`, from a world implementing `anchor_states`, ablate/harness/episode.py
+`Anchored`). Without one, the calls and observations before the turn: in a deterministic
+world an identical history reaches an identical state (the email world names the evidence
+seen instead, so searches with other words that found the same mail share a state). Turn
+0 of every episode of a group shares the initial state."""
 from __future__ import annotations
 
 from typing import Any, Hashable
+
+import json
 
 import torch
 
@@ -21,21 +23,20 @@ from ablate.algos.protocol import PolicyGradient, TrainingBatch
 from ablate.algos.registry import ALGORITHMS
 
 
-def enronhop_state_keys(episode) -> list[Hashable]:
-    """One key per turn: the state the agent acted from at that turn."""
-    keys, hits, reads = [], set(), set()
+def history_keys(episode) -> list[Hashable]:
+    """One key per turn: the calls (name, arguments) and observations before it."""
+    keys, seen = [], ()
     for turn in episode.turns:
-        keys.append((episode.task.id, frozenset(hits), frozenset(reads)))
-        for call in turn.calls:            # ToolResults; the email env's facts in extra
-            hits.update(call.extra.get("hits", ()))
-            if call.extra.get("read_id"):
-                reads.add(call.extra["read_id"])
+        keys.append(seen)
+        seen += tuple((c.name, json.dumps(c.arguments, sort_keys=True, default=str),
+                       c.observation) for c in turn.calls)
     return keys
 
 
 def state_keys(episode) -> list[Hashable]:
-    own = getattr(episode, "anchor_states", None)
-    return list(own()) if callable(own) else enronhop_state_keys(episode)
+    """One key per turn, the state the agent acted from: (task id, the world's anchor)."""
+    anchors = episode.anchors if episode.anchors is not None else history_keys(episode)
+    return [(episode.task.id, a) for a in anchors]
 
 
 def turn_returns(reward: float, num_turns: int, gamma: float) -> list[float]:
@@ -110,7 +111,8 @@ class GiGPO(PolicyGradient):
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "algorithm": "gigpo", "gigpo_gamma": self.gamma,
                 "gigpo_omega": self.omega, "gigpo_norm_std": self.norm_std,
-                "anchor_state": "task id, search hits seen, emails read (before the turn)"}
+                "anchor_state": "task id and the world's anchor_states, else the calls and "
+                                "observations before the turn"}
 
     def prepare(self, episodes, rewards, group_ids, learner) -> TrainingBatch:
         batch = super().prepare(episodes, rewards, group_ids, learner)

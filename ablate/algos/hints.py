@@ -22,11 +22,8 @@ from ablate.harness.rollout import _mask_for
 
 
 def hinted_task(task, template: str):
-    """The task with the hint appended to what the agent is asked (EnronHop's `question`,
-    or an environment task's `prompt`)."""
-    text = template.format(answer=task.answer)
-    field = "question" if hasattr(task, "question") else "prompt"
-    return dataclasses.replace(task, **{field: getattr(task, field) + text})
+    """The task (ablate.protocol.task.Task) with the hint appended to its prompt."""
+    return dataclasses.replace(task, prompt=task.prompt + template.format(answer=task.answer))
 
 
 def prompt_len(segment) -> int:

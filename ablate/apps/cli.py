@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ablate.core.errors import OutputWriteError
 from ablate.learners import CheckpointError
-from ablate.envs import env_class
+from ablate.envs import config_keys, env_class, option_keys
 from ablate.loop.config import ConfigError, register
 from ablate.loop.distributed import RankDied
 from ablate.loop.outputs import COMPLETE, CellBusy, CellDir
@@ -269,9 +269,9 @@ def compose_job(job: list[str]) -> DictConfig:
         env = compose_config(rest).env
         cls = env_class(env)
         raise ConfigError(f"env={env.name} has no key {key}; allowed: "
-                          f"{', '.join(cls.config_keys())}"
-                          + (f" and env.options.<{'|'.join(cls.option_keys())}>"
-                             if cls.option_keys() else "")) from None
+                          f"{', '.join(config_keys(cls))}"
+                          + (f" and env.options.<{'|'.join(option_keys(cls))}>"
+                             if option_keys(cls) else "")) from None
 
 
 # lines of Hydra / OmegaConf messages that repeat what the first line says

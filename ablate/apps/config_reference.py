@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from ablate.apps.cli import APPEND_GROUPS, compose_config, conf_dir
 from ablate.core.registry import Registry
-from ablate.envs import ENVIRONMENTS
+from ablate.envs import ENVIRONMENTS, declared
 from ablate.protocol.config import EnvConfig
 from ablate.loop.config import ALLOWED, AblateConfig
 
@@ -197,7 +197,7 @@ def env_sections() -> list[str]:
         comments = field_comments(schema)
         out += [f"## `env` of {', '.join(f'`env={n}`' for n in names)} "
                 f"(`{schema.__module__}.{schema.__name__}`)", "",
-                f"Default reward: `{ENVIRONMENTS[names[0]].default_reward}`.", "",
+                f"Default reward: `{declared(ENVIRONMENTS[names[0]]).default_reward}`.", "",
                 "| key | type | schema default | meaning |", "| --- | --- | --- | --- |"]
         for f in dataclasses.fields(schema):
             if f.name in common and _default(f) == common[f.name]:

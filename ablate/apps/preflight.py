@@ -24,7 +24,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.apps.memory_plan import memory_plan, shape_of_dir
-from ablate.envs import EnvError, env_class, make_env
+from ablate.envs import EnvError, check_reward_for, declared, env_class, make_env, \
+    split_tasks
 from ablate.envs.conformance import (check_class, check_splits, check_tools, play_one,
                                      protocol)
 from ablate.harness.episode import scripted_episode
@@ -34,7 +35,7 @@ from ablate.loop.scoring import eval_subset
 from ablate.loop.config import ConfigError, validate
 from ablate.loop.outputs import JSONL_FILES, OutputFileError, read_jsonl
 from ablate.models.budget import check_weights, question_budget
-from ablate.rewards import REWARDS, check_reward_for
+from ablate.rewards import REWARDS
 
 log = logging.getLogger("ablate")
 
@@ -93,7 +94,7 @@ def env_errors(cfg: DictConfig):
     ConfigError line."""
     try:
         yield
-    except (EnvError, *env_class(cfg.env).config_errors) as exc:
+    except (EnvError, *declared(env_class(cfg.env)).config_errors) as exc:
         raise ConfigError(one_line(exc)) from None
 
 
@@ -117,7 +118,7 @@ def build(cfg: DictConfig):
     environment's own code is one EnvError line."""
     try:
         return make_env(cfg.env, cfg=cfg)
-    except (EnvError, *env_class(cfg.env).config_errors):
+    except (EnvError, *declared(env_class(cfg.env)).config_errors):
         raise
     except Exception as exc:
         raise EnvError(f"env={cfg.env.name}: building it raised {type(exc).__name__}: "
@@ -191,7 +192,7 @@ def warn_unmasked(cfg: DictConfig, env, state) -> None:
 
 def check_env_reward(cfg: DictConfig) -> None:
     """`reward.name` is a generic scheme or one of the environment's own; its schemes are
-    read without building it (reward_schemes of the class, which keeps no state in them)."""
+    read without building it (what the class declared where it registered)."""
     try:
         check_reward_for(cfg.reward, env_class(cfg.env), label=cfg.env.name)
     except ValueError as e:
@@ -271,9 +272,10 @@ def check_output_dir(key: str, path: str) -> None:
 
 
 def check_task_counts(cfg: DictConfig, env) -> None:
-    left = len(eval_subset(env.test_tasks, len(env.test_tasks), cfg.eval.offset))
+    tests = split_tasks(env, "test")
+    left = len(eval_subset(tests, len(tests), cfg.eval.offset))
     for key, have, what in (("eval.num_tasks", left, "test (from eval.offset)"),
-                            ("trainer.tasks_per_step", len(env.train_tasks), "train")):
+                            ("trainer.tasks_per_step", len(split_tasks(env, "train")), "train")):
         if OmegaConf.select(cfg, key) > have:
             log.warning("%s=%s but the %s split has only %d tasks: all %d are used", key,
                         OmegaConf.select(cfg, key), what, have, have)

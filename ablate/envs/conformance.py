@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-from ablate.protocol.environment import EnvError, Environment
+from ablate.protocol.environment import EnvError, Environment, split_tasks, tool_names
 from ablate.protocol.trajectory import Trajectory, baseline_policy, run_episode
 
 PLACEHOLDER = {"string": "", "integer": 0, "number": 0, "boolean": False, "array": [],
@@ -24,7 +24,7 @@ def check_class(cls: type[Environment], label: str) -> None:
 
 
 def check_tools(env: Environment, label: str) -> None:
-    names = protocol(label, "tool_schemas", lambda: env.tool_names())
+    names = protocol(label, "tool_schemas", lambda: tool_names(env))
     if not env.answer_tool:
         raise EnvError(f"env={label}: answer_tool is not set; expected the name of the tool "
                        f"that ends the episode, one of {', '.join(names)}")
@@ -82,8 +82,8 @@ def play_one(env: Environment, label: str, max_turns: int) -> tuple[Trajectory, 
 def check_splits(env: Environment, label: str) -> None:
     """No held-out task is a train task (the same Task.identity: prompt and answer, or
     the world's own key): a test question the agent trained on measures memory."""
-    train = {t.identity: t.id for t in protocol(label, "tasks", lambda: env.train_tasks)}
-    for task in protocol(label, "tasks", lambda: env.test_tasks):
+    train = {t.identity: t.id for t in protocol(label, "tasks", lambda: split_tasks(env, "train"))}
+    for task in protocol(label, "tasks", lambda: split_tasks(env, "test")):
         if task.identity in train:
             same = f"key {task.key!r}" if task.key else "prompt and answer"
             raise EnvError(f"env={label}: test task {task.id!r} is train task "

@@ -1,24 +1,90 @@
-"""Making an environment from the `env` config group: a registered name (`env.name`) or
-a user's own class (`env._target_: my_module.MyEnv`, imported the Hydra way)."""
+"""Registering a world and making one from the `env` config group: a registered name
+(`env.name`) or a user's own class (`env._target_: my_module.MyEnv`, imported the Hydra
+way). A world declares its own reward schemes, its default reward and the labels of its
+table columns where it registers (`register_env`); its rewards join the one reward
+registry (ablate.rewards.REWARDS), owned by it."""
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
 
 from ablate.core.registry import Registry
 from ablate.protocol.environment import EnvError, Environment
+from ablate.rewards import REWARDS, Rubric, check_world_model_for
 
 # name -> Environment class: the single source of `env.name` (ablate.core.registry)
 ENVIRONMENTS = Registry("env.name", "environment")
 
 
-def register_env(name: str) -> Callable[[type[Environment]], type[Environment]]:
-    """Class decorator: `@register_env("name")` registers the class in ENVIRONMENTS."""
+@dataclass(frozen=True)
+class Declared:
+    """What a world declares when it registers (docs/environments.md)."""
+    rewards: tuple[str, ...] = ()         # its own schemes (registered in REWARDS)
+    default_reward: str = "outcome"       # reward.name when the command line sets none
+    breakdown_label: str = "difficulty"   # what Task.difficulty counts (eval rows: `hops`)
+    behaviour_labels: Mapping[str, str] = field(default_factory=dict)  # behaviour() columns
+    config_errors: tuple[type, ...] = ()  # exceptions of from_config that mean bad input
+
+
+_DECLARED: dict[type, Declared] = {}
+
+
+def register_env(name: str, *, rewards: Optional[Mapping[str, Rubric]] = None,
+                 default_reward: str = "outcome", breakdown_label: str = "difficulty",
+                 behaviour_labels: Optional[Mapping[str, str]] = None,
+                 config_errors: tuple[type, ...] = ()
+                 ) -> Callable[[type[Environment]], type[Environment]]:
+    """Class decorator: `@register_env("name", rewards={"mine": Rubric(...)},
+    default_reward="mine")` registers the class in ENVIRONMENTS, its own reward schemes in
+    REWARDS (offered only to the worlds that declare them) and what Declared lists."""
+    own = dict(rewards or {})
+    if default_reward not in own and REWARDS.get(default_reward) is None:
+        raise ValueError(f"register_env({name!r}): default_reward={default_reward!r} is "
+                         f"neither its own scheme nor a registered one: {sorted(REWARDS)}")
+    declared = Declared(tuple(own), default_reward, breakdown_label,
+                        dict(behaviour_labels or {}), tuple(config_errors))
+
     def add(cls: type[Environment]) -> type[Environment]:
         if name not in ENVIRONMENTS and not cls.__dict__.get("name"):
             cls.name = name          # a class registered under several names keeps its first
+        for scheme, rubric in own.items():
+            REWARDS.register(scheme, rubric)
+        _DECLARED[cls] = declared
         return ENVIRONMENTS.register(name)(cls)
     return add
+
+
+def declared(env: Any) -> Declared:
+    """What the world (an Environment or its class) declared when it registered, or the
+    defaults for one that did not (a subclass inherits its base's declaration)."""
+    cls = env if isinstance(env, type) else type(env)
+    return next((_DECLARED[c] for c in cls.__mro__ if c in _DECLARED), Declared())
+
+
+def world_rewards() -> set[str]:
+    """The reward schemes some world owns (the others are generic)."""
+    return {r for d in _DECLARED.values() for r in d.rewards}
+
+
+def check_reward_for(reward_cfg: Any, env: Any, label: str = "") -> None:
+    """ValueError (one line) when `reward.name` is another world's own scheme, or the
+    world-model reward is on for a world with nothing to predict. `env`: the world or its
+    class (preflight, before building it; `label` names it)."""
+    label = label or getattr(env, "name", "") or getattr(env, "__name__", "")
+    check_world_model_for(reward_cfg, env, label)
+    own, owned = declared(env).rewards, world_rewards()
+    if reward_cfg.name in owned and reward_cfg.name not in own:
+        generic = [n for n in REWARDS if n not in owned]
+        raise ValueError(f"reward.name={reward_cfg.name!r} is another environment's scheme; "
+                         f"env={label} allows {sorted(set(generic) | set(own))}")
+
+
+def describe(env: Environment) -> dict:
+    """environment.json's content: the world's describe() and what it declared."""
+    d = declared(env)
+    return {**env.describe(), "default_reward": d.default_reward,
+            "behaviour_labels": dict(d.behaviour_labels), "breakdown_label": d.breakdown_label}
 
 
 def env_names() -> tuple[str, ...]:

@@ -46,7 +46,6 @@ from ablate.protocol.environment import EnvError, Environment, _keys, optional_m
 from ablate.protocol.task import Task, ToolResult
 from ablate.protocol.config import EnvConfig
 from ablate.protocol.rubric import Rubric, weights_of
-from ablate.rewards.schemes import REWARDS as ALL_REWARDS, outcome
 
 log = logging.getLogger(__name__)
 
@@ -201,8 +200,7 @@ class TasksetRubric(Rubric):
     episode (an episode cut before its reply scores 0 on the task's declared rewards)."""
 
     def __init__(self):
-        super().__init__(doc="verifiers: the taskset's weighted @vf.reward components",
-                         env_only=True)
+        super().__init__(doc="verifiers: the taskset's weighted @vf.reward components")
 
     def check_weights(self, weights, scheme: str = "") -> None:
         for name, w in weights.items():
@@ -233,8 +231,7 @@ def scored_rewards(episode: Any) -> dict[str, tuple[float, float]]:
     return {fn.__name__: (0.0, float(getattr(fn, "_vf_weight", 1.0))) for fn in hooks}
 
 
-vf_reward = ALL_REWARDS.register("vf_reward", TasksetRubric())
-REWARDS = {"outcome": outcome, "vf_reward": vf_reward}
+vf_reward = TasksetRubric()
 
 
 # ---------------------------------------------------------------------- the environment
@@ -248,13 +245,12 @@ class VFState:
     scored: Optional[dict] = None                    # the answer step's extra
 
 
-@register_env("verifiers")
+@register_env("verifiers", rewards={"vf_reward": vf_reward}, default_reward="vf_reward",
+              behaviour_labels={
+                  "vf_reward": "the taskset's weighted reward (verifiers Trace.reward)"})
 class VerifiersEnv(Environment):
     answer_tool = ANSWER
     config_schema = VerifiersEnvConfig
-    default_reward = "vf_reward"
-    behaviour_labels = {"vf_reward": "the taskset's weighted reward (verifiers Trace.reward)"}
-    config_errors = (EnvError,)
 
     def __init__(self, taskset: Optional[str] = None, options: Optional[dict] = None,
                  test_options: Optional[dict] = None, train_tasks: int = 64,
@@ -285,10 +281,6 @@ class VerifiersEnv(Environment):
                 "correct_threshold", "timeout_s", "max_turns")
         kw = {k: get(k) for k in keys if get(k, None) is not None}
         return cls(options=get("options", None) or {}, **kw)
-
-    @classmethod
-    def option_keys(cls) -> tuple[str, ...]:
-        return ()       # env.options is the taskset's config (checked by check_config)
 
     @classmethod
     def check_config(cls, env_cfg) -> None:
@@ -498,8 +490,6 @@ class VerifiersEnv(Environment):
         return {"vf_reward": float(extra.get("vf_reward", 0.0)),
                 **{k: v for k, v in extra.get("metrics", {}).items()}}
 
-    def reward_schemes(self) -> dict:
-        return dict(REWARDS)
 
     def baseline(self, task: Task, seed: int = 0):
         """Replies with the task's `answer` field when its data has one (a ceiling that

@@ -8,7 +8,7 @@ environment's own in `env_metrics`). See docs/architecture.md and docs/environme
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Hashable, Optional, Protocol, runtime_checkable
 
 from ablate.protocol.task import Task, ToolResult
 
@@ -59,6 +59,9 @@ class Episode:
     # its final world state (for correctness); both filled when the episode ends
     env_metrics: dict = field(default_factory=dict)
     state: Any = field(default=None, repr=False)
+    # the world's state before each turn (Anchored below), filled when the episode ends;
+    # None: the world names none (GiGPO then keys turns by their history, algos/gigpo.py)
+    anchors: Optional[list] = field(default=None, repr=False)
 
     # --- derived views used by rewards and metrics -----------------------------------
     @property
@@ -132,3 +135,19 @@ def is_abstention(answer: str) -> bool:
     A real answer that merely starts with such a word ("Unknown Industries") does not."""
     a = " ".join(answer.strip().lower().replace("\u2019", "'").split()).rstrip(".!")
     return a in ABSTENTIONS or a.startswith(ABSTENTION_PREFIXES)
+
+
+@runtime_checkable
+class Anchored(Protocol):
+    """A world that names the state each turn starts from, so that turns of different
+    episodes reaching the same state are compared (GiGPO's anchor states, Feng et al.
+    2025, arXiv:2505.10978 §4.2): one hashable per turn, from the calls of the turns."""
+
+    def anchor_states(self, task: Task, turns: list[list[ToolResult]]) -> list[Hashable]: ...
+
+
+def anchor_states(env: Any, episode: Episode) -> Optional[list]:
+    """The world's state before each of the episode's turns; None for a world without."""
+    if not isinstance(env, Anchored):
+        return None
+    return list(env.anchor_states(episode.task, [t.calls for t in episode.turns]))

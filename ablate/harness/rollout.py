@@ -49,11 +49,12 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.harness import chat, parser
-from ablate.harness.episode import Episode, Segment, Turn
+from ablate.harness.episode import Episode, Segment, Turn, anchor_states
 from ablate.harness.masking import (ActionMask, marker_positions, mask_context, strip_thinking,
                                     token_bytes)
 from ablate.harness.chat import ChatConventions
-from ablate.protocol.environment import Environment
+from ablate.protocol.environment import (Environment, answer_from_text, examples as few_shot,
+                                         prompt_tools, tool_names)
 from ablate.protocol.task import ToolResult
 
 
@@ -102,7 +103,7 @@ def _mask_for(s: _Live, env: Environment, harness_cfg, mode_cfg, vocab,
     if getattr(harness_cfg, "predict", False):   # the tag after each call, its label
         extra["predict_labels"] = _labels(env)
         extra["predict_ends_turn"] = harness_cfg.calls_per_turn == "first"  # rest: ignored
-    return ActionMask(vocab, tool_names=ctx.get("tool_names", list(env.tool_names())),
+    return ActionMask(vocab, tool_names=ctx.get("tool_names", list(tool_names(env))),
                       ids=ctx.get("ids"), answers=ctx.get("answers"),
                       grammar=ctx.get("grammar"), tails=ctx.get("tails"),
                       max_think_tokens=think, think_open=opened,
@@ -135,6 +136,24 @@ def _think_tokens(ids: Sequence[int], vocab, opened: bool = False) -> int:
     return end - start
 
 
+@dataclass
+class _Run:
+    """What every turn of one rollout call reads (set up once by `_setup`)."""
+    env: Environment
+    sampler: Any
+    tokenizer: Any
+    harness_cfg: Any
+    mode_cfg: Any
+    conv: ChatConventions
+    vocab: Any
+    system_prompt: str
+    temperature: Any                 # one value, or one per sample index
+    top_p: float
+    predict: bool
+    thinking: bool
+    cap: int | None                  # the sampler's context length (None: unbounded)
+
+
 def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Environment,
             harness_cfg, mode_cfg, max_turns: int, temperature: float, top_p: float = 1.0,
             seed: int = 0, system_prompt: str | None = None,
@@ -145,9 +164,25 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
     model.chat_template; None: auto-detected from the tokenizer's own template) selects
     the chat conventions (ablate.harness.chat). `temperature` may be one value per sample
     index (a sequence of `group_size`; the sampler must take per-prompt temperatures)."""
-    harness_cfg, mode_cfg = _plain(harness_cfg), _plain(mode_cfg)
-    per_sample = isinstance(temperature, (list, tuple))
-    tools_schema = env.prompt_tool_schemas()
+    run = _setup(env, sampler, tokenizer, _plain(harness_cfg), _plain(mode_cfg), model_cfg,
+                 system_prompt, temperature, top_p)
+    states = _start(run, tasks, group_size, max_turns)
+    for turn in range(max_turns):
+        for s in states:
+            if not s.done and run.cap is not None and len(s.context) >= run.cap:
+                _end(s, "max_context")        # only a first prompt can be this long
+                s.ep.segments = []
+        live = [s for s in states if not s.done]
+        if not live:
+            break
+        _turn(run, live, turn, max_turns, seed)
+    return _finish(run, states)
+
+
+def _setup(env, sampler, tokenizer, harness_cfg, mode_cfg, model_cfg, system_prompt,
+           temperature, top_p) -> _Run:
+    """The harness knobs checked, the system prompt (with the prediction instructions
+    under harness.predict) and the model's chat conventions."""
     if system_prompt is None:
         system_prompt = env.system_prompt()
     if harness_cfg.calls_per_turn not in ("first", "all"):
@@ -158,19 +193,23 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
     if predict:
         _labels(env)
         system_prompt += "\n\n" + parser.prediction_instructions(parser.outcome_labels(env))
-    thinking = bool(mode_cfg.enable_thinking)
     conv = ChatConventions.from_config(tokenizer, model_cfg, mode_cfg)
     if predict and conv.fmt.name != "hermes":
         raise ValueError(f"harness.predict=true (reward.world_model.enable) needs the hermes "
                          f"tool-call format (<predict> follows </tool_call>); this model's "
                          f"is model.tool_format={conv.fmt.name!r}")
-    stops = conv.stop_ids
-    vocab = token_bytes(tokenizer)
+    return _Run(env, sampler, tokenizer, harness_cfg, mode_cfg, conv, token_bytes(tokenizer),
+                system_prompt, temperature, top_p, predict, bool(mode_cfg.enable_thinking),
+                getattr(sampler, "max_context", None))
 
-    states: list[_Live] = []
-    examples = env.examples()   # few-shot (question, reply) turns; usually none
-    prompts = [conv.prompt_ids(system_prompt, task.prompt, tools_schema, examples)
-               for task in tasks]
+
+def _start(run: _Run, tasks: Sequence, group_size: int, max_turns: int) -> list[_Live]:
+    """One live episode per (task, sample) from its first prompt; the sampler's cache
+    cleared and the prefix all first prompts share announced once."""
+    examples = few_shot(run.env)   # few-shot (question, reply) turns; usually none
+    prompts = [run.conv.prompt_ids(run.system_prompt, task.prompt, prompt_tools(run.env),
+                                   examples) for task in tasks]
+    sampler = run.sampler
     share = getattr(sampler, "share_prefix", None)   # optional (a duck-typed sampler)
     clear = getattr(sampler, "clear_cache", None)
     if clear is not None:   # every rollout starts from the same sampler state, whatever ran
@@ -180,87 +219,100 @@ def rollout(tasks: Sequence, *, group_size: int, sampler, tokenizer, env: Enviro
         before = _encoded(sampler)
         share(prompts[0][:_common_prefix(prompts)])
         shared_cost = (_encoded(sampler) - before) / (len(prompts) * group_size)
-    cap = getattr(sampler, "max_context", None)
+    states = []
     for g, (task, prompt) in enumerate(zip(tasks, prompts)):
         for k in range(group_size):
             ep = Episode(task=task, group=g, sample=k, max_turns=max_turns)
             ep.encoded_tokens = shared_cost
-            s = _Live(ep=ep, state=env.reset(task), context=list(prompt),
+            s = _Live(ep=ep, state=run.env.reset(task), context=list(prompt),
                       t0=time.perf_counter())
-            if not thinking:
+            if not run.thinking:
                 s.seg = Segment(ids=list(prompt), mask=[0] * len(prompt),
                                 logprobs=[0.0] * len(prompt), allowed={})
                 ep.segments.append(s.seg)
             states.append(s)
+    return states
 
-    for turn in range(max_turns):
-        for s in states:
-            if not s.done and cap is not None and len(s.context) >= cap:
-                _end(s, "max_context")        # only a first prompt can be this long
-                s.ep.segments = []
-        live = [s for s in states if not s.done]
-        if not live:
-            break
-        budgets = [_budget(s, harness_cfg, cap) for s in live]
-        masks = [_mask_for(s, env, harness_cfg, mode_cfg, vocab, conv) for s in live]
-        outs = sampler.generate(
-            [s.context for s in live], max_new_tokens=budgets,
-            temperature=[temperature[s.ep.sample] for s in live] if per_sample else temperature,
-            top_p=top_p, stop_token_ids=stops,
-            logits_processors=masks if any(m is not None for m in masks) else None,
-            seed=(int(seed) * 1_000_003 + turn) % (2 ** 63))
-        for s, out, mask in zip(live, outs, masks):
-            ids = list(out.ids)
-            allowed = mask.replay(ids) if mask is not None else {}
-            offset = len(s.context)
-            if thinking:
-                seg = Segment(ids=s.context + ids, mask=[0] * offset + [1] * len(ids),
-                              logprobs=[0.0] * offset + list(out.logprobs),
-                              allowed={offset + p: a for p, a in allowed.items()})
-                s.ep.segments.append(seg)
-            else:
-                s.seg.ids += ids
-                s.seg.mask += [1] * len(ids)
-                s.seg.logprobs += list(out.logprobs)
-                s.seg.allowed.update({offset + p: a for p, a in allowed.items()})
-            s.generated += len(ids)
-            s.ep.encoded_tokens += out.extra.get("encoded_tokens", 0)
-            text = tokenizer.decode(ids, skip_special_tokens=False)
-            t = Turn(text=text, completion_tokens=len(ids),
-                     think_tokens=_think_tokens(ids, vocab, conv.opens_think))
-            s.ep.turns.append(t)
-            _act(s, env, t, text, harness_cfg, conv)
-            if not s.done:
-                full = cap is not None and offset + len(ids) >= cap
-                if out.finish_reason != "stop" and full:
-                    _end(s, "max_context")
-                elif out.finish_reason != "stop" or s.generated >= \
-                        harness_cfg.max_tokens_per_episode:
-                    _end(s, "max_tokens")
-                elif turn + 1 >= max_turns:
-                    _end(s, "max_turns")
-            if not s.done:
-                obs = conv.closing_ids(ids) + \
-                    conv.observation_ids([c.observation for c in t.calls])
-                head = strip_thinking(tokenizer, vocab, ids) if thinking else ids
-                if cap is not None and offset + len(head) + len(obs) >= cap:
-                    _end(s, "max_context")    # no room left to answer the observation
-                elif thinking:
-                    s.context = s.context + head + obs
-                else:
-                    s.seg.ids += obs
-                    s.seg.mask += [0] * len(obs)
-                    s.seg.logprobs += [0.0] * len(obs)
-                    s.context = list(s.seg.ids)
-    release = getattr(sampler, "release_episodes", None)
+
+def _turn(run: _Run, live: list[_Live], turn: int, max_turns: int, seed: int) -> None:
+    """One batched generation over the live episodes, then each one's calls, end rules
+    and next prompt."""
+    h, temp = run.harness_cfg, run.temperature
+    masks = [_mask_for(s, run.env, h, run.mode_cfg, run.vocab, run.conv) for s in live]
+    outs = run.sampler.generate(
+        [s.context for s in live], max_new_tokens=[_budget(s, h, run.cap) for s in live],
+        temperature=[temp[s.ep.sample] for s in live] if isinstance(temp, (list, tuple))
+        else temp, top_p=run.top_p, stop_token_ids=run.conv.stop_ids,
+        logits_processors=masks if any(m is not None for m in masks) else None,
+        seed=(int(seed) * 1_000_003 + turn) % (2 ** 63))
+    for s, out, mask in zip(live, outs, masks):
+        ids, offset = list(out.ids), len(s.context)
+        _record(run, s, ids, out, mask.replay(ids) if mask is not None else {})
+        text = run.tokenizer.decode(ids, skip_special_tokens=False)
+        t = Turn(text=text, completion_tokens=len(ids),
+                 think_tokens=_think_tokens(ids, run.vocab, run.conv.opens_think))
+        s.ep.turns.append(t)
+        _act(s, run.env, t, text, h, run.conv)
+        if not s.done:
+            full = run.cap is not None and offset + len(ids) >= run.cap
+            if out.finish_reason != "stop" and full:
+                _end(s, "max_context")
+            elif out.finish_reason != "stop" or s.generated >= h.max_tokens_per_episode:
+                _end(s, "max_tokens")
+            elif turn + 1 >= max_turns:
+                _end(s, "max_turns")
+        if not s.done:
+            _observe(run, s, ids, [c.observation for c in t.calls], offset)
+
+
+def _record(run: _Run, s: _Live, ids: list[int], out, allowed: dict) -> None:
+    """The turn's generated ids into the training record: a segment of its own
+    (thinking) or the running one (instruct), with the sampler's logprobs and masks."""
+    offset = len(s.context)
+    if run.thinking:
+        s.ep.segments.append(Segment(
+            ids=s.context + ids, mask=[0] * offset + [1] * len(ids),
+            logprobs=[0.0] * offset + list(out.logprobs),
+            allowed={offset + p: a for p, a in allowed.items()}))
+    else:
+        s.seg.ids += ids
+        s.seg.mask += [1] * len(ids)
+        s.seg.logprobs += list(out.logprobs)
+        s.seg.allowed.update({offset + p: a for p, a in allowed.items()})
+    s.generated += len(ids)
+    s.ep.encoded_tokens += out.extra.get("encoded_tokens", 0)
+
+
+def _observe(run: _Run, s: _Live, ids: list[int], observations: list[str],
+             offset: int) -> None:
+    """The next prompt: the turn's close and the observations appended (thinking: to
+    the history without the turn's thinking); the episode ends where they do not fit."""
+    obs = run.conv.closing_ids(ids) + run.conv.observation_ids(observations)
+    head = strip_thinking(run.tokenizer, run.vocab, ids) if run.thinking else ids
+    if run.cap is not None and offset + len(head) + len(obs) >= run.cap:
+        _end(s, "max_context")    # no room left to answer the observation
+    elif run.thinking:
+        s.context = s.context + head + obs
+    else:
+        s.seg.ids += obs
+        s.seg.mask += [0] * len(obs)
+        s.seg.logprobs += [0.0] * len(obs)
+        s.context = list(s.seg.ids)
+
+
+def _finish(run: _Run, states: list[_Live]) -> list[Episode]:
+    """Every episode closed: its end reason, behaviour metrics, final state and anchor
+    states; the sampler's per-episode caches released."""
+    release = getattr(run.sampler, "release_episodes", None)
     if release is not None:
         release()                             # every episode is over: free their caches
     for s in states:
         if not s.done:
             _end(s, "max_turns")
-        s.ep.env_metrics = {**env.behaviour(s.ep.task, s.results),
-                            **parser.episode_metrics(s.ep, predict)}
+        s.ep.env_metrics = {**run.env.behaviour(s.ep.task, s.results),
+                            **parser.episode_metrics(s.ep, run.predict)}
         s.ep.state = s.state
+        s.ep.anchors = anchor_states(run.env, s.ep)
         if s.ep.segments and not any(seg.allowed for seg in s.ep.segments):
             for seg in s.ep.segments:
                 seg.allowed = None
@@ -317,7 +369,7 @@ def _act(s: _Live, env: Environment, turn: Turn, text: str, harness_cfg,
     else:                           # the model's own syntax: ablate/harness/chat/conventions.py
         parsed = [parser.Action(pc, 0, 0) for pc in conv.parse_calls(rest)]
     if all(a.call.error is not None for a in parsed):   # no call: maybe a text answer
-        args = env.text_answer(rest)
+        args = answer_from_text(env, rest)
         if args is not None:
             parsed = [parser.Action(parser.ParsedCall(env.answer_tool, args, None, rest),
                                     0, len(rest))]

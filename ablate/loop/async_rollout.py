@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 from ablate.core.seeding import derived_seed
 from ablate.loop.scoring import sample_step_tasks
 from ablate.loop.policy import SamplerPolicy
-from ablate.envs import make_env
+from ablate.envs import make_env, split_tasks
 
 log = logging.getLogger("ablate.async")
 POLL_S = 1.0          # how often a blocked side checks that the other one is alive
@@ -126,7 +126,7 @@ def produce(plain_cfg: dict, start: int, max_steps: int, weights_q, out_q,
                 if have == need:
                     policy.sampler.load_weights(loads(blob))
             ts, tc = time.time(), time.process_time()
-            tasks = sample_step_tasks(env.train_tasks, t.tasks_per_step, cfg.seed, step, 0)
+            tasks = sample_step_tasks(split_tasks(env, "train"), t.tasks_per_step, cfg.seed, step, 0)
             episodes = policy.act(tasks, t.group_size, temperature=cfg.sampler.temperature,
                                   seed=derived_seed(cfg.seed, step, 0))
             pickle.dumps(episodes)   # a Queue drops what it cannot pickle: fail loudly here

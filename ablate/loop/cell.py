@@ -27,9 +27,9 @@ from ablate.core.errors import ConfigError
 from ablate.core.seeding import derived_seed, seed_everything
 from ablate.core.memory import reuse_freed_memory
 from ablate.core.threads import available_cpus, cell_threads
-from ablate.envs import make_env
+from ablate.envs import check_reward_for, declared, describe as describe_env, make_env, \
+    split_tasks
 from ablate.loop.tracking import Tracker
-from ablate.rewards import check_reward_for
 from ablate.algos import build_algorithm
 from ablate.loop.async_rollout import AsyncRollouts
 from ablate.algos import DynamicSampler
@@ -188,18 +188,18 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
     judge = env   # correctness comes from the environment (and its configured judge)
     cell.write_text("environment.json", json.dumps(
-        {**env.describe(), "outcome_labels": outcome_labels(env)}, indent=2))
+        {**describe_env(env), "outcome_labels": outcome_labels(env)}, indent=2))
     if cell.writer:
         record_code(cell)
     try:
         check_reward_for(cfg.reward, env)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    eval_tasks = eval_subset(env.test_tasks, cfg.eval.num_tasks, cfg.eval.offset)
+    eval_tasks = eval_subset(split_tasks(env, "test"), cfg.eval.num_tasks, cfg.eval.offset)
     scripted = cfg.model.name == "scripted"
     policy = ScriptedPolicy(env, cfg) if scripted else ModelPolicy(env, cfg, cell.ckpt)
     log.info("cell ready in %.1fs: %d train / %d eval tasks, policy=%s", time.time() - t0,
-             len(env.train_tasks), len(eval_tasks), cfg.model.name)
+             len(split_tasks(env, "train")), len(eval_tasks), cfg.model.name)
 
     tracker = Tracker(cfg, cell.path, cell.writer)
     start = 0
@@ -240,7 +240,7 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
         acc = summary["eval/accuracy"]
         tracker.log(summary, step)
         log.info("eval step %d: accuracy %.3f (%s)", step, acc, ", ".join(   # by the
-            f"{env.breakdown_label} {k.split('hops')[-1]}: {v:.3f}"         # env's label
+            f"{declared(env).breakdown_label} {k.split('hops')[-1]}: {v:.3f}"         # env's label
             for k, v in summary.items() if "accuracy_hops" in k))
         if on_eval is not None:
             on_eval(step, summary)
@@ -326,7 +326,7 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
     round_ = 0
     while True:
         need = t.tasks_per_step if round_ == 0 else t.tasks_per_step - sampler.kept_groups
-        tasks = sample_step_tasks(env.train_tasks, need, cfg.seed, step, round_, experience)
+        tasks = sample_step_tasks(split_tasks(env, "train"), need, cfg.seed, step, round_, experience)
         if remote is not None:           # rolled out ahead, by older weights
             episodes, staleness = remote.take(step, tasks)
             scored = score(episodes, judge, cfg.reward)

@@ -25,7 +25,7 @@ from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, ALGORITHMS, LOSS_AGGREG
                                    import_plugins)
 from ablate.envs.config import JudgeConfig
 from ablate.protocol.config import EnvConfig
-from ablate.envs import ENVIRONMENTS, EnvError, env_class
+from ablate.envs import ENVIRONMENTS, EnvError, declared, env_class
 from ablate.harness.config import HarnessConfig, ModeConfig
 from ablate.harness.parser import PARSERS
 from ablate.learners import LEARNERS
@@ -188,7 +188,7 @@ def env_default_reward(name: str, target: Optional[str] = None) -> str:
     """`${ablate_env_reward:NAME,TARGET}`: the environment's default_reward (an unknown
     environment falls back to the generic default; validate names the mistake)."""
     try:
-        return env_class({"name": name, "_target_": target}).default_reward
+        return declared(env_class({"name": name, "_target_": target})).default_reward
     except EnvError:
         return RewardConfig.name
 

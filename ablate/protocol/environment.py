@@ -33,7 +33,7 @@ import inspect
 import json
 import logging
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Optional, Protocol, runtime_checkable
+from typing import Any, Optional, Protocol, runtime_checkable
 
 from ablate.protocol.config import EnvConfig
 from ablate.protocol.task import Task, ToolResult
@@ -62,10 +62,8 @@ class Environment(ABC):
     answer_tool: str = ""
     # what the environment owns beside its methods (docs/environments.md)
     config_schema: type = EnvConfig     # its `env` keys: EnvConfig or a subclass of it
-    default_reward: str = "outcome"     # reward.name when the command line sets none
-    behaviour_labels: dict = {}         # behaviour() column -> what it counts, for tables
-    breakdown_label: str = "difficulty"  # what Task.difficulty counts here (eval rows: `hops`)
-    config_errors: tuple = ()           # exceptions of from_config that mean bad user input
+    # its rewards, default reward and table labels are declared where it registers
+    # (ablate/envs/registry.py, register_env)
 
     # ------------------------------------------------------------------ required
     @abstractmethod
@@ -109,32 +107,19 @@ class Environment(ABC):
         return cls(**kw)
 
     @classmethod
-    def config_keys(cls) -> tuple[str, ...]:
-        """The `env.<key>` this environment accepts: the fields of its config_schema."""
-        return tuple(f.name for f in dataclasses.fields(cls.config_schema))
-
-    @classmethod
-    def option_keys(cls) -> tuple[str, ...]:
-        """The `env.options.<key>` it accepts: constructor arguments that are no key of
-        its schema (from_config passes them)."""
-        params = inspect.signature(cls.__init__).parameters.values()
-        return tuple(p.name for p in params if p.name != "self" and p.kind not in (
-            p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in cls.config_keys())
-
-    @classmethod
     def check_config(cls, env_cfg) -> None:
         """EnvError (one line, naming the environment and what it allows) for a key its
         schema lacks or an option its constructor does not take; an environment adds its
         own value checks (super().check_config first)."""
         label = _get(env_cfg, "name") or cls.name or cls.__name__
-        keys = [k for k in _keys(env_cfg) if k not in cls.config_keys()]
+        keys = [k for k in _keys(env_cfg) if k not in config_keys(cls)]
         if keys:
             raise EnvError(f"env={label} has no key env.{keys[0]}; allowed: "
-                           f"{', '.join(cls.config_keys())}")
-        options = [k for k in _keys(_get(env_cfg, "options")) if k not in cls.option_keys()]
+                           f"{', '.join(config_keys(cls))}")
+        options = [k for k in _keys(_get(env_cfg, "options")) if k not in option_keys(cls)]
         if options:
             raise EnvError(f"env={label} takes no option env.options.{options[0]}; allowed: "
-                           f"{', '.join(cls.option_keys()) or '(none)'}")
+                           f"{', '.join(option_keys(cls)) or '(none)'}")
 
     @classmethod
     def prompt_text(cls, env_cfg) -> str:
@@ -143,66 +128,26 @@ class Environment(ABC):
         the environment; one with constant prompts returns them without building."""
         env = cls.from_config(env_cfg)
         try:
-            return (env.system_prompt() + json.dumps(env.prompt_tool_schemas())
-                    + "".join(q + r for q, r in env.examples()))
+            return (env.system_prompt() + json.dumps(prompt_tools(env))
+                    + "".join(q + r for q, r in examples(env)))
         finally:
             env.close()
 
     def describe(self) -> dict:
         """What a reader of a cell's rows needs of its environment (environment.json):
-        its name, tools, default reward, the labels of its behaviour columns and what
-        the rows' `hops` breakdown counts (the cell adds a Predictable world's outcome
-        labels, ablate/harness/parser.py)."""
+        its name and tools (the cell adds what the world declared when it registered,
+        ablate/envs/registry.py, and a Predictable world's outcome labels)."""
         return {"name": self.name, "answer_tool": self.answer_tool,
-                "tools": list(self.tool_names()), "default_reward": self.default_reward,
-                "behaviour_labels": dict(self.behaviour_labels),
-                "breakdown_label": self.breakdown_label}
-
-    def prompt_tool_schemas(self) -> list[dict]:
-        """The tools described to the model in its prompt (default: all of
-        tool_schemas()); an environment whose final answer is written as text
-        (`text_answer`) may leave its answer tool out."""
-        return self.tool_schemas()
-
-    def examples(self) -> list[tuple[str, str]]:
-        """Worked (question, reply) pairs shown before every question as earlier chat
-        turns (few-shot prompting; Brown et al. 2020, arXiv:2005.14165). Default: none."""
-        return []
-
-    def text_answer(self, text: str) -> Optional[dict]:
-        """The answer tool's arguments for a final answer written as text in a turn
-        without a well-formed tool call (e.g. `<answer>42</answer>`); the harness then
-        calls the answer tool with them. None (the default): text is no answer."""
-        return None
+                "tools": list(tool_names(self))}
 
     def behaviour(self, task: Task, results: list[ToolResult]) -> dict:
         """Per-episode behaviour metrics (JSON scalars) beyond the generic ones."""
-        return {}
-
-    def reward_schemes(self) -> dict[str, Callable]:
-        """Reward schemes of this world: name -> its Rubric, registered in
-        ablate.rewards.REWARDS (docs/rewards.md); {} = only the generic ones."""
         return {}
 
     def close(self) -> None:
         """Release files, connections."""
 
     # ------------------------------------------------------------------ provided
-    @property
-    def train_tasks(self) -> list[Task]:
-        if "_train_tasks" not in self.__dict__:
-            self._train_tasks = self.tasks("train")
-        return self._train_tasks
-
-    @property
-    def test_tasks(self) -> list[Task]:
-        if "_test_tasks" not in self.__dict__:
-            self._test_tasks = self.tasks("test")
-        return self._test_tasks
-
-    def tool_names(self) -> tuple[str, ...]:
-        return tuple(s["function"]["name"] for s in self.tool_schemas())
-
     def call(self, state: Any, name: Any, arguments: Any) -> ToolResult:
         """`step` made safe for model output: parses JSON-string arguments, rejects
         unknown tools and non-object or unexpected arguments with an observation, and
@@ -237,7 +182,7 @@ class Environment(ABC):
             log.error("env %s: tool %s raised %s %d times so far", self.name, tool, key[1], n)
 
     def _check_call(self, tool: str, raw_name: Any, args: Any, raw_args: Any) -> Optional[str]:
-        names = self.tool_names()
+        names = tool_names(self)
         if tool not in names:
             shown = quote(raw_name) if raw_name not in (None, "") else "(none)"
             return f"Error: unknown tool {shown}. Available tools: {', '.join(names)}."
@@ -266,6 +211,36 @@ class Environment(ABC):
             if s["function"]["name"] == tool:
                 return s["function"].get("parameters", {})
         return {}
+
+
+def config_keys(cls: type[Environment]) -> tuple[str, ...]:
+    """The `env.<key>` an environment accepts: the fields of its config_schema."""
+    return tuple(f.name for f in dataclasses.fields(cls.config_schema))
+
+
+def option_keys(cls: type[Environment]) -> tuple[str, ...]:
+    """The `env.options.<key>` it accepts: constructor arguments that are no key of its
+    schema (Environment.from_config passes them); none when the class has its own
+    from_config (it reads env.options itself and checks them in its check_config)."""
+    if cls.from_config.__func__ is not Environment.from_config.__func__:
+        return ()
+    params = inspect.signature(cls.__init__).parameters.values()
+    return tuple(p.name for p in params if p.name != "self" and p.kind not in (
+        p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in config_keys(cls))
+
+
+def tool_names(env: Environment) -> tuple[str, ...]:
+    """The names of the environment's tools, in schema order."""
+    return tuple(s["function"]["name"] for s in env.tool_schemas())
+
+
+def split_tasks(env: Environment, split: str) -> list[Task]:
+    """`env.tasks(split)`, made once per environment object (the cell and preflight read
+    the splits many times; a world may generate them)."""
+    cache = env.__dict__.setdefault("_split_tasks", {})
+    if split not in cache:
+        cache[split] = env.tasks(split)
+    return cache[split]
 
 
 def check_result(env: Environment, tool: str, result: Any) -> None:
@@ -335,3 +310,39 @@ def judge_all(env: Environment, items: list[tuple[Task, Optional[str], Any]]) ->
     if isinstance(env, BatchJudge):
         return list(env.judge_many(items))
     return [bool(env.is_correct(t, a, s)) for t, a, s in items]
+
+
+@runtime_checkable
+class TextAnswers(Protocol):
+    """A world whose final answer may be written as text in a turn without a well-formed
+    tool call (e.g. `<answer>42</answer>`): `text_answer` gives the answer tool's
+    arguments for it (None: no answer), and `prompt_tool_schemas` the tools described in
+    the prompt (it may leave the answer tool out)."""
+
+    def text_answer(self, text: str) -> Optional[dict]: ...
+
+    def prompt_tool_schemas(self) -> list[dict]: ...
+
+
+def prompt_tools(env: Environment) -> list[dict]:
+    """The tools described to the model in its prompt: all of tool_schemas() unless the
+    world writes its answer as text (TextAnswers)."""
+    return env.prompt_tool_schemas() if isinstance(env, TextAnswers) else env.tool_schemas()
+
+
+def answer_from_text(env: Environment, text: str) -> Optional[dict]:
+    """The answer tool's arguments a TextAnswers world reads in `text`; None otherwise."""
+    return env.text_answer(text) if isinstance(env, TextAnswers) else None
+
+
+@runtime_checkable
+class FewShot(Protocol):
+    """A world with worked (question, reply) pairs shown before every question as earlier
+    chat turns (few-shot prompting; Brown et al. 2020, arXiv:2005.14165)."""
+
+    def examples(self) -> list[tuple[str, str]]: ...
+
+
+def examples(env: Environment) -> list[tuple[str, str]]:
+    """A FewShot world's worked pairs; none otherwise."""
+    return list(env.examples()) if isinstance(env, FewShot) else []

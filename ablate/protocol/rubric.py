@@ -28,13 +28,12 @@ Components = dict[str, float]
 class Rubric:
     """Named component functions (in order); the total is Σ weight x component."""
 
-    def __init__(self, *components: Component, doc: str = "", env_only: bool = False):
+    def __init__(self, *components: Component, doc: str = ""):
         self.components: dict[str, Component] = {fn.__name__: fn for fn in components}
         if len(self.components) != len(components):
             raise ValueError("Rubric: two components share a name: "
                              f"{[fn.__name__ for fn in components]}")
         self.__doc__ = doc
-        self.env_only = env_only          # offered only by environments that name it
         # the defining module, as collections.namedtuple records it (registries read it)
         self.__module__ = sys._getframe(1).f_globals.get("__name__", "__main__")
 

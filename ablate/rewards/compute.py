@@ -34,19 +34,13 @@ def compute_reward(episode: Episode, reward_cfg: Any) -> tuple[float, Components
     return total + penalty, comps
 
 
-def check_reward_for(reward_cfg: Any, env, label: str = "") -> None:
-    """ValueError (one line) when `reward.name` is another environment's own scheme, or
-    the world-model reward is on for an environment with nothing to predict. `env`: the
-    world, or its class (preflight, before building it; `label` names it)."""
-    built, label = not isinstance(env, type), label or env.name
+def check_world_model_for(reward_cfg: Any, env, label: str = "") -> None:
+    """ValueError (one line) when the world-model reward is on for an environment with
+    nothing to predict. `env`: the world, or its class (preflight, before building it)."""
+    built = not isinstance(env, type)
     wm = getattr(reward_cfg, "world_model", None)
     if wm is not None and wm.enable and not (outcome_labels(env) if built else (
             issubclass(env, Predictable) and env.outcome_labels(None))):
         raise ValueError(f"reward.world_model.enable=true: env={label} defines no "
                          "outcome_labels() to predict (Predictable, ablate/harness/parser.py); "
                          "allowed only for an environment that does (docs/environments.md)")
-    name, own = reward_cfg.name, env.reward_schemes() if built else env.reward_schemes(None)
-    if getattr(REWARDS.get(name), "env_only", False) and name not in own:
-        generic = [n for n, f in REWARDS.items() if not getattr(f, "env_only", False)]
-        raise ValueError(f"reward.name={name!r} is another environment's scheme; "
-                         f"env={label} allows {sorted(set(generic) | set(own))}")

@@ -2,10 +2,10 @@
 
 REWARDS (ablate.core.registry) is the single source of the names `reward.name` accepts:
 name -> Rubric (ablate/protocol/rubric.py), a list of named components with weights
-(`reward.weights.<component>`). The generic schemes live here; an environment's own (the
-email task's `shaped`, code repair's `tool_bonus`) are registered by its package with
-`env_only=True` and named by its `reward_schemes()`. A user's scheme registers the same way
-from a module listed in `plugins` (docs/rewards.md).
+(`reward.weights.<component>`). The generic schemes live here; a world's own (the email
+task's `shaped`, code repair's `tool_bonus`) are declared where it registers
+(`register_env(..., rewards=...)`, ablate/envs/registry.py) and offered to it alone. A
+user's generic scheme registers here from a module listed in `plugins` (docs/rewards.md).
 """
 from __future__ import annotations
 

@@ -85,12 +85,13 @@ def main() -> None:
         "env=coderepair", "model=tiny_coderepair", "env.max_turns=12", "learner=torch",
         "agent=voyager"]))
     env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
-    tasks = env.train_tasks[: args.tasks]
+    train, test = env.tasks("train"), env.tasks("test")
+    tasks = train[: args.tasks]
     out = {"command": "python experiments/voyager_coderepair/probe.py "
                       f"--tasks {args.tasks} --samples {args.samples} --heldout {args.heldout}",
            "model": model_part(cfg, env, tasks, args.samples),
-           "baseline": baseline_part(env, env.train_tasks[: 4 * args.tasks],
-                                     env.test_tasks[: args.heldout])}
+           "baseline": baseline_part(env, train[: 4 * args.tasks],
+                                     test[: args.heldout])}
     OUT.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ablate.envs import Environment, Task, ToolResult, register_env
-from ablate.rewards import REWARDS, Rubric, correct
+from ablate.rewards import Rubric, correct
 
 
 class _Almost(Environment):
@@ -111,23 +111,13 @@ def looked_str(episode, cfg=None):
     return "0.1"
 
 
-REWARDS.register("broken_none", Rubric(correct, looked_none, env_only=True,
-                                       doc="a component returning None"))
-REWARDS.register("broken_str", Rubric(correct, looked_str, env_only=True,
-                                      doc="a component returning a str"))
-
-
+@register_env("rewnone", default_reward="broken_none", rewards={
+    "broken_none": Rubric(correct, looked_none, doc="a component returning None")})
 class RewardNone(Good):
     """Its default reward's component `looked_none` returns None."""
-    default_reward = "broken_none"
-
-    def reward_schemes(self) -> dict:
-        return {"broken_none": REWARDS["broken_none"]}
 
 
+@register_env("rewstr", default_reward="broken_str", rewards={
+    "broken_str": Rubric(correct, looked_str, doc="a component returning a str")})
 class RewardStr(Good):
     """Its default reward's component `looked_str` returns a str."""
-    default_reward = "broken_str"
-
-    def reward_schemes(self) -> dict:
-        return {"broken_str": REWARDS["broken_str"]}

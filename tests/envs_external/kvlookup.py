@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ablate.envs import Environment, Task, ToolResult, register_env
-from ablate.rewards import REWARDS, Rubric, correct
+from ablate.rewards import Rubric, correct
 
 WORDS = ("amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "heron", "indigo",
          "juniper", "kestrel", "lotus", "maple", "nectar", "onyx", "pebble")
@@ -35,15 +35,15 @@ def looked_up(episode, cfg=None) -> float:
 
 
 # 1 for a correct answer, plus 0.1 for having read a value (reward.weights.looked_up=0 drops it)
-kv_lookup = REWARDS.register("kv_lookup", Rubric(correct, looked_up,
-                                                 doc="1 if correct, +0.1 after reading a value"))
+kv_lookup = Rubric(correct, looked_up, doc="1 if correct, +0.1 after reading a value")
 
 
-@register_env("kvlookup")
+# its own reward (offered to this world alone), the default when the command line sets none,
+# and what its behaviour() columns count (the tables' labels)
+@register_env("kvlookup", rewards={"kv_lookup": kv_lookup}, default_reward="kv_lookup",
+              behaviour_labels={"gets": "values read", "missing_keys": "gets of a missing key"})
 class KVLookupEnv(Environment):
     answer_tool = ANSWER
-    default_reward = "kv_lookup"            # reward.name when the command line sets none
-    behaviour_labels = {"gets": "values read", "missing_keys": "gets of a missing key"}
 
     def __init__(self, num_tasks: int = 16, num_keys: int = 6, seed: int = 0):
         self.num_tasks, self.num_keys, self.seed = num_tasks, num_keys, seed
@@ -102,9 +102,6 @@ class KVLookupEnv(Environment):
         ok = [r for r in results if r.error is None]
         return {"gets": sum(r.name == GET for r in ok),
                 "missing_keys": sum(r.name == GET and r.error is not None for r in results)}
-
-    def reward_schemes(self) -> dict:
-        return {"kv_lookup": kv_lookup}
 
     def mask_candidates(self, state: KVState, answer_masking: bool = True,
                         **options) -> dict:

@@ -7,6 +7,5 @@
     rewards.py    outcome, tool_bonus (+ state_change_bonus)
 """
 from ablate.envs.coderepair.env import CodeRepairEnv
-from ablate.envs.coderepair.rewards import REWARDS
 
-__all__ = ["CodeRepairEnv", "REWARDS"]
+__all__ = ["CodeRepairEnv"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ablate.envs.registry import register_env
-from ablate.protocol.environment import EnvError, Environment, quote
+from ablate.protocol.environment import EnvError, Environment, quote, tool_names
 from ablate.protocol.task import Task, ToolResult
 from ablate.envs.coderepair import generator as gen
 from ablate.envs.coderepair.lang import CalcError, build, render, run_test, tokenize
@@ -21,7 +21,7 @@ from ablate.envs.coderepair.lang import CalcError, build, render, run_test, toke
 from ablate.envs.coderepair.baseline import HonestFixer
 from ablate.envs.coderepair.config import CodeRepairEnvConfig
 from ablate.envs.coderepair.names import LIST, READ, REPLACE, RUN, SUBMIT
-from ablate.envs.coderepair.rewards import REWARDS
+from ablate.envs.coderepair.rewards import tool_bonus
 from ablate.protocol.skills import Skill, parameterise
 MAX_EDIT_CHARS = 200
 MAX_FAILURES_SHOWN = 12
@@ -96,17 +96,17 @@ def _normal(line: str) -> str:
         return line.strip()
 
 
-@register_env("coderepair")
+@register_env("coderepair", rewards={"tool_bonus": tool_bonus}, default_reward="outcome",
+              behaviour_labels={
+                  "edits": "edits that changed the code",
+                  "noop_edits": "edits that changed nothing",
+                  "reads": "files read", "test_runs": "test runs",
+                  "idle_test_runs": "test runs on unchanged code",
+                  "failing_submissions": "submissions with failing tests",
+                  "malformed_calls": "malformed calls", "difficulty": "difficulty"})
 class CodeRepairEnv(Environment):
     answer_tool = SUBMIT
     config_schema = CodeRepairEnvConfig
-    default_reward = "outcome"
-    behaviour_labels = {
-        "edits": "edits that changed the code", "noop_edits": "edits that changed nothing",
-        "reads": "files read", "test_runs": "test runs",
-        "idle_test_runs": "test runs on unchanged code",
-        "failing_submissions": "submissions with failing tests",
-        "malformed_calls": "malformed calls", "difficulty": "difficulty"}
 
     def __init__(self, gen_seed: int = 0, train_tasks: int = 400, test_tasks: int = 200,
                  max_difficulty: Optional[int] = None, max_turns: int = 20,
@@ -175,7 +175,7 @@ class CodeRepairEnv(Environment):
         outcome, as the email task's answer span) an edit is one of edit_tails(): a
         one-token change, of the kinds bugs come in, of a line the agent has read; the
         agent still chooses file, line and change. Without it line and text are free."""
-        out = {"tool_names": list(self.tool_names()), "ids": sorted(state.files),
+        out = {"tool_names": list(tool_names(self)), "ids": sorted(state.files),
                "grammar": GRAMMAR, "tails": {READ: {p: ["}}"] for p in sorted(state.files)}}}
         if answer_masking:
             out["tails"][REPLACE] = edit_tails(state)
@@ -183,8 +183,6 @@ class CodeRepairEnv(Environment):
                 out["tool_names"].remove(REPLACE)
         return out
 
-    def reward_schemes(self) -> dict:
-        return dict(REWARDS)
 
     def outcome_labels(self) -> dict[str, dict[str, str]]:
         return {RUN: {"pass": "every test passes", "fail": "some test fails"}}

@@ -1,6 +1,6 @@
 """Rewards of the code-repair world, over an environment-neutral episode record (anything
 with `.results` (list of ToolResult) and `.correct`): Rubrics of components
-`fn(episode, cfg) -> float` (ablate/protocol/rubric.py), registered in ablate.rewards.REWARDS.
+`fn(episode, cfg) -> float` (ablate/protocol/rubric.py), declared by CodeRepairEnv where it registers (env.py).
 
 - outcome: 1 if the submitted code passes every visible and hidden test, else 0.
 - tool_bonus: outcome + TEST_BONUS per run_tests call, the hackable proxy on purpose:
@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from ablate.envs.coderepair.names import RUN
 from ablate.protocol.rubric import Rubric
-from ablate.rewards.schemes import REWARDS as ALL_REWARDS, correct, outcome
+from ablate.rewards.schemes import correct
 
 TEST_BONUS = 0.1
 
@@ -34,9 +34,6 @@ def test_bonus(episode: Any, cfg: Optional[Any] = None) -> float:
 
 
 # outcome + TEST_BONUS per run_tests call (module docstring)
-tool_bonus = ALL_REWARDS.register("tool_bonus", Rubric(
-    correct, test_bonus, env_only=True,              # code repair's own
-    doc="code repair: 1 if every test passes at submit + 0.1 per run_tests call"))
-
-# this world's schemes (CodeRepairEnv.reward_schemes()): entries of ablate.rewards.REWARDS
-REWARDS = {"outcome": outcome, "tool_bonus": tool_bonus}
+tool_bonus = Rubric(
+    correct, test_bonus,                             # code repair's own
+    doc="code repair: 1 if every test passes at submit + 0.1 per run_tests call")

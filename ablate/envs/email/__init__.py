@@ -10,4 +10,3 @@ from ablate.envs.email.env import EmailEnv
 __all__ = ["Email", "Task", "read_emails", "read_tasks", "write_jsonl", "EmailDB",
            "EmailDBError", "ToolBox", "ToolCall", "TOOL_SCHEMAS", "SYSTEM_PROMPT",
            "ExactJudge", "LLMJudge", "JudgeError", "make_judge", "EmailEnv"]
-from ablate.envs.email import rewards as _rewards  # noqa: E402,F401  (registers `shaped`)

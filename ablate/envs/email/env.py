@@ -18,7 +18,7 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 
 from ablate.envs.registry import register_env
-from ablate.protocol.environment import EnvError, Environment
+from ablate.protocol.environment import EnvError, Environment, tool_names
 from ablate.protocol.task import Task, ToolResult
 from ablate.envs.email.alias import PRIME_ALIASES
 from ablate.envs.email.bundle import EnvBundle, build_env
@@ -28,7 +28,7 @@ from ablate.envs.email.db import EmailDBError
 from ablate.envs.email.episodes import email_task, emails_read, evidence_read  # noqa: F401
 from ablate.envs.email.judge import ExactJudge, make_judge, normalize_answer
 from ablate.envs.email.masking import GRAMMAR, episode_candidates
-from ablate.envs.email.rewards import SCHEMES
+from ablate.envs.email.rewards import shaped
 from ablate.envs.email.scripted import ScriptedAgent
 from ablate.protocol.skills import Skill, parameterise
 from ablate.harness.episode import is_abstention
@@ -47,21 +47,25 @@ class EmailState:
         return {**self.__dict__, "toolbox": None}
 
 
-@register_env("enronhop")
-@register_env("synthetic")
+# the email worlds' declarations (ablate/envs/registry.py, register_env)
+DECLARED = dict(
+    rewards={"shaped": shaped}, default_reward="shaped",
+    config_errors=(DataFileError, EmailDBError),      # a bad data file or database
+    breakdown_label="hops",             # evidence emails chained per question
+    behaviour_labels={
+        "searches": "searches", "reads": "emails read",
+        "keywords_per_search": "keywords per search", "zero_hit_rate": "searches with no hit",
+        "read_after_hit": "read after a hit", "fabricated_sources": "sources never seen",
+        "evidence_read": "evidence emails read"})
+
+
+@register_env("enronhop", **DECLARED)
+@register_env("synthetic", **DECLARED)
 class EmailEnv(Environment):
     """`env=synthetic|enronhop`: the mailbox and tasks of an EnvBundle."""
     answer_tool = ANSWER
     config_schema = EmailEnvConfig
-    default_reward = "shaped"
     prime_aliases = PRIME_ALIASES        # Prime Hub ids it stands for (alias.py)
-    config_errors = (DataFileError, EmailDBError)
-    breakdown_label = "hops"             # evidence emails chained per question
-    behaviour_labels = {
-        "searches": "searches", "reads": "emails read",
-        "keywords_per_search": "keywords per search", "zero_hit_rate": "searches with no hit",
-        "read_after_hit": "read after a hit", "fabricated_sources": "sources never seen",
-        "evidence_read": "evidence emails read"}
 
     def __init__(self, bundle: EnvBundle, judge: Any = None, name: str = "synthetic"):
         self.bundle, self.judge, self.name = bundle, judge or ExactJudge(), name
@@ -79,10 +83,6 @@ class EmailEnv(Environment):
             judge = make_judge(judge_cfg)
         _check_files(env_cfg)
         return cls(build_env(cfg), judge=judge, name=env_cfg.name)
-
-    @classmethod
-    def option_keys(cls) -> tuple[str, ...]:
-        return ()          # every key of the email task is a key of its schema
 
     @classmethod
     def check_config(cls, env_cfg) -> None:
@@ -176,7 +176,7 @@ class EmailEnv(Environment):
         ctx = episode_candidates(state.calls, answer_masking=answer_masking,
                                  keyword_masking=keyword_masking,
                                  question=state.task.question, keyword_words=keyword_words)
-        ctx["tool_names"] = [n for n in self.tool_names() if ctx["ids"] or n != READ]
+        ctx["tool_names"] = [n for n in tool_names(self) if ctx["ids"] or n != READ]
         ctx["grammar"] = GRAMMAR
         return ctx
 
@@ -196,8 +196,19 @@ class EmailEnv(Environment):
                 else "no_answer"
         return None
 
-    def reward_schemes(self) -> dict:
-        return dict(SCHEMES)
+
+    def anchor_states(self, task, turns: list[list[ToolResult]]) -> list:
+        """GiGPO's anchor state before each turn (Anchored, ablate/harness/episode.py): the
+        message ids the searches returned and the emails read so far. Two turns share a
+        state when the agent has seen the same evidence, whatever keywords found it."""
+        keys, hits, reads = [], set(), set()
+        for calls in turns:
+            keys.append((frozenset(hits), frozenset(reads)))
+            for call in calls:
+                hits.update(call.extra.get("hits", ()))
+                if call.extra.get("read_id"):
+                    reads.add(call.extra["read_id"])
+        return keys
 
     def baseline(self, task, seed: int = 0, agent: Optional[ScriptedAgent] = None):
         """The scripted EnronHop agent (ScriptedAgent(), the no-learning baseline row)

@@ -13,7 +13,6 @@ from typing import Any, Optional
 from ablate.envs.email.episodes import email_task, evidence_read
 from ablate.envs.email.tools import TOOL_NAMES
 from ablate.protocol.rubric import Rubric
-from ablate.rewards.schemes import REWARDS
 
 # EnronHop v0.2.0 "shaped" constants (EnronHop article; docs/architecture.md)
 PROCESS_BONUS = 0.05          # per distinct tool used successfully
@@ -62,7 +61,6 @@ def efficiency(episode, cfg: Optional[Any] = None) -> float:
 
 
 # EnronHop v0.2.0: process + witness + correctness (+ efficiency), range [0, 1.35]
-shaped = REWARDS.register("shaped", Rubric(
-    process, witness, correctness, efficiency, env_only=True,   # the email environments'
-    doc="EnronHop v0.2.0: process + witness + correctness (+ efficiency), range [0, 1.35]"))
-SCHEMES = {"shaped": shaped}      # the email environments' reward_schemes()
+shaped = Rubric(
+    process, witness, correctness, efficiency,         # the email environments'
+    doc="EnronHop v0.2.0: process + witness + correctness (+ efficiency), range [0, 1.35]")

@@ -7,6 +7,5 @@ class registers either way).
     rewards.py  openenv_reward (the server's rewards), outcome
 """
 from ablate.envs.openenv.env import OpenEnvEnv
-from ablate.envs.openenv.rewards import REWARDS
 
-__all__ = ["OpenEnvEnv", "REWARDS"]
+__all__ = ["OpenEnvEnv"]

@@ -32,7 +32,7 @@ from ablate.envs.registry import register_env
 from ablate.protocol.environment import EnvError, Environment, optional_module
 from ablate.protocol.task import Task, ToolResult
 from ablate.envs.openenv.config import OpenEnvEnvConfig
-from ablate.envs.openenv.rewards import REWARDS
+from ablate.envs.openenv.rewards import openenv_reward
 from ablate.envs.openenv.server import Served
 
 PIN = "openenv-core==0.3.0"
@@ -59,14 +59,13 @@ class OEState:
     done: bool = False
 
 
-@register_env("openenv")
+@register_env("openenv", rewards={"openenv_reward": openenv_reward},
+              default_reward="openenv_reward",
+              behaviour_labels={"env_reward": "the sum of the server's rewards",
+                                "server_done": "the server ended the episode"})
 class OpenEnvEnv(Environment):
     answer_tool = STEP
     config_schema = OpenEnvEnvConfig
-    default_reward = "openenv_reward"
-    behaviour_labels = {"env_reward": "the sum of the server's rewards",
-                        "server_done": "the server ended the episode"}
-    config_errors = (EnvError,)
 
     def __init__(self, url: Optional[str] = None, app: Optional[str] = None,
                  gen_seed: int = 0, train_tasks: int = 64, test_tasks: int = 32,
@@ -229,8 +228,6 @@ class OpenEnvEnv(Environment):
         return {"env_reward": float(sum(r.extra.get("reward", 0.0) for r in ok)),
                 "server_done": any(r.done for r in ok)}
 
-    def reward_schemes(self) -> dict:
-        return dict(REWARDS)
 
     def snapshot(self, state: OEState) -> Any:
         raise EnvError("env=openenv: a server session cannot be snapshot (tree search "

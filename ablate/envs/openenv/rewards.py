@@ -1,5 +1,5 @@
 """Rewards of `env=openenv` over an environment-neutral episode record (`.results`,
-`.correct`): Rubrics registered in ablate.rewards.REWARDS (ablate/protocol/rubric.py).
+`.correct`): Rubrics its world declares where it registers (env.py) (ablate/protocol/rubric.py).
 
 - openenv_reward (the default): the sum of the rewards the server returned over the
   episode's steps (OpenEnv's Observation.reward, openenv/core/env_server/types.py).
@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ablate.protocol.rubric import Rubric
-from ablate.rewards.schemes import REWARDS as ALL_REWARDS, outcome
 
 
 def env_reward(episode: Any, cfg: Optional[Any] = None) -> float:
@@ -19,8 +18,4 @@ def env_reward(episode: Any, cfg: Optional[Any] = None) -> float:
                      if r.error is None))
 
 
-openenv_reward = ALL_REWARDS.register("openenv_reward", Rubric(
-    env_reward, env_only=True, doc="OpenEnv: the sum of the server's rewards"))
-
-# this world's schemes (OpenEnvEnv.reward_schemes())
-REWARDS = {"outcome": outcome, "openenv_reward": openenv_reward}
+openenv_reward = Rubric(env_reward, doc="OpenEnv: the sum of the server's rewards")

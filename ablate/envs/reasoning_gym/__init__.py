@@ -7,6 +7,5 @@ importing this package does not (the class registers either way).
     rewards.py     outcome, rg_score (the dataset's score as the reward)
 """
 from ablate.envs.reasoning_gym.env import ReasoningGymEnv
-from ablate.envs.reasoning_gym.rewards import REWARDS
 
-__all__ = ["ReasoningGymEnv", "REWARDS"]
+__all__ = ["ReasoningGymEnv"]

@@ -33,7 +33,7 @@ from ablate.protocol.environment import EnvError, Environment, _keys, optional_m
 from ablate.protocol.task import Task, ToolResult
 from ablate.envs.reasoning_gym.calculator import CalcError, evaluate
 from ablate.envs.reasoning_gym.config import ReasoningGymEnvConfig
-from ablate.envs.reasoning_gym.rewards import REWARDS
+from ablate.envs.reasoning_gym.rewards import rg_score
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +79,13 @@ def _tool(name: str, description: str, arg: str, arg_doc: str) -> dict:
                        "required": [arg]}}}
 
 
-@register_env("reasoning_gym")
+@register_env("reasoning_gym", rewards={"rg_score": rg_score}, default_reward="outcome",
+              behaviour_labels={
+                  "calculator_calls": "calculator calls that computed a value",
+                  "score": "the dataset's score_answer of the final answer (0 if none)"})
 class ReasoningGymEnv(Environment):
     answer_tool = ANSWER
     config_schema = ReasoningGymEnvConfig
-    default_reward = "outcome"
-    behaviour_labels = {"calculator_calls": "calculator calls that computed a value",
-                        "score": "the dataset's score_answer of the final answer (0 if none)"}
-    breakdown_label = "difficulty"
-    config_errors = (EnvError,)
 
     def __init__(self, dataset: str = "chain_sum", options: Optional[dict] = None,
                  gen_seed: int = 0, train_tasks: int = 400, test_tasks: int = 200,
@@ -116,10 +114,6 @@ class ReasoningGymEnv(Environment):
                 "correct_threshold", "max_turns", "answer_format", "shots", "shots_seed")
         kw = {k: get(k) for k in keys if get(k, None) is not None}
         return cls(options=dict(get("options", None) or {}), **kw)
-
-    @classmethod
-    def option_keys(cls) -> tuple[str, ...]:
-        return ()          # env.options are the dataset's generator arguments (check_config)
 
     @classmethod
     def check_config(cls, env_cfg) -> None:
@@ -288,8 +282,6 @@ class ReasoningGymEnv(Environment):
         return {"calculator_calls": sum(r.name == CALC and r.error is None for r in results),
                 "score": float(final[-1].extra.get("score", 0.0)) if final else 0.0}
 
-    def reward_schemes(self) -> dict:
-        return dict(REWARDS)
 
     def baseline(self, task: Task, seed: int = 0):
         """An oracle (a sanity ceiling, not a skill): with the calculator it first

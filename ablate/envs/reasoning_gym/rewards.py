@@ -1,5 +1,5 @@
 """Rewards of `env=reasoning_gym` over an environment-neutral episode record (`.results`,
-`.correct`): Rubrics registered in ablate.rewards.REWARDS (ablate/protocol/rubric.py).
+`.correct`): Rubrics (ablate/protocol/rubric.py) its world declares where it registers (env.py).
 
 - outcome (the default): 1 if score_answer reached env.correct_threshold, else 0.
 - rg_score: the dataset's own score_answer of the final answer, in [0, 1] (partial credit
@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ablate.protocol.rubric import Rubric
-from ablate.rewards.schemes import REWARDS as ALL_REWARDS, outcome
 
 
 def score(episode: Any, cfg: Optional[Any] = None) -> float:
@@ -20,8 +19,4 @@ def score(episode: Any, cfg: Optional[Any] = None) -> float:
     return float(final[-1].extra.get("score", 0.0)) if final else 0.0
 
 
-rg_score = ALL_REWARDS.register("rg_score", Rubric(
-    score, env_only=True, doc="reasoning-gym: the dataset's score_answer of the answer"))
-
-# this world's schemes (ReasoningGymEnv.reward_schemes())
-REWARDS = {"outcome": outcome, "rg_score": rg_score}
+rg_score = Rubric(score, doc="reasoning-gym: the dataset's score_answer of the answer")
