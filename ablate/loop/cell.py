@@ -467,7 +467,7 @@ def update(cfg, policy, judge, algorithm, step: int, kept: Refilled, row: dict) 
     if algorithm.experience is not None:   # curriculum / trajectory buffer
         eps, rewards, groups = algorithm.experience.after_rollout(step, eps, rewards,
                                                                   groups, row)
-    if eps:   # RFT/STaR filter, DPO pairs (ablate.algos); the others' leaves them as they are
+    if eps:   # RFT/STaR filter, DPO pairs (ablate.algos); AlgorithmBase's changes nothing
         eps, rewards, groups = augment(cfg, policy, judge, algorithm, step, eps, rewards,
                                        groups, row)
     tu = time.time()
