@@ -175,3 +175,50 @@ def test_new_presets_compose_with_any_mode_and_reward(preset, expect):
     objective = build_algorithm(cfg.algo, max_len=256).objective
     for key, value in expect.items():
         assert getattr(objective, key) == value, key
+
+
+# --- the protocol's hooks: explicit, never looked up by name in the loop -------------------
+
+def test_every_registered_algorithm_has_the_protocol_hooks():
+    from ablate.algos import AlgorithmBase
+    for name in ALGORITHMS.names():
+        cls = ALGORITHMS[name]
+        assert issubclass(cls, AlgorithmBase), name
+        assert cls.experience is None and callable(cls.augment), name
+
+
+def test_default_augment_returns_its_input_and_with_experience_delegates():
+    from ablate.algos import Algorithm
+    from ablate.algos.curriculum import Experience, TrajectoryBuffer, WithExperience
+    algo = build_algorithm(AlgoConfig(), max_len=64)
+    eps, rewards, groups = ["a", "b"], torch.tensor([1.0, 0.0]), [0, 0]
+    assert algo.augment(eps, rewards, groups, None) == (eps, rewards, groups, {})
+    assert algo.experience is None and isinstance(algo, Algorithm)
+    wrapped = WithExperience(algo, Experience(None, TrajectoryBuffer()))
+    assert isinstance(wrapped, Algorithm) and wrapped.experience is not None
+    assert wrapped.augment(eps, rewards, groups, None) == (eps, rewards, groups, {})
+
+
+def test_an_algorithm_without_the_hooks_is_rejected_at_build(monkeypatch):
+    class Bare:   # the old duck-typed shape: no `experience`, no `augment`
+        def __init__(self, objective):
+            pass
+        describe = shape_rewards = prepare = loss_fn = save = load = lambda *a, **k: None
+    monkeypatch.setitem(ALGORITHMS, "bare", Bare)
+    with pytest.raises(ConfigError, match=r"algo.algorithm=bare: Bare lacks \['experience', "
+                                          r"'augment'\].*AlgorithmBase"):
+        build_algorithm(AlgoConfig(algorithm="bare"), max_len=64)
+
+
+def test_the_loop_looks_up_no_hook_of_the_algorithm_by_name():
+    import ast
+    import inspect
+
+    import ablate.loop.cell as cell
+    calls = [n for n in ast.walk(ast.parse(inspect.getsource(cell)))
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+             and n.func.id in ("hasattr", "getattr")]
+    assert calls, "the walk finds getattr(policy, ...)"
+    on_algorithm = [ast.unparse(n) for n in calls
+                    if isinstance(n.args[0], ast.Name) and n.args[0].id == "algorithm"]
+    assert not on_algorithm, on_algorithm

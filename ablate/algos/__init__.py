@@ -35,11 +35,12 @@ from ablate.algos.losses import (aggregate, batch_counts, entropy_bonus, kl_k3, 
 from ablate.algos.policy_losses import cispo_loss, gspo_loss
 from ablate.algos.critic import gae, value_loss
 from ablate.algos.correction import correction_weights
-from ablate.algos.dynamic_sampling import DynamicSampler, dynamic_sampling_filter
+from ablate.algos.dynamic_sampling import (DynamicSampler, Refilled, dynamic_sampling_filter,
+                                          refill)
 from ablate.algos.objective import Objective, build_objective
 from ablate.algos.overlong import overlong_penalty
-from ablate.algos.protocol import (Algorithm, PolicyGradient, TrainingBatch,
-                                   build_algorithm)
+from ablate.algos.protocol import (Algorithm, AlgorithmBase, PolicyGradient, TrainingBatch,
+                                   build_algorithm, check_algorithm)
 from ablate.algos.gigpo import GiGPO, state_keys
 from ablate.algos.ppo import PPO
 from ablate.algos.rft import RFT, STaR
@@ -47,12 +48,13 @@ from ablate.algos.dpo import DPO
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS", "ALGORITHMS", "LOSS_AGGREGATIONS", "PAIR_RULES", "POLICY_LOSSES",
-    "ROLLOUT_CORRECTIONS", "Algorithm", "DynamicSampler", "GiGPO", "Objective",
-    "DPO", "PPO", "RFT", "STaR",
-    "PolicyGradient", "Registry", "TrainingBatch", "aggregate", "batch_counts",
-    "build_algorithm", "build_objective", "cispo_loss", "compute_advantages",
-    "correction_weights", "dr_grpo_advantages", "dynamic_sampling_filter", "entropy_bonus",
+    "ROLLOUT_CORRECTIONS", "Algorithm", "AlgorithmBase", "DynamicSampler", "GiGPO",
+    "Objective", "DPO", "PPO", "RFT", "STaR",
+    "PolicyGradient", "Refilled", "Registry", "TrainingBatch", "aggregate", "batch_counts",
+    "build_algorithm", "build_objective", "check_algorithm", "cispo_loss",
+    "compute_advantages", "correction_weights", "dr_grpo_advantages",
+    "dynamic_sampling_filter", "entropy_bonus",
     "gae", "grpo_advantages", "gspo_loss", "import_plugins", "kl_k3", "overlong_penalty",
-    "policy_loss", "reinforce_pp_baseline_advantages", "rloo_advantages", "state_keys", "token_entropy",
-    "value_loss",
+    "policy_loss", "refill", "reinforce_pp_baseline_advantages", "rloo_advantages",
+    "state_keys", "token_entropy", "value_loss",
 ]

@@ -203,13 +203,17 @@ class Experience:
 
 class WithExperience:
     """An algorithm together with the cell's Experience: every attribute is the
-    algorithm's; describe/save/load cover both; `experience` is the cell loop's hook."""
+    algorithm's (its `augment` too); describe/save/load cover both; `experience` is the
+    protocol's hook (ablate.algos.protocol.Algorithm), here not None."""
 
     def __init__(self, algorithm, experience: Experience):
         self.algorithm, self.experience = algorithm, experience
 
     def __getattr__(self, name):
         return getattr(self.algorithm, name)
+
+    def augment(self, episodes, rewards, group_ids, ctx):
+        return self.algorithm.augment(episodes, rewards, group_ids, ctx)
 
     def describe(self) -> dict:
         return {**self.algorithm.describe(), **self.experience.describe()}

@@ -29,7 +29,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from ablate.algos.protocol import TrainingBatch, flatten_segments, loss_index
+from ablate.algos.protocol import (AlgorithmBase, TrainingBatch, flatten_segments,
+                                   loss_index)
 from ablate.algos.registry import ALGORITHMS, PAIR_RULES
 from ablate.models.loading import load_policy
 
@@ -119,7 +120,7 @@ class PairBatch(TrainingBatch):
 
 
 @ALGORITHMS.register("dpo")
-class DPO:
+class DPO(AlgorithmBase):
     """algo.dpo.{beta, pairs, reference}."""
 
     def __init__(self, reference: torch.nn.Module, *, beta: float = 0.1, pairs: str = "first",

@@ -2,19 +2,18 @@
 0 < |{correct}| < G): groups whose rewards are all equal give zero advantage, hence no
 gradient, so they are dropped and the batch is refilled by generating more groups.
 
-`dynamic_sampling_filter` is the pure test; `DynamicSampler` is the refill loop's state:
+`dynamic_sampling_filter` is the pure test; `DynamicSampler` is the refill loop's state;
+`refill` is the loop itself, over a callable that rolls out one round (the cell's):
 
-    sampler = DynamicSampler(target_groups=cfg.trainer.tasks_per_step,
-                             max_batches=cfg.algo.dynamic_sampling.max_batches)
-    while not sampler.done:
-        episodes = rollout(next_tasks())
-        sampler.add([e.reward for e in episodes], [e.group for e in episodes], episodes)
-    episodes, rewards, group_ids = sampler.batch()
-    log(sampler.metrics())
+    kept = refill(cfg.trainer.tasks_per_step, cfg.algo.dynamic_sampling.max_batches,
+                  cfg.algo.dynamic_sampling.enable, rollout_round)
+    # rollout_round(round, need) -> (episodes, rewards, group ids) of `need` new groups
+    train_on(kept.items, kept.rewards, kept.groups); log(kept.metrics)
 """
 from __future__ import annotations
 
-from typing import Any, Hashable, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Optional, Sequence
 
 import torch
 
@@ -99,3 +98,34 @@ class DynamicSampler:
             "dynamic_sampling/rounds": float(self.rounds),
             "dynamic_sampling/kept_groups": float(min(self.kept_groups, self.target_groups)),
         }
+
+
+@dataclass
+class Refilled:
+    """The step's training batch after dynamic sampling, and what was generated for it."""
+    items: list             # the kept episodes (every one without dynamic sampling)
+    rewards: torch.Tensor   # their rewards
+    groups: list            # their group ids (renumbered 0..k-1 with dynamic sampling)
+    seen: list              # the rewards of every round, kept or not
+    metrics: dict           # kept_fraction (+ dynamic_sampling/* when enabled)
+
+
+def refill(target_groups: int, max_batches: int, enable: bool,
+           rollout_round: Callable[[int, int], tuple]) -> Refilled:
+    """Round 0 generates `target_groups` groups; with `enable`, groups of equal rewards
+    are dropped and each refill round r = 1..max_batches asks for the groups still
+    missing, until `target_groups` are kept. `rollout_round(r, need)` -> (items, rewards,
+    group ids). Without `enable`: one round, every group kept."""
+    # keep 0 < |{correct}| < G, refill: DAPO (Yu et al. 2025, arXiv:2503.14476 §3.3)
+    if not enable:
+        items, rewards, groups = rollout_round(0, target_groups)
+        return Refilled(items, rewards, groups, [rewards], {"kept_fraction": 1.0})
+    sampler, seen = DynamicSampler(target_groups, max_batches), []
+    while not sampler.done:
+        need = target_groups - sampler.kept_groups   # round 0: all of them
+        items, rewards, groups = rollout_round(sampler.rounds, need)
+        seen.append(rewards)
+        sampler.add(rewards, groups, items)
+    metrics = sampler.metrics()
+    metrics["kept_fraction"] = metrics["dynamic_sampling/kept_fraction"]
+    return Refilled(*sampler.batch(), seen, metrics)

@@ -1,14 +1,19 @@
 """The algorithm protocol: what the cell loop calls between scoring and the optimizer step.
 
     algorithm = build_algorithm(cfg.algo, max_len=cfg.harness.max_tokens_per_episode)
+    tasks = sample_step_tasks(..., algorithm.experience)        # None: uniform draws
     rewards = algorithm.shape_rewards(rewards, episodes)       # e.g. DAPO's overlong term
+    episodes, rewards, group_ids = algorithm.experience.after_rollout(...)  # if not None
+    episodes, rewards, group_ids, metrics = algorithm.augment(episodes, rewards,
+                                                              group_ids, ctx)
     batch = algorithm.prepare(episodes, rewards, group_ids, learner)
     stats = learner.update(batch.segments, batch.advantages, algorithm.loss_fn(batch))
 
 An algorithm owns how scored episodes become a `TrainingBatch` (advantages per episode,
 per turn or per token; any extra learner pass it needs) and the loss on one micro-batch;
 what it loads beyond the policy (DPO's reference, PPO's critic) it loads itself in
-`from_config`. Algorithms are registered
+`from_config`. The two hooks every algorithm has, `experience` and `augment`, default
+(AlgorithmBase) to none and to the episodes unchanged. Algorithms are registered
 in ALGORITHMS (`algo.algorithm`); the policy-gradient family (GRPO, DAPO, Dr.GRPO,
 GRPO-TCR, RLOO, REINFORCE++, GSPO, CISPO) is one of them, `pg`, configured by the
 estimator / loss / aggregation / correction registries.
@@ -21,7 +26,7 @@ in `segments`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -29,6 +34,7 @@ from ablate.algos.correction import correction_weights
 from ablate.algos.objective import Objective, build_objective
 from ablate.algos.registry import ALGORITHMS
 from ablate.algos.curriculum import Experience, WithExperience
+from ablate.core.errors import ConfigError
 
 
 @dataclass
@@ -74,7 +80,7 @@ class TrainingBatch:
 
 @dataclass
 class StepContext:
-    """What an algorithm's optional hook `augment(episodes, rewards, group_ids, ctx) ->
+    """What an algorithm's hook `augment(episodes, rewards, group_ids, ctx) ->
     (episodes, rewards, group_ids, metrics)` may use; the cell loop calls it before
     `prepare` (RFT filters there, STaR samples hinted episodes, DPO picks pairs). A
     metric `generated_tokens` is added to the step's sampled-token count."""
@@ -87,15 +93,43 @@ class StepContext:
     env: Any = None         # the cell's environment (its mask candidates, for STaR)
 
 
+@runtime_checkable
 class Algorithm(Protocol):
+    # the curriculum / trajectory buffer that draws the step's tasks and sees its rollouts
+    # (ablate.algos.curriculum.Experience), None without one
+    experience: Optional[Experience]
     def describe(self) -> dict[str, Any]: ...
     def shape_rewards(self, rewards, episodes) -> torch.Tensor: ...
+    # between scoring and `prepare`: (episodes, rewards, group_ids, metrics), see StepContext
+    def augment(self, episodes, rewards, group_ids, ctx: StepContext) -> tuple: ...
     def prepare(self, episodes, rewards, group_ids, learner) -> TrainingBatch: ...
     def loss_fn(self, batch: TrainingBatch) -> Callable: ...
     # state of its own, written into the learner checkpoint's folder before it completes
     # (ablate.learners.base.Learner.save's `extra`); load reads it back from that folder
     def save(self, ckpt_dir, step: int) -> None: ...
     def load(self, ckpt_dir, step: int) -> None: ...
+
+
+class AlgorithmBase:
+    """The protocol's defaults, for an algorithm to subclass: no experience of its own (the
+    cell's comes with WithExperience), and an `augment` that changes nothing."""
+    experience: Optional[Experience] = None
+
+    def augment(self, episodes, rewards, group_ids, ctx: StepContext) -> tuple:
+        """The step's episodes as they are, no metrics."""
+        return episodes, rewards, group_ids, {}
+
+
+def check_algorithm(algorithm: Any, name: str) -> None:
+    """A ConfigError naming the members of the Algorithm protocol `algorithm` lacks."""
+    if isinstance(algorithm, Algorithm):
+        return
+    members = [*Algorithm.__annotations__, *(k for k in vars(Algorithm)
+                                             if not k.startswith("_"))]
+    missing = [m for m in members if not hasattr(algorithm, m)]
+    raise ConfigError(f"algo.algorithm={name}: {type(algorithm).__name__} lacks {missing} "
+                      "of ablate.algos.protocol.Algorithm; subclass "
+                      "ablate.algos.protocol.AlgorithmBase for the defaults")
 
 
 def flatten_segments(episodes) -> tuple[list, list[int], list[int]]:
@@ -121,7 +155,7 @@ def loss_index(inputs) -> list[int]:
 
 
 @ALGORITHMS.register("pg")
-class PolicyGradient:
+class PolicyGradient(AlgorithmBase):
     """Group-relative policy gradient: one advantage per episode from a registered
     estimator, broadcast to all its tokens; a registered policy loss and aggregation;
     optional rollout correction. GRPO, DAPO, Dr.GRPO, GRPO-TCR, RLOO, REINFORCE++-baseline,
@@ -192,5 +226,6 @@ def build_algorithm(algo_cfg: Any, *, max_len: Optional[int] = None,
         algorithm = cls.from_config(algo_cfg, max_len=max_len, cfg=cfg)
     else:
         algorithm = cls(build_objective(algo_cfg, max_len=max_len))
+    check_algorithm(algorithm, name)
     experience = Experience.from_config(algo_cfg)   # algo.curriculum / algo.buffer
     return algorithm if experience is None else WithExperience(algorithm, experience)

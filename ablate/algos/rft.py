@@ -44,7 +44,7 @@ import torch
 from ablate.algos.config import STaRConfig
 from ablate.algos.hints import (hinted_task, masks_admit, remask, same_masks, strip_hint,
                                 unhinted_prompt)
-from ablate.algos.protocol import TrainingBatch, flatten_segments
+from ablate.algos.protocol import AlgorithmBase, TrainingBatch, flatten_segments
 from ablate.algos.registry import ALGORITHMS
 
 KEEP_RULES = ("correct", "reward")
@@ -78,7 +78,7 @@ def sft_loss(logprobs: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor,
 
 
 @ALGORITHMS.register("rft")
-class RFT:
+class RFT(AlgorithmBase):
     """algo.rft.{keep, threshold, max_per_task}; the loss is the token-mean NLL."""
 
     def __init__(self, *, keep: str = "correct", threshold: float = 1.0,

@@ -32,8 +32,8 @@ from ablate.envs import check_reward_for, declared, describe as describe_env, ma
 from ablate.loop.tracking import Tracker
 from ablate.algos import build_algorithm
 from ablate.loop.async_rollout import AsyncRollouts
-from ablate.algos import DynamicSampler
 from ablate.algos import dynamic_sampling_filter
+from ablate.algos.dynamic_sampling import Refilled, refill
 from ablate.algos.protocol import StepContext
 from ablate.harness.chat import render_episode_text
 from ablate.loop.config import validate
@@ -174,6 +174,36 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     changes = agree(lambda: check_resume(cell.path, cfg, _started(cell)))
     cell.write_config(cfg)
     seed_everything(cfg.seed)
+    _set_threads(cfg)
+    t0 = time.time()
+    env = _open_env(cfg, cell)
+    judge = env   # correctness comes from the environment (and its configured judge)
+    eval_tasks = eval_subset(split_tasks(env, "test"), cfg.eval.num_tasks, cfg.eval.offset)
+    scripted = cfg.model.name == "scripted"
+    policy = ScriptedPolicy(env, cfg) if scripted else ModelPolicy(env, cfg, cell.ckpt)
+    log.info("cell ready in %.1fs: %d train / %d eval tasks, policy=%s", time.time() - t0,
+             len(split_tasks(env, "train")), len(eval_tasks), cfg.model.name)
+
+    tracker = Tracker(cfg, cell.path, cell.writer)
+    start, change_note = _resume(cell, policy, changes)
+    evaluate = Evaluator(cfg, cell, policy, judge, eval_tasks, tracker, on_eval)
+    algorithm = _algorithm(cfg, cell, policy, start)
+    max_steps = cfg.trainer.max_steps if policy.learns else 0
+    last_eval = None
+    if start == 0 and (cfg.eval.at_start or max_steps == 0):
+        last_eval = evaluate(0)
+    # the last evaluation of the training steps, if any ran (a summary is never empty)
+    last_eval = _train(cfg, cell, policy, judge, algorithm, tracker, evaluate, start,
+                       max_steps, change_note) or last_eval
+
+    summary = final_summary(cell, last_eval, max_steps, t0)
+    cell.mark_complete(summary)
+    tracker.finish(summary)
+    return summary
+
+
+def _set_threads(cfg: DictConfig) -> None:
+    """torch's CPU threads for this process (ablate.core.threads) and malloc's reuse."""
     threads = cell_threads(cfg.run.num_threads, cpus=available_cpus(),
                            local_ranks=local_world_size(),
                            async_level=cfg.trainer.max_async_level,
@@ -184,9 +214,12 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
         reuse_freed_memory()
     log.info("torch threads: %d (run.num_threads=%s)", torch.get_num_threads(),
              cfg.run.num_threads)
-    t0 = time.time()
+
+
+def _open_env(cfg: DictConfig, cell: CellDir):
+    """The cell's environment, described in environment.json; the code's provenance; a
+    ConfigError if the configured reward does not fit the environment."""
     env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
-    judge = env   # correctness comes from the environment (and its configured judge)
     cell.write_text("environment.json", json.dumps(
         {**describe_env(env), "outcome_labels": outcome_labels(env)}, indent=2))
     if cell.writer:
@@ -195,14 +228,13 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
         check_reward_for(cfg.reward, env)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    eval_tasks = eval_subset(split_tasks(env, "test"), cfg.eval.num_tasks, cfg.eval.offset)
-    scripted = cfg.model.name == "scripted"
-    policy = ScriptedPolicy(env, cfg) if scripted else ModelPolicy(env, cfg, cell.ckpt)
-    log.info("cell ready in %.1fs: %d train / %d eval tasks, policy=%s", time.time() - t0,
-             len(split_tasks(env, "train")), len(eval_tasks), cfg.model.name)
+    return env
 
-    tracker = Tracker(cfg, cell.path, cell.writer)
-    start = 0
+
+def _resume(cell: CellDir, policy, changes: dict) -> tuple[int, str | None]:
+    """(the step of the learner's last checkpoint, 0 if none; the note of an accepted
+    config change for the next metrics row, or None). Rows past that step are dropped."""
+    start, client = 0, None
     if policy.learns:
         restored = policy.learner.load()
         if restored is not None:
@@ -218,60 +250,78 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     if changes:
         log.warning("resuming cell %s at step %d with a changed config "
                     "(run.allow_config_change=true): %s", cell.path, start, change_note)
+    return start, change_note
 
-    def evaluate(step: int) -> dict:
-        te = time.time()
-        e = cfg.eval
+
+def _algorithm(cfg: DictConfig, cell: CellDir, policy, start: int):
+    """The configured algorithm (ablate.algos.protocol.Algorithm), its state restored on
+    resume, every setting of it (implicit defaults included) in objective.json."""
+    algorithm = build_algorithm(cfg.algo, max_len=cfg.harness.max_tokens_per_episode, cfg=cfg)
+    algorithm = with_agent_state(policy, algorithm)   # agent=voyager's library, curriculum
+    if start > 0:   # an algorithm's own state (e.g. PPO's critic) resumes with the learner
+        load_algorithm_state(algorithm, policy.learner, cell.ckpt, start)
+    cell.write_text("objective.json", json.dumps(algorithm.describe(), indent=2))
+    return algorithm
+
+
+class Evaluator:
+    """evaluate(step) -> summary: the fixed held-out tasks rolled out (k samples per
+    question, and a greedy pass), their rows in eval.jsonl, trajectories, tracker, log
+    line, then `on_eval(step, summary)`."""
+
+    def __init__(self, cfg, cell: CellDir, policy, env, tasks: list, tracker, on_eval):
+        self.cfg, self.cell, self.policy, self.env, self.tasks = cfg, cell, policy, env, tasks
+        self.tracker, self.on_eval = tracker, on_eval
+
+    def __call__(self, step: int) -> dict:
+        te, cfg = time.time(), self.cfg
+        rows, episodes, rewards = self.rollout(step)
+        self.cell.append("eval.jsonl", rows)
+        write_trajectories(self.cell, step, episodes, rewards, cfg.run.num_trajectories)
+        summary = eval_summary(step, rows)
+        summary["eval/seconds"] = time.time() - te
+        self.report(step, summary)
+        return summary
+
+    def rollout(self, step: int) -> tuple[list, list, list]:
+        """(rows, the sampled episodes, their rewards) of this step's evaluation."""
+        cfg, e = self.cfg, self.cfg.eval
         # k samples per question at the evaluation (by default the training) temperature
         temp = cfg.sampler.temperature if e.temperature is None else e.temperature
         # sampled and greedy rows in one rollout where the sampler can (policy.py); with
         # several ranks the questions are shared out and the rows gathered (ranks.py)
         (episodes, rewards), (g_eps, g_rew) = eval_scored(
-            policy, eval_tasks, e.samples, judge, cfg.reward, temperature=temp,
+            self.policy, self.tasks, e.samples, self.env, cfg.reward, temperature=temp,
             greedy=e.greedy, seed=derived_seed(cfg.seed, step, 99991),
             greedy_seed=derived_seed(cfg.seed, step, 99992))
         rows = eval_rows(step, episodes, rewards, SAMPLED if temp > 0 else GREEDY)
         if g_eps:   # the greedy pass reported beside it
             rows += eval_rows(step, g_eps, g_rew, GREEDY)
-        cell.append("eval.jsonl", rows)
-        write_trajectories(cell, step, episodes, rewards, cfg.run.num_trajectories)
-        summary = eval_summary(step, rows)
-        summary["eval/seconds"] = time.time() - te
-        acc = summary["eval/accuracy"]
-        tracker.log(summary, step)
-        log.info("eval step %d: accuracy %.3f (%s)", step, acc, ", ".join(   # by the
-            f"{declared(env).breakdown_label} {k.split('hops')[-1]}: {v:.3f}"         # env's label
+        return rows, episodes, rewards
+
+    def report(self, step: int, summary: dict) -> None:
+        env = self.env
+        self.tracker.log(summary, step)
+        log.info("eval step %d: accuracy %.3f (%s)", step, summary["eval/accuracy"], ", ".join(
+            f"{declared(env).breakdown_label} {k.split('hops')[-1]}: {v:.3f}"   # env's label
             for k, v in summary.items() if "accuracy_hops" in k))
-        if on_eval is not None:
-            on_eval(step, summary)
-        return summary
+        if self.on_eval is not None:
+            self.on_eval(step, summary)
 
-    algorithm = build_algorithm(cfg.algo, max_len=cfg.harness.max_tokens_per_episode, cfg=cfg)
-    algorithm = with_agent_state(policy, algorithm)   # agent=voyager's library, curriculum
-    if start > 0:   # an algorithm's own state (e.g. PPO's critic) resumes with the learner
-        load_algorithm_state(algorithm, policy.learner, cell.ckpt, start)
-    # every setting of the algorithm, implicit defaults included, beside the config
-    cell.write_text("objective.json", json.dumps(algorithm.describe(), indent=2))
-    max_steps = cfg.trainer.max_steps if policy.learns else 0
+
+def _train(cfg, cell: CellDir, policy, env, algorithm, tracker, evaluate, start: int,
+           max_steps: int, change_note: str | None) -> dict | None:
+    """Steps start+1..max_steps, each row appended, evaluations and checkpoints on their
+    schedule; the last evaluation's summary (None if none ran)."""
     last_eval = None
-    if start == 0 and (cfg.eval.at_start or max_steps == 0):
-        last_eval = evaluate(0)
-
     progress = Progress(max_steps, cfg.run.quiet or not cell.writer, tracker.name)
     if cfg.trainer.max_async_level > 0 and start < max_steps:
         policy.remote = AsyncRollouts(cfg, start, max_steps, policy.learner.export_state_dict())
     try:
         for step in range(start + 1, max_steps + 1):
             at_step(step)
-            row = train_step(cfg, policy, env, judge, algorithm, step)
-            if cfg.run.world_size > 1:
-                row["dist/world_size"] = cfg.run.world_size
-            if change_note is not None:   # the first row after an accepted change
-                row["resume/config_changes"], change_note = change_note, None
-            if policy.remote is not None and policy.remote.wanted(step, max_steps):
-                tp = time.time()
-                policy.remote.push(step, policy.learner.export_state_dict())
-                row["async/push_s"] = time.time() - tp
+            row = train_step(cfg, policy, env, env, algorithm, step)   # judge: the env
+            change_note = _annotate(cfg, policy, row, step, max_steps, change_note)
             cell.append("metrics.jsonl", row)
             tracker.log(row, step)
             progress.update(step, f"reward {row['reward/mean']:.3f} acc {row['accuracy']:.2f}")
@@ -288,11 +338,21 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
         progress.close()
         if getattr(policy, "remote", None) is not None:
             policy.remote.close()
+    return last_eval
 
-    summary = final_summary(cell, last_eval, max_steps, t0)
-    cell.mark_complete(summary)
-    tracker.finish(summary)
-    return summary
+
+def _annotate(cfg, policy, row: dict, step: int, max_steps: int, change_note):
+    """The row's run-level fields: world size, an accepted config change (once), the
+    weights pushed to the async producer; the change note still to report."""
+    if cfg.run.world_size > 1:
+        row["dist/world_size"] = cfg.run.world_size
+    if change_note is not None:   # the first row after an accepted change
+        row["resume/config_changes"], change_note = change_note, None
+    if policy.remote is not None and policy.remote.wanted(step, max_steps):
+        tp = time.time()
+        policy.remote.push(step, policy.learner.export_state_dict())
+        row["async/push_s"] = time.time() - tp
+    return change_note
 
 
 def load_algorithm_state(algorithm, learner, legacy_dir: Path, step: int) -> None:
@@ -307,102 +367,115 @@ def load_algorithm_state(algorithm, learner, legacy_dir: Path, step: int) -> Non
             raise missing from None
 
 
+# ---------------------------------------------------------------------------------------
+# one training step: collect, then update
+# ---------------------------------------------------------------------------------------
 def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
-    """One optimizer step: rollouts (with dynamic-sampling refills), rewards, then the
-    algorithm's training batch and loss (ablate.algos.protocol) for the learner's update."""
-
-    a, t = cfg.algo, cfg.trainer
-    experience = getattr(algorithm, "experience", None)   # curriculum / trajectory buffer
+    """One optimizer step: `collect` the scored rollouts (with dynamic-sampling refills),
+    then `update` the policy on them (ablate.algos.protocol); the step's metrics row."""
     ts, tc = time.time(), time.process_time()   # wall, and this process's CPU (all threads)
-    # without dynamic sampling every group is kept: one round, no filter
-    sampler = DynamicSampler(t.tasks_per_step,
-                             a.dynamic_sampling.max_batches if a.dynamic_sampling.enable else 0)
-    seen_rewards, comps_sum, correct, answered, n_eps, generated = [], {}, 0, 0, 0, 0
-    encoded = 0.0                        # tokens the sampler fed through the model
-    remote = getattr(policy, "remote", None)   # asynchronous rollouts (max_async_level > 0)
-    staleness = {"async/staleness": 0}
-    kept_all: list = []
-    step_eps: list = []                  # every episode rolled out this step (all rounds)
-    round_ = 0
-    while True:
-        need = t.tasks_per_step if round_ == 0 else t.tasks_per_step - sampler.kept_groups
-        tasks = sample_step_tasks(split_tasks(env, "train"), need, cfg.seed, step, round_, experience)
-        if remote is not None:           # rolled out ahead, by older weights
-            episodes, staleness = remote.take(step, tasks)
-            scored = score(episodes, judge, cfg.reward)
-        else:   # (with several ranks: the tasks shared out, scored, gathered; ranks.py)
-            episodes, scored = act_scored(policy, tasks, t.group_size, judge, cfg.reward,
-                                          temperature=cfg.sampler.temperature,
-                                          seed=derived_seed(cfg.seed, step, round_))
-        step_eps += episodes
-        # DAPO eq. 13 overlong penalty joins the task reward (a no-op unless enabled)
-        rewards = algorithm.shape_rewards([r for r, _ in scored], episodes)
-        for _, comps in scored:
-            for k, v in comps.items():
-                comps_sum[k] = comps_sum.get(k, 0.0) + float(v)
-        n_eps += len(episodes)
-        correct += sum(bool(e.correct) for e in episodes)
-        answered += sum(e.answered for e in episodes)
-        generated += sum(e.env_metrics.get("agent_tokens", e.response_tokens)
-                         for e in episodes)   # an agent's search / reflections included
-        encoded += sum(e.encoded_tokens for e in episodes)
-        seen_rewards.append(rewards)
-        groups = [e.group for e in episodes]
-        if a.dynamic_sampling.enable:
-            sampler.add(rewards, groups, episodes)
-        else:
-            kept_all = (episodes, rewards, groups)
-            break
-        round_ += 1
-        if sampler.done:
-            break
-    rollout_s = time.time() - ts
-
-    rewards_all = torch.cat(seen_rewards)
-    row = {"step": step, "reward/mean": float(rewards_all.mean()),
-           "reward/std": float(rewards_all.std()) if len(rewards_all) > 1 else 0.0,
-           "accuracy": correct / max(n_eps, 1), "answered": answered / max(n_eps, 1),
-           "episodes": n_eps, "generated_tokens": generated, "rollout_s": rollout_s,
-           "sampler/encoded_tokens": encoded, **staleness}
-    row.update({f"reward/{k}": v / max(n_eps, 1) for k, v in comps_sum.items()})
-    row.update(harness_step_metrics(step_eps, bool(cfg.harness.predict)))
-    if a.dynamic_sampling.enable:
-        eps, rewards, groups = sampler.batch()
-        row.update(sampler.metrics())
-        row["kept_fraction"] = row["dynamic_sampling/kept_fraction"]
-    else:
-        eps, rewards, groups = kept_all
-        row["kept_fraction"] = 1.0
-    # fraction of groups with any reward variance: how much GRPO signal this step carries
-    mixed, _ = dynamic_sampling_filter(rewards_all, [i // t.group_size
-                                                     for i in range(len(rewards_all))])
-    row["mixed_groups"] = len(mixed) / max(len(rewards_all) // t.group_size, 1)
-
-    if experience is not None:
-        eps, rewards, groups = experience.after_rollout(step, eps, rewards, groups, row)
-    if eps and hasattr(algorithm, "augment"):   # RFT/STaR filter, DPO pairs (ablate.algos)
-        eps, rewards, groups = augment(cfg, policy, judge, algorithm, step, eps, rewards,
-                                       groups, row)
-    tu = time.time()
-    if eps:
-        batch = algorithm.prepare(eps, rewards, groups, policy.learner)
-        row.update(batch.metrics)
-        loss_fn = algorithm.loss_fn(batch)
-        policy.sampler.yield_memory()   # vLLM on the learner's GPU sleeps until the push
-        for epoch in range(a.ppo_epochs):
-            stats = policy.learner.update(batch.segments, batch.advantages, loss_fn,
-                                          **learner_rows(batch, loss_fn))
-        row.update({f"update/{k}": v for k, v in stats.items()})
-        policy.push_weights(step)
-    else:
-        row["update/skipped"] = 1.0  # no group with differing rewards: no signal this step
-    row["update_s"] = time.time() - tu
+    kept, row = collect(cfg, policy, env, judge, algorithm, step)
+    update(cfg, policy, judge, algorithm, step, kept, row)
     row["step_s"] = time.time() - ts
     # CPU seconds the step cost, the async producer's rollout included: a cost that
     # neighbours on a shared machine do not inflate, unlike step_s (a vLLM engine's own
     # processes are not counted: with sampler=vllm it is the learner's side only)
     row["step_cpu_s"] = time.process_time() - tc + row.get("async/producer_cpu_s", 0.0)
     return row
+
+
+def collect(cfg, policy, env, judge, algorithm, step: int) -> tuple[Refilled, dict]:
+    """The step's rollouts, scored and shaped, over DAPO's refill rounds when enabled
+    (ablate.algos.dynamic_sampling.refill): (the batch kept for training, the step's row
+    of reward / accuracy / token figures over every episode rolled out)."""
+    t, ds = cfg.trainer, cfg.algo.dynamic_sampling
+    tally, ts = Tally(), time.time()
+
+    def rollout_round(round_: int, need: int) -> tuple[list, torch.Tensor, list]:
+        tasks = sample_step_tasks(split_tasks(env, "train"), need, cfg.seed, step, round_,
+                                  algorithm.experience)   # curriculum / buffer, or None
+        episodes, scored, staleness = rollout(cfg, policy, judge, tasks, step, round_)
+        tally.add(episodes, scored, staleness)
+        # DAPO eq. 13 overlong penalty joins the task reward (a no-op unless enabled)
+        rewards = algorithm.shape_rewards([r for r, _ in scored], episodes)
+        return episodes, rewards, [e.group for e in episodes]
+
+    kept = refill(t.tasks_per_step, ds.max_batches, ds.enable, rollout_round)
+    row = tally.row(step, torch.cat(kept.seen), time.time() - ts, bool(cfg.harness.predict))
+    row.update(kept.metrics)
+    row["mixed_groups"] = mixed_groups(torch.cat(kept.seen), t.group_size)
+    return kept, row
+
+
+def rollout(cfg, policy, judge, tasks: list, step: int, round_: int):
+    """(episodes, [(reward, components)], {"async/staleness": ...}) of one round."""
+    remote = getattr(policy, "remote", None)   # asynchronous rollouts (max_async_level > 0)
+    if remote is not None:           # rolled out ahead, by older weights
+        episodes, staleness = remote.take(step, tasks)
+        return episodes, score(episodes, judge, cfg.reward), staleness
+    # (with several ranks: the tasks shared out, scored, gathered; ranks.py)
+    episodes, scored = act_scored(policy, tasks, cfg.trainer.group_size, judge, cfg.reward,
+                                  temperature=cfg.sampler.temperature,
+                                  seed=derived_seed(cfg.seed, step, round_))
+    return episodes, scored, {"async/staleness": 0}
+
+
+class Tally:
+    """A step's rollout figures, summed over all its rounds (kept groups or not)."""
+
+    def __init__(self):
+        self.episodes, self.comps, self.staleness = [], {}, {"async/staleness": 0}
+        self.correct = self.answered = self.generated = 0
+        self.encoded = 0.0                   # tokens the sampler fed through the model
+
+    def add(self, episodes: list, scored: list, staleness: dict) -> None:
+        self.episodes += episodes
+        for _, comps in scored:
+            for k, v in comps.items():
+                self.comps[k] = self.comps.get(k, 0.0) + float(v)
+        self.correct += sum(bool(e.correct) for e in episodes)
+        self.answered += sum(e.answered for e in episodes)
+        self.generated += sum(e.env_metrics.get("agent_tokens", e.response_tokens)
+                              for e in episodes)   # an agent's search / reflections included
+        self.encoded += sum(e.encoded_tokens for e in episodes)
+        self.staleness = staleness           # the last round's
+
+    def row(self, step: int, rewards: torch.Tensor, rollout_s: float, predict: bool) -> dict:
+        n = max(len(self.episodes), 1)
+        row = {"step": step, "reward/mean": float(rewards.mean()),
+               "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+               "accuracy": self.correct / n, "answered": self.answered / n,
+               "episodes": len(self.episodes), "generated_tokens": self.generated,
+               "rollout_s": rollout_s, "sampler/encoded_tokens": self.encoded,
+               **self.staleness}
+        row.update({f"reward/{k}": v / n for k, v in self.comps.items()})
+        row.update(harness_step_metrics(self.episodes, predict))
+        return row
+
+
+def mixed_groups(rewards: torch.Tensor, group_size: int) -> float:
+    """Fraction of groups with any reward variance: how much GRPO signal the step carries
+    (DAPO's keep test, Yu et al. 2025, arXiv:2503.14476 §3.3)."""
+    mixed, _ = dynamic_sampling_filter(rewards, [i // group_size for i in range(len(rewards))])
+    return len(mixed) / max(len(rewards) // group_size, 1)
+
+
+def update(cfg, policy, judge, algorithm, step: int, kept: Refilled, row: dict) -> None:
+    """The algorithm's hooks on the kept batch (experience, then augment), its training
+    batch and loss, the learner's update, the new weights pushed; metrics into `row`."""
+    eps, rewards, groups = kept.items, kept.rewards, kept.groups
+    if algorithm.experience is not None:   # curriculum / trajectory buffer
+        eps, rewards, groups = algorithm.experience.after_rollout(step, eps, rewards,
+                                                                  groups, row)
+    if eps:   # RFT/STaR filter, DPO pairs (ablate.algos); AlgorithmBase's changes nothing
+        eps, rewards, groups = augment(cfg, policy, judge, algorithm, step, eps, rewards,
+                                       groups, row)
+    tu = time.time()
+    if eps:
+        learn(cfg, policy, algorithm, step, eps, rewards, groups, row)
+    else:
+        row["update/skipped"] = 1.0  # no group with differing rewards: no signal this step
+    row["update_s"] = time.time() - tu
 
 
 def augment(cfg, policy, judge, algorithm, step, eps, rewards, groups, row):
@@ -416,6 +489,20 @@ def augment(cfg, policy, judge, algorithm, step, eps, rewards, groups, row):
     row["generated_tokens"] += int(metrics.pop("generated_tokens", 0))
     row.update(metrics)
     return eps, rewards, groups
+
+
+def learn(cfg, policy, algorithm, step, eps, rewards, groups, row: dict) -> None:
+    """algorithm.prepare -> loss_fn, `algo.ppo_epochs` passes of learner.update over the
+    batch, then the new weights to the sampler."""
+    batch = algorithm.prepare(eps, rewards, groups, policy.learner)
+    row.update(batch.metrics)
+    loss_fn = algorithm.loss_fn(batch)
+    policy.sampler.yield_memory()   # vLLM on the learner's GPU sleeps until the push
+    for epoch in range(cfg.algo.ppo_epochs):
+        stats = policy.learner.update(batch.segments, batch.advantages, loss_fn,
+                                      **learner_rows(batch, loss_fn))
+    row.update({f"update/{k}": v for k, v in stats.items()})
+    policy.push_weights(step)
 
 
 def write_trajectories(cell: CellDir, step: int, episodes, rewards, limit: int) -> None:
