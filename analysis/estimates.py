@@ -12,6 +12,7 @@ import numpy as np
 
 from analysis.collect import AnalysisError, Cell, Run
 from analysis.validate import is_missing, kind
+from analysis.world import level_column
 
 # behaviour table: name -> (words, eval field, transform); the fields are those of
 # ablate/harness/episode.py Episode.behaviour() (generic) and of each environment's
@@ -136,16 +137,17 @@ def select_step(run: Run, step: int | None):
 
 def per_question(run: Run, step, fields: dict, required=()) -> tuple:
     """Task ids at `step`, {name: per-task mean over samples (NaN: no value)} for fields
-    {name: (key, transform)}, task_id -> hops, the most samples of a task, and
+    {name: (key, transform)}, task_id -> its difficulty level (the rows' column the world
+    names: analysis/world.py), the most samples of a task, and
     {name: (rows without a value, rows with one)}; fields in `required` must have a
     value in every row."""
     rows = [r for r in run.eval_rows() if r["step"] == step]
     tasks, idx, counts = np.unique(np.array([str(r["task_id"]) for r in rows]),
                                    return_inverse=True, return_counts=True)
     idx = idx.ravel()
-    first = {}
+    first, level = {}, level_column(run, rows)
     for r in rows:
-        first.setdefault(str(r["task_id"]), (r["task_id"], r.get("hops")))
+        first.setdefault(str(r["task_id"]), (r["task_id"], r.get(level)))
     ids = [first[t][0] for t in tasks]
     hops = {first[t][0]: first[t][1] for t in tasks}
     means, missing = {}, {}

@@ -1,6 +1,6 @@
 """What each run's environment.json says of its world (the cell writes it from the
-environment's describe(), docs/environments.md): what the rows' `hops` column counts
-(`breakdown_label`) and what its own behaviour columns count (`behaviour_labels`). A run
+environment's describe(), docs/environments.md): what the tasks' difficulty level counts
+(`breakdown_label`, also the rows' column of it; `hops` in older rows) and what its own behaviour columns count (`behaviour_labels`). A run
 without the file (older runs) has neither, and the analysis keeps the built-in words
 (analysis/labels.py ENV_WORDS, analysis/estimates.py BEHAVIOUR)."""
 from __future__ import annotations
@@ -30,6 +30,14 @@ def describe(run: Run) -> dict:
         raise AnalysisError(f"{shown(path)}: expected an object whose behaviour_labels "
                             "map columns to text and whose breakdown_label is text")
     return d
+
+
+def level_column(run: Run, rows: list[dict]) -> str:
+    """The rows' column of the tasks' difficulty level: the world's `breakdown_label`
+    (ablate/loop/scoring.py names the column by it), `hops` in rows that predate that
+    (every world's rows called it `hops` before) or lack the label."""
+    label = describe(run).get("breakdown_label")
+    return label if label and rows and label in rows[0] else "hops"
 
 
 def world_of(cells: list[Cell], warnings: list) -> dict:

@@ -27,6 +27,7 @@ from ablate.loop.scoring import eval_rows, score
 from ablate.apps.cli import compose_config, normalise_overrides
 from ablate.loop.config import ConfigError, validate
 from ablate.envs.email import EmailEnv
+from ablate.envs.email.env import as_task
 from ablate.envs.email.judge import make_judge
 from ablate.envs import run_episode, scripted
 from ablate.envs.coderepair.env import CodeRepairEnv
@@ -274,10 +275,14 @@ class Recorder(U.ScriptedSampler):
         return self.attempt(prompt, turn)
 
 
+# the generic Tasks a cell hands the agent (Reflexion rewrites their prompt)
+TASKS = [as_task(t) for t in U.TASKS]
+
+
 def run_reflexion(tmp_path, attempt, **kw):
     sampler = Recorder(attempt)
     pol, sc = policy_for(U.make_db(tmp_path), sampler)
-    eps = Reflexion(**kw).act(pol, U.TASKS, 2, temperature=1.0, seed=0, score=sc)
+    eps = Reflexion(**kw).act(pol, TASKS, 2, temperature=1.0, seed=0, score=sc)
     return eps, sampler, sc
 
 
@@ -305,7 +310,7 @@ def test_reflection_of_attempt_k_is_in_the_next_prompts_only(tmp_path, omega):
     assert counts == sorted([0] * 4 + [1] * 4 + [min(2, omega)] * 4)
     for e in eps:                                          # the last attempt is returned
         assert e.env_metrics["reflexion_solved_at"] == 0
-        assert e.task in U.TASKS and not e.correct
+        assert e.task in TASKS and not e.correct
         text = U.tokenizer().decode(e.segments[0].ids)
         assert len(re.findall(r"Lesson \d+", text)) == min(2, omega)
 
@@ -330,7 +335,7 @@ def test_reflexion_with_one_attempt_is_react(tmp_path):
     eps, sampler, _ = run_reflexion(tmp_path, solve, max_attempts=1)
     (tmp_path / "b").mkdir()
     pol, _ = policy_for(U.make_db(tmp_path / "b"), U.ScriptedSampler(U.tokenizer(), solve))
-    for g, p in zip(eps, run_rollout(pol, U.TASKS, 2, temperature=1.0, seed=0)):
+    for g, p in zip(eps, run_rollout(pol, TASKS, 2, temperature=1.0, seed=0)):
         same_episode(g, p)
     assert not sampler.reflections
 
@@ -348,7 +353,7 @@ def test_reflexion_uses_the_models_template_and_tool_format(tmp_path):
     sampler = Recorder(lambda p, t: wrong)
     pol, sc = policy_for(U.make_db(tmp_path), sampler,
                          [f"model.chat_template={tmp_path / 'chatml.jinja'}"])
-    eps = Reflexion(max_attempts=2).act(pol, U.TASKS, 1, temperature=1.0, seed=0, score=sc)
+    eps = Reflexion(max_attempts=2).act(pol, TASKS, 1, temperature=1.0, seed=0, score=sc)
     assert len(sampler.reflections) == 2 and all(e.final_answer == "nobody" for e in eps)
     assert all("<think>" not in p for p in sampler.prompts)     # not the tiny template
     assert all("You can call these tools (JSON schemas)" in p for p in attempt_prompts(sampler))

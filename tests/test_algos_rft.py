@@ -21,12 +21,14 @@ from ablate.algos.rft import keep_mask
 from ablate.loop.scoring import score
 from ablate.apps.cli import compose_config, normalise_overrides
 from ablate.envs.email import EmailEnv
+from ablate.envs.email.env import as_task
 from ablate.envs.email.judge import make_judge
 from ablate.harness import chat
 from ablate.harness.episode import Episode
 from ablate.harness.rollout import rollout
 
 torch.set_num_threads(1)
+TASKS = [as_task(t) for t in U.TASKS]   # the generic Task the email world serves
 
 
 def episodes_of(segments, correct, groups):
@@ -115,7 +117,7 @@ def test_star_trains_hinted_episodes_without_the_hint_in_context(tmp_path, mode)
     db = U.make_db(tmp_path)
     judge = EmailEnv.over_db(db, judge=make_judge(cfg.judge))   # scores like a cell
     policy = Policy(db, cfg, hint_script)
-    first = policy.act(U.TASKS, 2)
+    first = policy.act(TASKS, 2)
     scored = score(first, judge, cfg.reward)
     assert not any(e.correct for e in first)            # every task failed: rationalise all
     ctx = StepContext(1, 2, act=lambda tasks, n: policy.act(tasks, n),
@@ -127,7 +129,7 @@ def test_star_trains_hinted_episodes_without_the_hint_in_context(tmp_path, mode)
     assert metrics["star/rationalized"] == 4 and len(eps) == 4 and groups == [0, 0, 1, 1]
     assert metrics["generated_tokens"] > 0
     # the same actions taken without any hint: what the stripped episodes must equal
-    oracle = Policy(db, cfg, U.demo_script(U.demo_steps())).act(U.TASKS, 2)
+    oracle = Policy(db, cfg, U.demo_script(U.demo_steps())).act(TASKS, 2)
     tok = U.tokenizer()
     hint_ids = tok.encode("Hint:", add_special_tokens=False)
     for e, o in zip(eps, oracle):
@@ -162,7 +164,7 @@ def test_star_drops_episodes_the_unhinted_masks_cannot_produce(tmp_path):
             return WRONG
         return (budget if U.TASKS[0].question in prompt else lopez)[min(turn, 2)]
     policy = Policy(db, cfg, script)
-    first = policy.act(U.TASKS, 1)
+    first = policy.act(TASKS, 1)
     scored = score(first, judge, cfg.reward)
     ctx = StepContext(1, 1, act=lambda tasks, n: policy.act(tasks, n),
                       score=lambda e: score(e, judge, cfg.reward), cfg=cfg,

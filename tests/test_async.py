@@ -26,6 +26,7 @@ from ablate.core.seeding import derived_seed
 from ablate.loop.cell import run_cell
 from ablate.loop.policy import SamplerPolicy
 from ablate.loop.scoring import sample_step_tasks
+from ablate.protocol.environment import split_tasks
 from ablate.apps.cli import compose_config, normalise_overrides
 from ablate.loop.config import ConfigError, validate
 from ablate.harness.episode import Segment
@@ -133,7 +134,7 @@ def test_producer_rolls_out_exactly_the_scheduled_version(tmp_path, monkeypatch)
 
     def logprobs(weights, step):
         local.sampler.load_weights(weights)
-        tasks = sample_step_tasks(env.train_tasks, 1, cfg.seed, step, 0)
+        tasks = sample_step_tasks(split_tasks(env, "train"), 1, cfg.seed, step, 0)
         eps = local.act(tasks, 2, temperature=cfg.sampler.temperature,
                         seed=derived_seed(cfg.seed, step, 0))
         return [x for e in eps for s in e.segments for x in s.logprobs]

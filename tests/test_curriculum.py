@@ -26,7 +26,7 @@ def episode(task, correct, group=0, sample=0, lp=-0.5):
 
 
 def test_schedule_levels_and_pool():
-    c = Curriculum(mode="schedule", start_hops=1, every=2)
+    c = Curriculum(mode="schedule", start_level=1, every=2)
     assert [c.level(s) for s in (1, 2, 3, 4, 5)] == [1, 1, 2, 2, 3]
     assert [t.id for t in c.pool(TASKS, 1)] == ["t0", "t1", "t5"]
     assert [t.id for t in c.pool(TASKS, 3)] == ["t0", "t1", "t2", "t4", "t5"]
@@ -37,12 +37,12 @@ def test_schedule_levels_and_pool():
 
 
 def test_promotion_on_training_accuracy_and_state_round_trip():
-    c = Curriculum(mode="promotion", start_hops=1, promote_at=0.5, window=2)
+    c = Curriculum(mode="promotion", start_level=1, promote_at=0.5, window=2)
     for acc, level in [(0.0, 1), (0.75, 1), (0.5, 2), (0.9, 2), (0.0, 2), (0.9, 2), (0.9, 3)]:
         c.observe(acc)
         assert c.level(99) == level, acc
     c.observe(0.2)
-    d = Curriculum(mode="promotion", start_hops=1, promote_at=0.5, window=2)
+    d = Curriculum(mode="promotion", start_level=1, promote_at=0.5, window=2)
     d.load_state_dict(c.state_dict())
     for acc in (0.9, 0.9):
         c.observe(acc), d.observe(acc)
@@ -67,7 +67,7 @@ def test_buffer_stores_successes_and_replays_them_into_failed_groups():
 
 
 def test_revisits_come_from_the_buffer_within_the_pool():
-    exp = Experience(Curriculum(mode="schedule", start_hops=2, every=100),
+    exp = Experience(Curriculum(mode="schedule", start_level=2, every=100),
                      TrajectoryBuffer(capacity=8, replay=1, revisit=0.5))
     exp.buffer.store([episode(TASKS[2], True), episode(TASKS[3], True)], [1.0, 1.0])
     picked = exp.sample(TASKS, 4, 1, np.random.default_rng(0))

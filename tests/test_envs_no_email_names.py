@@ -15,12 +15,9 @@ GENERIC = [ROOT / "ablate" / p for p in ("core", "protocol", "loop", "harness", 
                                           "agents", "learners", "samplers", "models",
                                           "rewards")] + [
     ROOT / "analysis"]
-# `hops` (EnronHop's difficulty) where the generic code still reads it, until the world
-# names its difficulty (issue 48 item 3): a new site fails the check. The analysis reads
-# the eval rows' `hops` column and shows it in the world's word (analysis/labels.py)
-HOPS_SITES = {"ablate/algos/config.py": 1, "ablate/algos/curriculum.py": 4,
-              "ablate/loop/cell.py": 1, "ablate/loop/eval_metrics.py": 2,
-              "ablate/loop/scoring.py": 1}
+# `hops` is EnronHop's word for its difficulty: the generic code reads Task.difficulty
+# and the column the world names (Declared.breakdown_label). The analysis still reads a
+# `hops` column of old eval rows (analysis/world.py), so only ablate/ is held to it
 
 
 def email_names() -> set[str]:
@@ -50,9 +47,8 @@ def offending() -> list[str]:
             where = str(path.relative_to(ROOT))
             hits += [f"{where}: {n}" for n in sorted(email_names() | {"inbox"})
                      if re.search(rf"\b{n}", code)]
-            n_hops = sum(bool(re.search(r"\bhops", line)) for line in code.splitlines())
-            if where.startswith("ablate/") and n_hops > HOPS_SITES.get(where, 0):
-                hits.append(f"{where}: hops ({n_hops} lines, {HOPS_SITES.get(where, 0)} known)")
+            if where.startswith("ablate/") and re.search(r"\bhops", code):
+                hits.append(f"{where}: hops")
     return hits
 
 
@@ -64,7 +60,7 @@ def test_the_check_finds_a_planted_name(tmp_path, monkeypatch):
                               "def f(t):\n    return t.inbox_address, t.hops\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     monkeypatch.setattr(sys.modules[__name__], "GENERIC", [pkg])
-    assert offending() == ["ablate/loop/m.py: inbox", "ablate/loop/m.py: hops (1 lines, 0 known)"]
+    assert offending() == ["ablate/loop/m.py: inbox", "ablate/loop/m.py: hops"]
 
 
 def test_email_names_are_known():

@@ -38,7 +38,7 @@ def test_pass_at_k_hand_computed():
 
 
 def test_summary_hand_computed():
-    s = summarise(5, ROWS)
+    s = summarise(5, ROWS, level="hops")
     assert s["eval/samples"] == 4
     assert s["eval/accuracy"] == pytest.approx((0.5 + 0 + 0.25) / 3)        # avg@4
     assert s["eval/pass@4"] == pytest.approx(2 / 3)
@@ -53,12 +53,12 @@ def test_summary_hand_computed():
 
 def test_questions_are_averaged_before_samples():
     rows = [row("a", 1, True, True)] + [row("b", 1, False, True, sample=i) for i in range(3)]
-    assert summarise(0, rows)["eval/accuracy"] == pytest.approx(0.5)     # not 1/4
+    assert summarise(0, rows, level="hops")["eval/accuracy"] == pytest.approx(0.5)     # not 1/4
 
 
 def test_greedy_only_evaluation_is_primary():
     rows = [r for r in ROWS if r["decoding"] == "greedy"]
-    s = summarise(0, rows)
+    s = summarise(0, rows, level="hops")
     assert s["eval/accuracy"] == pytest.approx(1 / 3) and "eval/greedy_accuracy" not in s
 
 

@@ -202,7 +202,7 @@ class Voyager(Agent):
                  fusion_k: int = RRF_K, embed_tokens: int = 256):
         self.top_k, self.max_retries = int(top_k), int(max_retries)
         self.doc_chars, self.feedback_chars = int(doc_chars), int(feedback_chars)
-        self.curriculum = (Curriculum(mode="promotion", start_hops=int(start_level),
+        self.curriculum = (Curriculum(mode="promotion", start_level=int(start_level),
                                       promote_at=float(promote_at), window=int(window))
                            if curriculum else None)
         self.embedding, self.embed_tokens = embedding, int(embed_tokens)

@@ -69,11 +69,11 @@ class DPOConfig:
 
 @dataclass
 class CurriculumConfig:
-    # easy tasks first (Bengio et al., 2009), over the tasks' hop count
+    # easy tasks first (Bengio et al., 2009), over Task.difficulty (EnronHop: its hops)
     enable: bool = False
-    mode: str = "schedule"   # schedule: max hops grows with the step | promotion: on success
-    start_hops: int = 1      # the first level: tasks of at most this many hops
-    every: int = 2           # schedule: one more hop every `every` steps
+    mode: str = "schedule"   # schedule: the level grows with the step | promotion: on success
+    start_level: int = 1     # the first level: tasks of at most this difficulty
+    every: int = 2           # schedule: one level more every `every` steps
     promote_at: float = 0.5  # promotion: training accuracy at the current level to move up
     window: int = 2          # promotion: steps averaged
 

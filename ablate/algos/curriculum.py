@@ -2,9 +2,9 @@
 `algo.buffer.*`), the state of a cell's training data beside its algorithm.
 
 Curriculum (Bengio et al., 2009, "Curriculum learning", easy examples first): a step
-draws its tasks only from those with at most `level` hops (EnronHop's `hops`, an
-environment task's `difficulty`). `mode=schedule`: level = start_hops + ⌊(step-1)/every⌋;
-`mode=promotion`: level starts at start_hops and goes up by one when the training accuracy
+draws its tasks only from those of difficulty at most `level` (`Task.difficulty`, in the
+world's own word: EnronHop counts hops). `mode=schedule`: level = start_level +
+⌊(step-1)/every⌋; `mode=promotion`: level starts at start_level and goes up by one when the training accuracy
 of the last `window` steps averages at least `promote_at`. Logged: `curriculum/level`,
 `curriculum/pool` (tasks drawable this step).
 
@@ -34,24 +34,18 @@ import torch
 MODES = ("schedule", "promotion")
 
 
-def hops(task) -> int:
-    """EnronHop's hop count, or an environment task's difficulty."""
-    h = getattr(task, "hops", None)
-    return int(h if h is not None else getattr(task, "difficulty", 1))
-
-
 class Curriculum:
-    def __init__(self, *, mode: str = "schedule", start_hops: int = 1, every: int = 2,
+    def __init__(self, *, mode: str = "schedule", start_level: int = 1, every: int = 2,
                  promote_at: float = 0.5, window: int = 2):
         if mode not in MODES:
             raise ValueError(f"algo.curriculum.mode={mode!r} is not one of {list(MODES)}")
-        if start_hops < 1 or every < 1 or window < 1 or not 0 <= promote_at <= 1:
-            raise ValueError("need algo.curriculum.start_hops, every, window >= 1 and "
-                             f"promote_at in [0, 1]; got {start_hops}, {every}, {window}, "
+        if start_level < 1 or every < 1 or window < 1 or not 0 <= promote_at <= 1:
+            raise ValueError("need algo.curriculum.start_level, every, window >= 1 and "
+                             f"promote_at in [0, 1]; got {start_level}, {every}, {window}, "
                              f"{promote_at}")
-        self.mode, self.start, self.every = mode, int(start_hops), int(every)
+        self.mode, self.start, self.every = mode, int(start_level), int(every)
         self.promote_at, self.window = float(promote_at), int(window)
-        self.current, self.history = int(start_hops), []
+        self.current, self.history = int(start_level), []
 
     def level(self, step: int) -> int:
         if self.mode == "schedule":
@@ -59,9 +53,9 @@ class Curriculum:
         return self.current
 
     def pool(self, tasks: list, step: int) -> list:
-        """Tasks of at most `level` hops; the easiest ones when none is that easy."""
-        limit = max(self.level(step), min(hops(t) for t in tasks))
-        return [t for t in tasks if hops(t) <= limit]
+        """Tasks of difficulty at most `level`; the easiest ones when none is that easy."""
+        limit = max(self.level(step), min(t.difficulty for t in tasks))
+        return [t for t in tasks if t.difficulty <= limit]
 
     def observe(self, accuracy: float) -> None:
         if self.mode != "promotion":
@@ -127,7 +121,7 @@ class Experience:
     @classmethod
     def from_config(cls, algo_cfg) -> Optional["Experience"]:
         c, b = getattr(algo_cfg, "curriculum", None), getattr(algo_cfg, "buffer", None)
-        cur = Curriculum(mode=str(c.mode), start_hops=int(c.start_hops), every=int(c.every),
+        cur = Curriculum(mode=str(c.mode), start_level=int(c.start_level), every=int(c.every),
                          promote_at=float(c.promote_at), window=int(c.window)) \
             if c is not None and c.enable else None
         buf = TrajectoryBuffer(capacity=int(b.capacity), replay=int(b.replay),
@@ -138,7 +132,7 @@ class Experience:
         out = {}
         if self.curriculum:
             c = self.curriculum
-            out["curriculum"] = {"mode": c.mode, "start_hops": c.start, "every": c.every,
+            out["curriculum"] = {"mode": c.mode, "start_level": c.start, "every": c.every,
                                  "promote_at": c.promote_at, "window": c.window}
         if self.buffer:
             b = self.buffer

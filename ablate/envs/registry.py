@@ -22,12 +22,15 @@ class Declared:
     """What a world declares when it registers (docs/environments.md)."""
     rewards: tuple[str, ...] = ()         # its own schemes (registered in REWARDS)
     default_reward: str = "outcome"       # reward.name when the command line sets none
-    breakdown_label: str = "difficulty"   # what Task.difficulty counts (eval rows: `hops`)
+    breakdown_label: str = "difficulty"   # what Task.difficulty counts: its eval-row column
     behaviour_labels: Mapping[str, str] = field(default_factory=dict)  # behaviour() columns
     config_errors: tuple[type, ...] = ()  # exceptions of from_config that mean bad input
 
 
 _DECLARED: dict[type, Declared] = {}
+# the eval rows' own columns (ablate/loop/scoring.py eval_rows): a breakdown label may not
+# take one of them
+ROW_KEYS = ("step", "task_id", "sample", "correct", "reward", "decoding")
 
 
 def register_env(name: str, *, rewards: Optional[Mapping[str, Rubric]] = None,
@@ -39,6 +42,10 @@ def register_env(name: str, *, rewards: Optional[Mapping[str, Rubric]] = None,
     default_reward="mine")` registers the class in ENVIRONMENTS, its own reward schemes in
     REWARDS (offered only to the worlds that declare them) and what Declared lists."""
     own = dict(rewards or {})
+    if not breakdown_label.isidentifier() or breakdown_label in ROW_KEYS:
+        raise ValueError(f"register_env({name!r}): breakdown_label={breakdown_label!r} names "
+                         "the eval rows' difficulty column: a Python identifier, none of "
+                         f"{list(ROW_KEYS)}")
     if default_reward not in own and REWARDS.get(default_reward) is None:
         raise ValueError(f"register_env({name!r}): default_reward={default_reward!r} is "
                          f"neither its own scheme nor a registered one: {sorted(REWARDS)}")

@@ -27,8 +27,8 @@ from ablate.core.errors import ConfigError
 from ablate.core.seeding import derived_seed, seed_everything
 from ablate.core.memory import reuse_freed_memory
 from ablate.core.threads import available_cpus, cell_threads
-from ablate.envs import check_reward_for, declared, describe as describe_env, make_env, \
-    split_tasks
+from ablate.envs import check_reward_for, declared, describe as describe_env, env_class, \
+    make_env, split_tasks
 from ablate.loop.tracking import Tracker
 from ablate.algos import build_algorithm
 from ablate.loop.async_rollout import AsyncRollouts
@@ -125,7 +125,7 @@ def _lock_unless_complete(cell: CellDir) -> bool:
     return cell.complete
 
 
-def _replay_complete(cell: CellDir, on_eval, cfg: DictConfig | None = None) -> dict:
+def _replay_complete(cell: CellDir, on_eval, cfg: DictConfig) -> dict:
     stored = stored_config(cell.path) if cfg is not None else None
     changes = config_changes(stored, cfg) if stored is not None else {}
     if changes:
@@ -135,7 +135,7 @@ def _replay_complete(cell: CellDir, on_eval, cfg: DictConfig | None = None) -> d
     else:
         log.info("cell %s is complete; skipping", cell.path)
     if on_eval is not None:  # replay its evaluations (e.g. to an Optuna pruner)
-        for step, summary in eval_history(cell.rows("eval.jsonl")):
+        for step, summary in eval_history(cell.rows("eval.jsonl"), level_column(cfg)):
             on_eval(step, summary)
     return json.loads((cell.path / "summary.json").read_text())
 
@@ -158,11 +158,18 @@ def _restore_checkpointed_row(cell: CellDir, start: int, client: dict) -> None:
     cell.append("metrics.jsonl", row)
 
 
-def final_summary(cell: CellDir, last_eval: dict | None, max_steps: int, t0: float) -> dict:
+def level_column(cfg: DictConfig) -> str:
+    """The eval rows' column of the tasks' difficulty: the world's word for it
+    (Declared.breakdown_label, ablate/envs/registry.py)."""
+    return declared(env_class(cfg.env)).breakdown_label
+
+
+def final_summary(cell: CellDir, last_eval: dict | None, max_steps: int, t0: float,
+                  level: str) -> dict:
     """summary.json's content; a resume past the last checkpoint evaluates nothing, so
     the final evaluation is rebuilt from its rows on disk (idempotent COMPLETE window)."""
     if last_eval is None:
-        history = eval_history(cell.rows("eval.jsonl"))
+        history = eval_history(cell.rows("eval.jsonl"), level)
         if history and history[-1][0] == max_steps:
             last_eval = history[-1][1]
     return {"final_step": max_steps,
@@ -196,7 +203,7 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     last_eval = _train(cfg, cell, policy, judge, algorithm, tracker, evaluate, start,
                        max_steps, change_note) or last_eval
 
-    summary = final_summary(cell, last_eval, max_steps, t0)
+    summary = final_summary(cell, last_eval, max_steps, t0, level_column(cfg))
     cell.mark_complete(summary)
     tracker.finish(summary)
     return summary
@@ -272,13 +279,14 @@ class Evaluator:
     def __init__(self, cfg, cell: CellDir, policy, env, tasks: list, tracker, on_eval):
         self.cfg, self.cell, self.policy, self.env, self.tasks = cfg, cell, policy, env, tasks
         self.tracker, self.on_eval = tracker, on_eval
+        self.level = level_column(cfg)    # the rows' difficulty column, in the world's word
 
     def __call__(self, step: int) -> dict:
         te, cfg = time.time(), self.cfg
         rows, episodes, rewards = self.rollout(step)
         self.cell.append("eval.jsonl", rows)
         write_trajectories(self.cell, step, episodes, rewards, cfg.run.num_trajectories)
-        summary = eval_summary(step, rows)
+        summary = eval_summary(step, rows, self.level)
         summary["eval/seconds"] = time.time() - te
         self.report(step, summary)
         return summary
@@ -294,17 +302,18 @@ class Evaluator:
             self.policy, self.tasks, e.samples, self.env, cfg.reward, temperature=temp,
             greedy=e.greedy, seed=derived_seed(cfg.seed, step, 99991),
             greedy_seed=derived_seed(cfg.seed, step, 99992))
-        rows = eval_rows(step, episodes, rewards, SAMPLED if temp > 0 else GREEDY)
+        rows = eval_rows(step, episodes, rewards, SAMPLED if temp > 0 else GREEDY,
+                         self.level)
         if g_eps:   # the greedy pass reported beside it
-            rows += eval_rows(step, g_eps, g_rew, GREEDY)
+            rows += eval_rows(step, g_eps, g_rew, GREEDY, self.level)
         return rows, episodes, rewards
 
     def report(self, step: int, summary: dict) -> None:
-        env = self.env
         self.tracker.log(summary, step)
+        by = f"eval/accuracy_{self.level}"
         log.info("eval step %d: accuracy %.3f (%s)", step, summary["eval/accuracy"], ", ".join(
-            f"{declared(env).breakdown_label} {k.split('hops')[-1]}: {v:.3f}"   # env's label
-            for k, v in summary.items() if "accuracy_hops" in k))
+            f"{self.level} {k[len(by):]}: {v:.3f}" for k, v in summary.items()
+            if k.startswith(by)))
         if self.on_eval is not None:
             self.on_eval(step, summary)
 

@@ -53,8 +53,10 @@ def split_rows(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     return [r for r in rows if r.get("decoding", SAMPLED) != GREEDY], greedy
 
 
-def summarise(step: int, rows: list[dict]) -> dict:
-    """The evaluation summary: eval/accuracy is avg@k of the sampled rows."""
+def summarise(step: int, rows: list[dict], level: str = "difficulty") -> dict:
+    """The evaluation summary: eval/accuracy is avg@k of the sampled rows, and by the
+    tasks' difficulty: the rows' `level` column (the world's word, ablate/envs/registry.py
+    Declared.breakdown_label), as `eval/accuracy_<level><value>`."""
     sampled, greedy = split_rows(rows)
     main = sampled or greedy           # a greedy-only evaluation still has an accuracy
     k = max(sum(1 for r in main if r["task_id"] == q) for q in {r["task_id"] for r in main})
@@ -66,9 +68,9 @@ def summarise(step: int, rows: list[dict]) -> dict:
          "eval/idk_rate": per_question_mean(main, is_idk),
          "eval/wrong_rate": per_question_mean(
              main, lambda r: r.get("answered", False) and not r["correct"])}
-    for h in sorted({r["hops"] for r in main}):
-        s[f"eval/accuracy_hops{h}"] = per_question_mean(
-            [r for r in main if r["hops"] == h], lambda r: r["correct"])
+    for h in sorted({r[level] for r in main}):
+        s[f"eval/accuracy_{level}{h}"] = per_question_mean(
+            [r for r in main if r[level] == h], lambda r: r["correct"])
     s.update(agent_summary(main, per_question_mean))   # agent=reflexion|lats (ablate/agents)
     if greedy and sampled:
         s["eval/greedy_accuracy"] = per_question_mean(greedy, lambda r: r["correct"])

@@ -46,22 +46,26 @@ def score(episodes, env, reward_cfg) -> list[tuple[float, dict]]:
     return [compute_reward(e, reward_cfg) for e in episodes]
 
 
-def eval_summary(step: int, rows: list[dict]) -> dict:
+def eval_summary(step: int, rows: list[dict], level: str = "difficulty") -> dict:
     """Sampled accuracy (avg@k, the primary metric), pass@k, answer / "I don't know" /
-    wrong rates, per-hop accuracy, and greedy accuracy beside them (ablate/loop/eval_metrics.py)."""
-    return summarise(step, rows)
+    wrong rates, accuracy by the rows' `level` column, and greedy accuracy beside them
+    (ablate/loop/eval_metrics.py)."""
+    return summarise(step, rows, level)
 
 
-def eval_history(rows: list[dict]) -> list[tuple[int, dict]]:
+def eval_history(rows: list[dict], level: str = "difficulty") -> list[tuple[int, dict]]:
     steps = sorted({r["step"] for r in rows})
-    return [(s, eval_summary(s, [r for r in rows if r["step"] == s])) for s in steps]
+    return [(s, eval_summary(s, [r for r in rows if r["step"] == s], level)) for s in steps]
 
 
-def eval_rows(step: int, episodes, rewards, decoding: str = SAMPLED) -> list[dict]:
+def eval_rows(step: int, episodes, rewards, decoding: str = SAMPLED,
+              level: str = "difficulty") -> list[dict]:
+    """One row per episode; the task's difficulty in the column `level` names (the
+    world's word for it: Declared.breakdown_label, ablate/envs/registry.py)."""
     rows = []
     for e, (total, comps) in zip(episodes, rewards):
         row = {"step": step, "task_id": e.task.id, "sample": e.sample,
-               "hops": e.task.difficulty,   # the rows' difficulty column (its historical name)
+               level: e.task.difficulty,
                "correct": bool(e.correct), "reward": float(total), "decoding": decoding}
         row.update(e.behaviour())
         row.update({f"reward/{k}": float(v) for k, v in comps.items()})

@@ -53,7 +53,7 @@ def table(cells: list[Path]) -> list[str]:
         for step in sorted({r["step"] for r in rows}):
             upto = [r for r in rows if r["step"] in (0, step)]
             g = gain([upto], "correct") if step else None
-            s = summarise(step, [r for r in rows if r["step"] == step])
+            s = summarise(step, [r for r in rows if r["step"] == step], level="hops")
             change = f"{g['delta']:+.3f} ({g['se_questions']:.3f})" if g else ""
             out.append(f"| {cell.name} | {settings(cell)} | {steps_done(cell)} | {step} | "
                        f"{s['eval/accuracy']:.3f} | {change} | {s['eval/answer_rate']:.3f} | "

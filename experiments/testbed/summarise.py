@@ -47,7 +47,8 @@ def final_rates(evals: Path, params: dict) -> dict:
         return {}
     rows = [json.loads(x) for x in path.read_text().splitlines() if x]
     last = max(r["step"] for r in rows)
-    return {k: v for k, v in summarise(last, [r for r in rows if r["step"] == last]).items()
+    final = summarise(last, [r for r in rows if r["step"] == last], level="hops")
+    return {k: v for k, v in final.items()
             if k.startswith(("eval/answer", "eval/idk", "eval/wrong", "eval/accuracy_hops"))}
 
 
@@ -158,7 +159,7 @@ def main() -> None:
         p = args.baseline / "eval.jsonl" if args.baseline.is_dir() else args.baseline
         w = [json.loads(x) for x in p.read_text().splitlines() if x]
         qs = list(dict.fromkeys(r["task_id"] for r in w))[:args.questions]
-        ws = summarise(0, [r for r in w if r["task_id"] in qs])
+        ws = summarise(0, [r for r in w if r["task_id"] in qs], level="hops")
         lines.append(f"| warm start | | | | | | 1.0 | | {ws['eval/accuracy']:.3f} | "
                      + " | ".join(f"{ws[k]:.3f}" for k in (
                          "eval/answer_rate", "eval/idk_rate", "eval/wrong_rate",

@@ -111,7 +111,7 @@ class EmailEnv(Environment):
 
     def tasks(self, split: str) -> list[Task]:
         raw = {"train": self.bundle.train_tasks, "test": self.bundle.test_tasks}[split]
-        return [_task(t) for t in raw]
+        return [as_task(t) for t in raw]
 
     def tool_schemas(self) -> list[dict]:
         return TOOL_SCHEMAS
@@ -297,7 +297,8 @@ def contains_answer(text: str, gold: str) -> bool:
     return bool(g) and any(t[i:i + len(g)] == g for i in range(len(t) - len(g) + 1))
 
 
-def _task(t: EmailTask) -> Task:
+def as_task(t: EmailTask) -> Task:
+    """The generic Task (ablate/protocol/task.py) of an EnronHop record: its payload."""
     return Task(id=t.id, prompt=t.prompt, answer=t.answer,
                 metadata={"hops": t.hops, "difficulty": t.hops}, payload=t)
 
