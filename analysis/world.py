@@ -1,6 +1,7 @@
 """What each run's environment.json says of its world (the cell writes it from the
 environment's describe(), docs/environments.md): what the tasks' difficulty level counts
-(`breakdown_label`, also the rows' column of it; `hops` in older rows) and what its own behaviour columns count (`behaviour_labels`). A run
+(`breakdown_label`, also the rows' column of it; `hops` in older rows) and what its own
+behaviour columns count (`behaviour_labels`). A run
 without the file (older runs) has neither, and the analysis keeps the built-in words
 (analysis/labels.py ENV_WORDS, analysis/estimates.py BEHAVIOUR)."""
 from __future__ import annotations

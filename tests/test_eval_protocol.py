@@ -51,6 +51,16 @@ def test_summary_hand_computed():
     assert s["eval/greedy_answer_rate"] == pytest.approx(2 / 3)
 
 
+def test_accuracy_by_level_reads_the_column_the_world_names():
+    """Another world's rows name their difficulty column in its own word: the summary's
+    keys follow it, with the same values as under `hops`."""
+    rows = [{("bugs" if k == "hops" else k): v for k, v in r.items()} for r in ROWS]
+    by_hops, by_bugs = summarise(5, ROWS, level="hops"), summarise(5, rows, level="bugs")
+    assert by_bugs["eval/accuracy_bugs1"] == by_hops["eval/accuracy_hops1"] == 0.5
+    assert by_bugs["eval/accuracy_bugs2"] == pytest.approx(0.125)
+    assert not any("hops" in k for k in by_bugs)
+
+
 def test_questions_are_averaged_before_samples():
     rows = [row("a", 1, True, True)] + [row("b", 1, False, True, sample=i) for i in range(3)]
     assert summarise(0, rows, level="hops")["eval/accuracy"] == pytest.approx(0.5)     # not 1/4

@@ -116,6 +116,17 @@ def test_a_worlds_own_reward_is_declared_where_it_registers_and_offered_to_it_al
         register_env("nowhere", default_reward="nope")
 
 
+@pytest.mark.parametrize("label", ["correct", "task_id", "two words", ""])
+def test_a_breakdown_label_must_be_a_free_row_column(label):
+    """The world's breakdown_label names the eval rows' difficulty column
+    (ablate/loop/scoring.py eval_rows): a label that is not an identifier, or that is one
+    of the rows' own columns, would overwrite or break them."""
+    from ablate.envs import register_env
+    with pytest.raises(ValueError, match=rf"register_env\('nowhere'\): breakdown_label="
+                                         rf"{label!r} names the eval rows' difficulty column"):
+        register_env("nowhere", breakdown_label=label)
+
+
 def test_environment_json_keeps_what_the_world_declared():
     from ablate.envs import describe
     from envs_external.kvlookup import KVLookupEnv

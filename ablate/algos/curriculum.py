@@ -4,8 +4,8 @@
 Curriculum (Bengio et al., 2009, "Curriculum learning", easy examples first): a step
 draws its tasks only from those of difficulty at most `level` (`Task.difficulty`, in the
 world's own word: EnronHop counts hops). `mode=schedule`: level = start_level +
-⌊(step-1)/every⌋; `mode=promotion`: level starts at start_level and goes up by one when the training accuracy
-of the last `window` steps averages at least `promote_at`. Logged: `curriculum/level`,
+⌊(step-1)/every⌋; `mode=promotion`: level starts at start_level and goes up by one when
+the training accuracy of the last `window` steps averages at least `promote_at`. Logged: `curriculum/level`,
 `curriculum/pool` (tasks drawable this step).
 
 Trajectory buffer (experience replay, Lin, 1992; for group-relative RL of LLMs e.g.

@@ -126,7 +126,7 @@ def _lock_unless_complete(cell: CellDir) -> bool:
 
 
 def _replay_complete(cell: CellDir, on_eval, cfg: DictConfig) -> dict:
-    stored = stored_config(cell.path) if cfg is not None else None
+    stored = stored_config(cell.path)
     changes = config_changes(stored, cfg) if stored is not None else {}
     if changes:
         log.warning("cell %s is complete with another config (%s): skipped, its results "
@@ -203,7 +203,7 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
     last_eval = _train(cfg, cell, policy, judge, algorithm, tracker, evaluate, start,
                        max_steps, change_note) or last_eval
 
-    summary = final_summary(cell, last_eval, max_steps, t0, level_column(cfg))
+    summary = final_summary(cell, last_eval, max_steps, t0, evaluate.level)
     cell.mark_complete(summary)
     tracker.finish(summary)
     return summary
