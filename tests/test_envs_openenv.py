@@ -118,6 +118,23 @@ def test_a_stalled_server_is_one_line_within_the_timeout(server):
     env.close()
 
 
+def test_a_server_that_logs_past_a_pipe_buffer_keeps_answering(server):
+    """Each dropped session logs a traceback on the server; past 64 KiB of them an
+    undrained stderr pipe used to block the server mid-run (CI: a reset's handshake timed
+    out). Its stderr is a file now: drop sessions until it holds > 64 KiB, then play on."""
+    env = env_at(server.url, timeout_s=10.0, connect_timeout_s=10.0)
+    task = env.tasks("train")[0]
+    for _ in range(400):
+        env.reset(task).client.close()
+        server.log.seek(0, os.SEEK_END)
+        if server.log.tell() > 65536 + 8192:
+            break
+    assert server.log.tell() > 65536
+    state = env.reset(task)
+    assert env.call(state, "step", {"guess": 1}).error is None
+    env.close()
+
+
 def test_a_killed_server_mid_episode_is_one_line_within_the_timeout():
     env = make_env(OmegaConf.create({"name": "openenv", "app": APP, "train_tasks": 2,
                                      "test_tasks": 1, "timeout_s": 3.0,
