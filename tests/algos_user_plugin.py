@@ -1,5 +1,5 @@
 """A user's own advantage estimator and policy loss, registered from outside the ablate
-package (tests/test_algos_protocol.py selects them with algo.plugins=[algos_user_plugin])."""
+package (tests/algos/test_algos_protocol.py selects them with algo.plugins=[algos_user_plugin])."""
 import torch
 
 from ablate.algos import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, aggregate

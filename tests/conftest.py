@@ -12,8 +12,19 @@ from ablate.loop.config import ALLOWED
 
 # Cells run by tests track nothing (as .ci/run does): an offline wandb run per test cell
 # starts wandb's service, and its exit hook printed a HandleAbandonedError traceback after
-# pytest's summary. tests/test_tracking.py sets run.wandb_mode=offline where it tests it.
+# pytest's summary. tests/core/test_tracking.py sets run.wandb_mode=offline where it tests it.
 os.environ.setdefault("WANDB_MODE", "disabled")
+
+# Tests are grouped by the package they test (tests/<package>/test_*.py, no __init__.py:
+# pytest's default "prepend" import mode names each module by its file name). Some share
+# helpers across groups (`import test_harness_util`, `from test_learners import ...`), so
+# every group's folder is importable from every other.
+TESTS = os.path.dirname(os.path.abspath(__file__))
+for _group in sorted(os.listdir(TESTS)):
+    _path = os.path.join(TESTS, _group)
+    if os.path.isdir(_path) and any(n.startswith("test_") for n in os.listdir(_path)):
+        if _path not in sys.path:
+            sys.path.insert(0, _path)
 
 
 @pytest.fixture(autouse=True)

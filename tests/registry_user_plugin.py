@@ -1,5 +1,5 @@
 """A user's module that adds a name to several axes the one way every axis takes
-(ablate.core.registry.Registry.register); tests/test_config.py lists it in `plugins`."""
+(ablate.core.registry.Registry.register); tests/loop/test_config.py lists it in `plugins`."""
 from ablate.harness.parser import PARSERS, parse_strict
 from ablate.learners import LEARNERS
 from ablate.samplers import SAMPLERS

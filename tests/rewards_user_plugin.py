@@ -1,6 +1,6 @@
 """A user's own reward scheme, registered from outside the ablate package the documented
 way (docs/rewards.md): component functions `fn(episode, cfg) -> float` in a Rubric,
-registered in REWARDS. tests/test_rewards.py selects it with
+registered in REWARDS. tests/rewards/test_rewards.py selects it with
 `plugins=[rewards_user_plugin] reward.name=per_call_cost`."""
 from ablate.rewards import REWARDS, Rubric, correct
 

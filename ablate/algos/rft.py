@@ -28,7 +28,7 @@ len(P0) - len(P1) and, under action masking, rebuilt for the unhinted question
 generated ids and observations are kept as the sampler produced them; their sampler
 log-probabilities (conditioned on the hint) are replaced by NaN, so nothing can use them
 silently; the learner recomputes log-probabilities in the unhinted context
-(tests/test_algos_rft.py checks the result against an unhinted rollout of the same
+(tests/algos/test_algos_rft.py checks the result against an unhinted rollout of the same
 actions, id for id, masks included).
 
 In the online loop each step is one STaR iteration (sample, filter, rationalise, one

@@ -303,7 +303,7 @@ def checkpoint_bytes(cfg: DictConfig, model_dir) -> int:
     is reloaded from model.path) at 12 bytes each (fp32 weights and two Adam moments),
     plus DeepSpeed's module copy below ZeRO-3 (2 bytes in bf16, 4 in fp32, which stage 0
     keeps as the optimizer's weights), plus a fixed part: at or above the written size,
-    by at most a quarter on the tiny model (tests/test_reliability_round2b.py)."""
+    by at most a quarter on the tiny model (tests/loop/test_reliability_round2b.py)."""
     lc = cfg.learner
     shape = shape_of_dir(str(model_dir), bool(cfg.model.trust_remote_code))
     trained = shape.lora_params(int(lc.lora.rank), lc.lora.target_modules) \

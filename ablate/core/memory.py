@@ -10,7 +10,7 @@ and M_TRIM_THRESHOLD keeps up to 1 GiB of freed heap mapped (mallopt(3)); the pr
 peak memory is unchanged, it is just not handed back between turns. Most, not all, reuses
 are served this way: where the heap cannot grow in place glibc still maps a block (a
 freed 64 MiB block faulted again in 0-1 of 7 reuses, against 7 of 7 with the defaults;
-tests/test_threads.py).
+tests/core/test_threads.py).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`env=verifiers`: a verifiers v1 taskset (verifiers==0.4.0, `verifiers.v1`) as an ablate
 environment. The ONE module that touches verifiers' API (it moves fast): everything it
-uses is exercised by tests/test_envs_verifiers.py::test_conformance_of_the_verifiers_api.
+uses is exercised by tests/envs/test_envs_verifiers.py::test_conformance_of_the_verifiers_api.
 
 ablate's own harness and sampler drive the episode (so the learner trains on the ids the
 sampler produced, never on re-tokenised messages); the taskset supplies the rest:

@@ -7,10 +7,10 @@
     sampler.load_weights(learner.export_state_dict())
 
 `deepspeed` (ZeRO-3 by default, also on CPU) and `torch` (the plain reference) behave the
-same to within float rounding; see tests/test_learners.py for the parity checks.
+same to within float rounding; see tests/learners/test_learners.py for the parity checks.
 Tokens that every segment of an update starts with and none trains on (the system prompt
 and tool schemas) are forwarded once, their keys and values reused by every row with exact
-gradients (`learner.shared_prefix`, ablate/learners/prefix.py, tests/test_learner_prefix.py);
+gradients (`learner.shared_prefix`, ablate/learners/prefix.py, tests/learners/test_learner_prefix.py);
 `update/forward_tokens` counts what the policy forwarded."""
 from __future__ import annotations
 

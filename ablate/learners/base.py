@@ -261,7 +261,7 @@ class Learner:
 
         `rows` (several ranks, ablate/loop/ranks.py): every rank passes the whole batch and
         forwards only its rows; token and sequence counts are summed over the ranks, so the
-        step equals one rank's over all rows (tests/test_distributed.py)."""
+        step equals one rank's over all rows (tests/loop/test_distributed.py)."""
         t0 = time.perf_counter()
         adv = torch.as_tensor(advantages, dtype=torch.float32).flatten().to(self.device)
         if len(adv) != len(batch):

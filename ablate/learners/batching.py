@@ -130,7 +130,7 @@ def shifted_stats(logits: torch.Tensor, targets: torch.Tensor, temperature: floa
     Computed `chunk` positions at a time (default LOGPROB_CHUNK; 0: all at once, plain
     autograd): forward without a graph, backward recomputing each chunk's log-softmax, so
     no [positions, vocab] float32 tensor is ever held. Per-chunk values and gradients come
-    from the same operations as the unchunked ones (tests/test_learner_scale.py)."""
+    from the same operations as the unchunked ones (tests/learners/test_learner_scale.py)."""
     chunk = LOGPROB_CHUNK if chunk is None else int(chunk)
     allowed = allowed if allowed is not None and any(a for a in allowed) else None
     if chunk <= 0:

@@ -1,6 +1,6 @@
 """DeepSpeed learner (ZeRO stage 0-3, default 3), on CPU too (world size 1 without a
 launcher, the client torch AdamW, parameters gathered inside each forward and backward:
-tests/test_learners.py checks it against the plain torch learner).
+tests/learners/test_learners.py checks it against the plain torch learner).
 
 Gradient accumulation: the number of micro-batches differs from update to update, so the
 engine is configured with gradient_accumulation_steps = 1 (backward never rescales the
@@ -72,7 +72,7 @@ def ds_config(cfg: Any) -> dict:
         # ZeRO-3 otherwise replaces torch.nn.functional.linear process-wide, for good, by
         # an autograd.Function (deepspeed/runtime/zero/linear.py): every linear call of
         # the HF sampler in this process then paid its dispatch, half of the linears'
-        # time in an evaluation (docs/cpu.md); gradients are unchanged (tests/test_learners.py)
+        # time in an evaluation (docs/cpu.md); gradients are unchanged (tests/learners/test_learners.py)
         "zero_optimization": {"stage": int(cfg.zero_stage), "memory_efficient_linear": False},
         "zero_force_ds_cpu_optimizer": False,   # client torch AdamW; DeepSpeedCPUAdam JITs ~2 min
         "bf16": {"enabled": cfg.dtype == "bfloat16"},

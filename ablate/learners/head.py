@@ -8,7 +8,7 @@ projection to the hidden states of the selected positions only: a forward pre-ho
 head module gathers those rows, so the rest of the forward (DeepSpeed ZeRO-3's parameter
 gathers and gradient hooks, LoRA, the KV cache) is unchanged, and the gradient reaching
 the hidden states is the same one the full head gives (zero at unselected positions).
-tests/test_learners.py checks losses and gradients against the full-head computation."""
+tests/learners/test_learners.py checks losses and gradients against the full-head computation."""
 from __future__ import annotations
 
 import contextlib

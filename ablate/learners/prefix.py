@@ -9,7 +9,7 @@ in the upstream gradient) that sum, pushed through the prefix once, is the param
 gradient of b separate copies of the prefix. In `Learner.update` the outputs are detached
 leaves shared by all micro-batches; their accumulated gradients go through the prefix
 graph in one final backward of sum(output * leaf.grad), a vector-Jacobian product, so the
-prefix is forwarded and backpropagated once per update. tests/test_learner_prefix.py
+prefix is forwarded and backpropagated once per update. tests/learners/test_learner_prefix.py
 checks loss and every parameter gradient against the per-segment computation."""
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ def eval_episodes(policy, tasks, samples: int, *, temperature: float, greedy: bo
     (sample index `samples` is the greedy one): the sampled rows draw exactly the random
     numbers they drew alone, and every decoding step and prefix serves both. Batch
     composition can change float rounding, so a greedy near-tie may flip (docs/cpu.md:
-    the default cell's 192 rows were identical; tests/test_eval_merged.py bounds it)."""
+    the default cell's 192 rows were identical; tests/samplers/test_eval_merged.py bounds it)."""
     greedy = greedy and temperature > 0
     if greedy and MERGED_EVAL and _merges(policy):
         eps = run_rollout(policy, tasks, samples + 1, seed=seed,

@@ -4,7 +4,7 @@ article's `prime rl run` file) and for prime-rl's own schema in its three eras.
 A rule maps a key to a *field* (convert.py turns fields into ablate keys), or says it is
 ignored (and why) or refused (and why). A key no rule names is an error, with the nearest
 known key suggested: prime-rl rejects unknown keys too, so a typo never passes silently.
-docs/prime.md is the same table in prose; tests/test_prime.py checks that it names every
+docs/prime.md is the same table in prose; tests/apps/test_prime.py checks that it names every
 key here.
 """
 from __future__ import annotations

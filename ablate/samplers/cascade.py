@@ -14,7 +14,7 @@ where (o_p, l_p) is attention (output, log-sum-exp of the scores) over the share
 computed for the queries of all rows at once against ONE copy of its keys/values, and
 (o_s, l_s) is attention over the row's own keys (after the prefix, its own mask). Every
 query comes after the prefix, so the prefix part needs no mask. Exact up to float
-rounding (the sum is ordered differently); tests/test_cascade.py compares it with plain
+rounding (the sum is ordered differently); tests/samplers/test_cascade.py compares it with plain
 attention over the whole sequence.
 
 The attention function is registered with transformers' AttentionInterface (and the

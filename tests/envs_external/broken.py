@@ -1,6 +1,6 @@
 """Environments with one mistake each, the ones a newcomer makes (issue: preflight's
 protocol conformance): each must stop `python -m ablate` with one line and exit 2 before
-a cell directory exists (tests/test_envs_preflight.py)."""
+a cell directory exists (tests/envs/test_envs_preflight.py)."""
 from __future__ import annotations
 
 from typing import Optional

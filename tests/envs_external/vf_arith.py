@@ -1,7 +1,7 @@
 """A verifiers v1 taskset written against verifiers' documented API (the package that
 `vf-init NAME -T` scaffolds: TaskData, TaskConfig with a ToolsetConfig, a Task with
 `toolsets` and async `@vf.reward` / `@vf.metric` methods, a TasksetConfig, a Taskset with
-`load`), for tests/test_envs_verifiers.py: add two numbers, with an `add` tool."""
+`load`), for tests/envs/test_envs_verifiers.py: add two numbers, with an `add` tool."""
 import verifiers.v1 as vf
 
 

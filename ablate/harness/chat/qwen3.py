@@ -4,7 +4,7 @@ The prompt goes through the one chat-template layer (ChatConventions, the tokeni
 template, Qwen3's when it has none), so any model's template is honoured. The pieces
 below it are Qwen3's template written out, for what must exist before a tokenizer does
 (the tiny model's tokenizer is trained on observation_text) and for the tiny model's
-supervised data; tests/test_templates.py checks them against ChatConventions.
+supervised data; tests/harness/test_templates.py checks them against ChatConventions.
 
     render_prompt(tokenizer, task, tools_schema, mode_cfg, system_prompt=None)
         -> list[int]   system (+tools) + user message (task.prompt, the environment's
