@@ -31,7 +31,7 @@ def shown(path) -> str:
 # bookkeeping groups (hydra, run: logging, device, wandb; paths), the preset's name, the
 # seed, and the two cache locations (a cache holds results computed from the other keys).
 EXCLUDED_PREFIXES = ("hydra", "run", "experiment", "paths", "seed")
-EXCLUDED_KEYS = ("env.cache_dir", "judge.cache_dir")
+EXCLUDED_KEYS = ("env.cache_dir", "env.judge.cache_dir", "judge.cache_dir")
 
 
 @dataclass

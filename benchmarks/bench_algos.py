@@ -55,7 +55,7 @@ def main() -> None:
     args = ap.parse_args()
     names = args.presets.split(",")
     cfg = compose_config([])
-    env, judge = build_env(cfg), make_judge(cfg.judge)
+    env, judge = build_env(cfg), make_judge(cfg.env.judge)
     with tempfile.TemporaryDirectory() as d:
         policy = ModelPolicy(env, cfg, Path(d))
         episodes, scores = first_batch(cfg, policy, env, judge)

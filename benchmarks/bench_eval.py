@@ -77,7 +77,7 @@ def main(argv=None) -> dict:
     from ablate.core.threads import available_cpus, cell_threads
     threads = cell_threads(cfg.run.num_threads, cpus=available_cpus())
     seed_everything(cfg.seed)
-    env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
+    env = make_env(cfg.env, cfg=cfg)
     tasks = eval_subset(env.tasks("test"), cfg.eval.num_tasks, cfg.eval.offset)
     policy = SamplerPolicy(env, cfg)
     unit_model = machine_unit._model()

@@ -38,7 +38,7 @@ def capture(overrides: list[str], path: Path):
 
     cfg = compose_config(overrides + ["run.quiet=true"])
     torch.set_num_threads(int(cfg.run.num_threads))
-    env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
+    env = make_env(cfg.env, cfg=cfg)
     policy = ModelPolicy(env, cfg, Path(tempfile.mkdtemp()))
     t = cfg.trainer
     tasks = sample_step_tasks(env.tasks("train"), t.tasks_per_step, cfg.seed, 1, 0)

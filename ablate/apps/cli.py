@@ -56,7 +56,10 @@ WEIGHTS = "reward.weights."
 # check_config validates them), so a key its yaml does not list may be new.
 OPTIONS = "env.options."
 # Groups in the defaults list: `+model=x` is rewritten to `model=x`.
-DEFAULT_GROUPS = ("env", "judge", "mode", "model", "sampler", "learner")
+DEFAULT_GROUPS = ("env", "mode", "model", "sampler", "learner")
+# keys that moved: the old spelling is one line naming the new one
+MOVED = {"judge": "the answer judge is the email world's own key now: env.judge.name=exact|llm "
+                  "and env.judge.<base_url|model|api_key_env|timeout_s|max_retries|cache_dir>"}
 
 
 def conf_dir() -> Path:
@@ -176,6 +179,7 @@ def preflight(args: list[str]) -> int:
     PLANNED.clear()
     try:
         overrides, multirun, skip = _split_cli(args)
+        check_moved(overrides)
         if skip:
             return 0
         jobs = expand_jobs(overrides, multirun)
@@ -189,6 +193,14 @@ def preflight(args: list[str]) -> int:
         print(f"ablate: error: {one_line(exc)}", file=sys.stderr)
         return 2
     return 0
+
+
+def check_moved(overrides: list[str]) -> None:
+    """An override of a key that moved (MOVED) is one line naming where it went."""
+    for arg in overrides:
+        head = arg.split("=", 1)[0].lstrip("+~").split(".")[0]
+        if "=" in arg and head in MOVED:
+            raise ConfigError(f"{arg}: {MOVED[head]}")
 
 
 def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:

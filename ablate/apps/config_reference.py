@@ -194,18 +194,29 @@ def env_sections() -> list[str]:
             by_schema.setdefault(cls.config_schema, []).append(name)
     out = []
     for schema, names in by_schema.items():
-        comments = field_comments(schema)
         out += [f"## `env` of {', '.join(f'`env={n}`' for n in names)} "
                 f"(`{schema.__module__}.{schema.__name__}`)", "",
                 f"Default reward: `{declared(ENVIRONMENTS[names[0]]).default_reward}`.", "",
                 "| key | type | schema default | meaning |", "| --- | --- | --- | --- |"]
-        for f in dataclasses.fields(schema):
-            if f.name in common and _default(f) == common[f.name]:
-                continue
-            note = comments.get(f.name, "").replace("|", "\\|")
-            out.append(f"| `env.{f.name}` | {_type_name(f.type)} | `{_fmt(_default(f))}` "
-                       f"| {note} |")
+        out += env_rows(schema, "env.", common)
         out.append("")
+    return out
+
+
+def env_rows(schema, prefix: str, common: dict) -> list[str]:
+    """One row per key of a world's schema beyond the common ones; a nested section
+    (the email world's env.judge) row by row under its prefix."""
+    comments, out = field_comments(schema), []
+    for f in dataclasses.fields(schema):
+        default = _default(f)
+        if f.name in common and default == common[f.name]:
+            continue
+        if dataclasses.is_dataclass(default):
+            out += env_rows(type(default), f"{prefix}{f.name}.", {})
+            continue
+        note = comments.get(f.name, "").replace("|", "\\|")
+        out.append(f"| `{prefix}{f.name}` | {_type_name(f.type)} | `{_fmt(default)}` "
+                   f"| {note} |")
     return out
 
 

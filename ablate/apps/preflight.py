@@ -114,10 +114,10 @@ def check_env(cfg: DictConfig) -> None:
 
 
 def build(cfg: DictConfig):
-    """make_env with the exact judge (no request at preflight); a crash of the
+    """make_env as at preflight (an answer judge sends no request); a crash of the
     environment's own code is one EnvError line."""
     try:
-        return make_env(cfg.env, cfg=cfg)
+        return make_env(cfg.env, cfg=cfg, preflight=True)
     except (EnvError, *declared(env_class(cfg.env)).config_errors):
         raise
     except Exception as exc:
@@ -249,7 +249,8 @@ def writable_dir(path: Path) -> str | None:
 
 
 def check_writable(cfg: DictConfig) -> None:
-    keys = ["env.cache_dir"] + (["judge.cache_dir"] if cfg.judge.name == "llm" else [])
+    llm = OmegaConf.select(cfg, "env.judge.name") == "llm"    # the email world's judge
+    keys = ["env.cache_dir"] + (["env.judge.cache_dir"] if llm else [])
     for key in keys:
         why = writable_dir(Path(OmegaConf.select(cfg, key)))
         if why:

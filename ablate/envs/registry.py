@@ -176,14 +176,11 @@ def _check_declared_name(cls, name, target) -> None:
                        f"as {', '.join(sorted(map(repr, known)))}; expected that name")
 
 
-def make_env(env_cfg, judge_cfg=None, **objects) -> Environment:
+def make_env(env_cfg, **objects) -> Environment:
     """An environment from its config: `Class.from_config(env_cfg, **objects)`
-    (objects: e.g. `judge=...`, passed if the class takes them). `judge_cfg` (the `judge`
-    group) is passed as the object `judge_cfg`: an environment with an answer judge
-    makes its own from it (the email task's exact | llm)."""
+    (objects: e.g. `cfg=` the whole run config, `preflight=True` at preflight, `judge=`
+    an answer judge; a class ignores those it does not take)."""
     cls = env_class(env_cfg)
-    if judge_cfg is not None:
-        objects.setdefault("judge_cfg", judge_cfg)
     env = cls.from_config(env_cfg, **objects)
     if not env.name:             # a class registered by env.name alone: its messages name it
         env.name = _get(env_cfg, "name") or cls.__name__

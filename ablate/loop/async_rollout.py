@@ -148,5 +148,5 @@ def _next_weights(weights_q, parent: int):
 def _sampler_policy(cfg):
     """The environment and a sampler-only ModelPolicy (no learner) in this process."""
 
-    env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)   # as run_cell builds it
+    env = make_env(cfg.env, cfg=cfg)   # as run_cell builds it
     return SamplerPolicy(env, cfg), env

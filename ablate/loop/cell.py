@@ -226,7 +226,7 @@ def _set_threads(cfg: DictConfig) -> None:
 def _open_env(cfg: DictConfig, cell: CellDir):
     """The cell's environment, described in environment.json; the code's provenance; a
     ConfigError if the configured reward does not fit the environment."""
-    env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
+    env = make_env(cfg.env, cfg=cfg)
     cell.write_text("environment.json", json.dumps(
         {**describe_env(env), "outcome_labels": outcome_labels(env)}, indent=2))
     if cell.writer:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from ablate.core.dist import env_world_size
 from ablate.core.threads import parse_threads
@@ -23,7 +23,6 @@ from ablate.algos.config import AlgoConfig
 from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, ALGORITHMS, LOSS_AGGREGATIONS,
                                    PAIR_RULES, POLICY_LOSSES, ROLLOUT_CORRECTIONS,
                                    import_plugins)
-from ablate.envs.config import JudgeConfig
 from ablate.protocol.config import EnvConfig
 from ablate.envs import ENVIRONMENTS, EnvError, declared, env_class
 from ablate.harness.config import HarnessConfig, ModeConfig
@@ -102,7 +101,6 @@ class AblateConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
-    judge: JudgeConfig = field(default_factory=JudgeConfig)
     # harness.predict follows reward.world_model.enable unless set (predict, unpaid: an axis)
     harness: HarnessConfig = field(default_factory=lambda: HarnessConfig(
         predict="${reward.world_model.enable}"))
@@ -138,7 +136,6 @@ ALLOWED = {
     "learner.name": LEARNERS,
     "learner.dtype": ("float32", "bfloat16"),
     "model.dtype": ("float32", "bfloat16", "float16"),
-    "judge.name": ("exact", "llm"),
     "harness.on_malformed": ("continue", "end"),
     "harness.calls_per_turn": ("first", "all"),
     "harness.parser": PARSERS,
@@ -324,7 +321,7 @@ def validate(cfg: DictConfig | Any) -> None:
     _check_harness(cfg)
     _check_env(cfg)
     _check_learner(cfg.learner)
-    _check_sampler_judge(cfg)
+    _check_sampler(cfg)
     _check_run(cfg)
     check_agent(cfg, _need)
 
@@ -407,8 +404,8 @@ def _check_learner(lc) -> None:
         _need(0 <= lo.dropout < 1, "learner.lora.dropout", lo.dropout, "must be in [0, 1)")
 
 
-def _check_sampler_judge(cfg) -> None:
-    s, j = cfg.sampler, cfg.judge
+def _check_sampler(cfg) -> None:
+    s = cfg.sampler
     _need(s.temperature > 0, "sampler.temperature", s.temperature,
           "training samples a group of rollouts per task: must be > 0 "
           "(eval.temperature=0 is the greedy switch, for evaluation)")
@@ -424,10 +421,6 @@ def _check_sampler_judge(cfg) -> None:
               s.tensor_parallel_size, "must be >= 1")
         _need(0 < s.gpu_memory_utilization <= 1, "sampler.gpu_memory_utilization",
               s.gpu_memory_utilization, "must be in (0, 1]")
-    if j.name == "llm" and not (j.base_url and j.model):
-        raise ConfigError("judge=llm needs judge.base_url and judge.model")
-    _need(j.timeout_s > 0, "judge.timeout_s", j.timeout_s, "must be > 0 seconds")
-    _need(j.max_retries >= 0, "judge.max_retries", j.max_retries, "must be >= 0")
 
 
 def _threads_ok(value) -> bool:

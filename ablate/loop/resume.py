@@ -4,8 +4,8 @@ runs under the first one's name, with the optimizer state of the first.
 
 `config_changes(stored, cfg)` lists the keys whose value differs, except the keys that
 cannot change a result (ALLOW_CHANGE: display, logging, threads, cache directories,
-the judge's transport settings, trainer.max_steps to extend a cell). `run.allow_config_change=true` lets a resume go on
-anyway; the change is then recorded in <cell>/config_changes.jsonl and in the next
+the email judge's transport settings, trainer.max_steps to extend a cell).
+`run.allow_config_change=true` lets a resume go on anyway; the change is then recorded in <cell>/config_changes.jsonl and in the next
 metrics row (`resume/config_changes`)."""
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from ablate.core.errors import ConfigError
 ALLOW_CHANGE = ("run.quiet", "run.wandb_mode", "run.wandb_project", "run.num_threads",
                 "run.malloc_reuse",
                 "run.num_trajectories", "run.allow_config_change", "env.cache_dir",
-                "judge.cache_dir", "judge.api_key_env", "judge.timeout_s",
-                "judge.max_retries",
+                "env.judge.cache_dir", "env.judge.api_key_env", "env.judge.timeout_s",
+                "env.judge.max_retries",
                 # every random choice is a function of (seed, step, round) and no schedule
                 # reads it: a longer run repeats a shorter one's steps (extending a cell)
                 "trainer.max_steps",
@@ -31,6 +31,10 @@ ALLOW_CHANGE = ("run.quiet", "run.wandb_mode", "run.wandb_project", "run.num_thr
                 # grid's device assignment change no result
                 "run.world_size", "run.dist_timeout_s", "run.devices_per_cell")
 CHANGES_FILE = "config_changes.jsonl"
+# keys (or prefixes ending in ".") a later version renamed: a cell stored under the old
+# name resumes under the new one (the judge became the email world's env.judge; the
+# curriculum's start names the world's difficulty level)
+RENAMED = {"judge.": "env.judge.", "algo.curriculum.start_hops": "algo.curriculum.start_level"}
 
 
 def _flat(node, prefix: str = "") -> dict:
@@ -52,9 +56,16 @@ def config_changes(stored: dict, cfg: DictConfig) -> dict[str, tuple]:
     """{key: (stored value, new value)} of the keys that differ and may change results
     (a key only one side has counts, with None on the other)."""
     new = _flat(yaml.safe_load(OmegaConf.to_yaml(cfg, resolve=True)) or {})
-    old = _flat(stored or {})
+    old = {_renamed(k): v for k, v in _flat(stored or {}).items()}
     return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
             if not _same(old.get(k), new.get(k)) and not _allowed(k)}
+
+
+def _renamed(key: str) -> str:
+    for was, now in RENAMED.items():
+        if key == was or (was.endswith(".") and key.startswith(was)):
+            return now + key[len(was):]
+    return key
 
 
 def _allowed(key: str) -> bool:

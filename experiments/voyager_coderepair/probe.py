@@ -84,7 +84,7 @@ def main() -> None:
     cfg = compose_config(normalise_overrides([
         "env=coderepair", "model=tiny_coderepair", "env.max_turns=12", "learner=torch",
         "agent=voyager"]))
-    env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)
+    env = make_env(cfg.env, cfg=cfg)
     train, test = env.tasks("train"), env.tasks("test")
     tasks = train[: args.tasks]
     out = {"command": "python experiments/voyager_coderepair/probe.py "

@@ -40,7 +40,7 @@ torch.set_num_threads(1)
 
 def policy_for(db, sampler, overrides=(), compact=False):
     cfg = compose_config(normalise_overrides(["env.max_turns=3", *overrides]))
-    env = EmailEnv.over_db(db, judge=make_judge(cfg.judge))
+    env = EmailEnv.over_db(db, judge=make_judge(cfg.env.judge))
     if compact:
         env.tool_schemas = U.compact_schemas
     pol = SimpleNamespace(sampler=sampler, tokenizer=U.tokenizer(), env=env, cfg=cfg)

@@ -115,7 +115,7 @@ class Policy:
 def test_star_trains_hinted_episodes_without_the_hint_in_context(tmp_path, mode):
     cfg = compose_config(normalise_overrides([f"+mode={mode}"]))
     db = U.make_db(tmp_path)
-    judge = EmailEnv.over_db(db, judge=make_judge(cfg.judge))   # scores like a cell
+    judge = EmailEnv.over_db(db, judge=make_judge(cfg.env.judge))   # scores like a cell
     policy = Policy(db, cfg, hint_script)
     first = policy.act(TASKS, 2)
     scored = score(first, judge, cfg.reward)
@@ -155,7 +155,7 @@ def test_star_drops_episodes_the_unhinted_masks_cannot_produce(tmp_path):
     cfg = compose_config([])
     assert cfg.harness.keyword_masking
     db = U.make_db(tmp_path)
-    judge = EmailEnv.over_db(db, judge=make_judge(cfg.judge))   # scores like a cell
+    judge = EmailEnv.over_db(db, judge=make_judge(cfg.env.judge))   # scores like a cell
     budget, falcon = (steps for _, steps in U.demo_steps())
     lopez = [chat.format_tool_call("search_inbox", {"keywords": ["Lopez"]})] + falcon[1:]
 

@@ -65,7 +65,7 @@ def test_article_cfg_job():
         (100, 64, 1, True)
     assert cfg.env.name == "enronhop" and cfg.env.max_turns == 15
     assert cfg.model.name == "qwen3_4b" and cfg.model.hf_id == "Qwen/Qwen3-4B-Instruct-2507"
-    assert (cfg.judge.name, cfg.judge.model) == ("llm", "gpt-5-nano")
+    assert (cfg.env.judge.name, cfg.env.judge.model) == ("llm", "gpt-5-nano")
     assert cfg.env.train_tasks_path == "hf://datasets/DeL-TaiseiOzaki/enronhop/train.jsonl"
     assert cfg.env.emails_path == "hf://datasets/miluki/enronhop-corpus/emails.jsonl"
     assert cfg.harness.max_new_tokens_per_turn == 4096
@@ -79,7 +79,7 @@ def test_article_cfg_job_through_the_cli(tmp_path):
     proc = prime([ARTICLE, "--cfg", "job"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     cfg = yaml.safe_load(proc.stdout)
-    assert cfg["trainer"]["max_steps"] == 300 and cfg["judge"]["model"] == "gpt-5-nano"
+    assert cfg["trainer"]["max_steps"] == 300 and cfg["env"]["judge"]["model"] == "gpt-5-nano"
     assert "infrastructure ignored" in proc.stderr and "run.devices_per_cell" in proc.stderr
     assert not (tmp_path / "outputs").exists()
 
@@ -109,7 +109,7 @@ def test_hf_files_come_from_the_local_cache(tmp_path, monkeypatch):
 @pytest.mark.slow   # a real cell (~13 s); the parsing tests stay in the default run
 def test_article_runs_a_tiny_cell_to_complete(tmp_path):
     out = tmp_path / "cell"
-    small = ["env=synthetic", "model=tiny", "judge=exact", "learner=torch",
+    small = ["env=synthetic", "model=tiny", "learner=torch",
              "env.num_inboxes=6", "env.emails_per_inbox=40", "env.train_tasks=40",
              "env.test_tasks=16", "trainer.max_steps=1", "trainer.tasks_per_step=2",
              "trainer.group_size=2", "trainer.max_async_level=0", "eval.num_tasks=4",
@@ -217,7 +217,7 @@ def test_write_gives_an_experiment_that_composes(tmp_path):
     exp = yaml.safe_load(target.read_text())
     assert exp["experiment"] == "enronhop_lab"
     assert {"override /env": "enronhop"} in exp["defaults"]
-    assert exp["trainer"]["tasks_per_step"] == 16 and exp["judge"]["model"] == "gpt-5-nano"
+    assert exp["trainer"]["tasks_per_step"] == 16 and exp["env"]["judge"]["model"] == "gpt-5-nano"
     run = subprocess.run([sys.executable, "-m", "ablate", "--config-dir", str(tmp_path),
                           "+experiment=enronhop_lab", "--cfg", "job"], cwd=tmp_path,
                          env=env(tmp_path), capture_output=True, text=True, timeout=300)

@@ -84,10 +84,10 @@ def test_a_grid_sweeping_paths_leaves_flat_cells_progress_reports(tmp_path, monk
     monkeypatch.setattr(cli, "FAILED_CELLS", [])
     monkeypatch.chdir(tmp_path)
     sweep = tmp_path / "sweep"
-    cli.main(["-m", "judge.cache_dir=a/j1,b/j2", "run.quiet=true",
+    cli.main(["-m", "env.judge.cache_dir=a/j1,b/j2", "run.quiet=true",
               f"hydra.sweep.dir={sweep}"])
     cells = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
-    assert cells == ["judge.cache_dir=a%2Fj1", "judge.cache_dir=b%2Fj2"]
+    assert cells == ["env.judge.cache_dir=a%2Fj1", "env.judge.cache_dir=b%2Fj2"]
     assert report(sweep).splitlines()[0].endswith("2 complete, 0 running, 0 interrupted, "
                                                   "0 failed, 0 not started (of 2)")
 

@@ -18,7 +18,7 @@ def test_default_config_is_the_embedded_cell():
     assert cfg.sampler.name == "hf" and cfg.learner.name == "deepspeed"
     assert cfg.reward.name == "shaped" and cfg.algo.name == "grpo"
     assert cfg.mode.name == "instruct" and cfg.mode.enable_thinking is False
-    assert cfg.judge.name == "exact"
+    assert cfg.env.judge.name == "exact"
 
 
 def test_design_card_syntax_and_plain_group_syntax_agree():
@@ -84,7 +84,7 @@ INVALID = [
     (["env=enronhop"], "env.emails_path"),
     (["env=enronhop", "env.emails_path=/nonexistent/e.jsonl", "env.train_tasks_path=/x",
       "env.test_tasks_path=/y"], "env.emails_path"),
-    (["judge=llm"], "judge.base_url"),
+    (["env.judge.name=llm"], "env.judge.base_url"),
     (["trainer.group_size=0"], "trainer.group_size"),
     (["env.max_results=50"], "env.max_results"),
     (["harness.on_malformed=explode"], "harness.on_malformed"),
@@ -233,3 +233,19 @@ def test_plugins_register_names_on_any_axis():
                          "strict_copy")[0].call.name == "a"
     with pytest.raises(ConfigError, match=r"^plugins: cannot import 'no_such_module_xyz'"):
         validate(compose_config(["plugins=[no_such_module_xyz]"]))
+
+
+def test_a_cell_stored_under_renamed_keys_resumes_under_the_new_names():
+    """config.yaml of a cell started before the judge moved to env.judge (and the
+    curriculum's start_hops became start_level) shows no change; a real one is named."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from ablate.loop.resume import config_changes
+    cfg = compose_config([])
+    stored = yaml.safe_load(OmegaConf.to_yaml(cfg, resolve=True))
+    stored["judge"] = stored["env"].pop("judge")
+    stored["algo"]["curriculum"]["start_hops"] = stored["algo"]["curriculum"].pop("start_level")
+    assert config_changes(stored, cfg) == {}
+    stored["judge"]["name"] = "llm"
+    assert config_changes(stored, cfg) == {"env.judge.name": ("llm", "exact")}

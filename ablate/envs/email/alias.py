@@ -7,7 +7,7 @@ PRIME_ALIASES = {
         "env": "enronhop",
         "args": {
             "max_turns": ("env.max_turns",),
-            "judge_model": ("judge=llm", "judge.model"),
+            "judge_model": ("env.judge.name=llm", "env.judge.model"),
             "train_data_file": ("env.train_tasks_path",),
             "test_data_file": ("env.test_tasks_path",),
             "corpus_data_file": ("env.emails_path",),

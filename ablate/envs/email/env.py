@@ -22,7 +22,7 @@ from ablate.protocol.environment import EnvError, Environment, tool_names
 from ablate.protocol.task import Task, ToolResult
 from ablate.envs.email.alias import PRIME_ALIASES
 from ablate.envs.email.bundle import EnvBundle, build_env
-from ablate.envs.email.config import EmailEnvConfig
+from ablate.envs.email.config import JUDGES, EmailEnvConfig
 from ablate.envs.email.data import DataFileError, Task as EmailTask
 from ablate.envs.email.db import EmailDBError
 from ablate.envs.email.episodes import email_task, emails_read, evidence_read  # noqa: F401
@@ -71,16 +71,17 @@ class EmailEnv(Environment):
         self.bundle, self.judge, self.name = bundle, judge or ExactJudge(), name
 
     @classmethod
-    def from_config(cls, env_cfg, judge: Any = None, cfg: Any = None, judge_cfg: Any = None,
-                    **_objects) -> "EmailEnv":
+    def from_config(cls, env_cfg, judge: Any = None, cfg: Any = None,
+                    preflight: bool = False, **_objects) -> "EmailEnv":
         """`cfg` (the whole run config, when given) bounds the questions by the model's
-        context (ablate.apps.preflight.question_budget); `judge_cfg` (the `judge` group)
-        makes the answer judge (exact | llm) unless `judge` is given."""
+        context (ablate.apps.preflight.question_budget); `env.judge` makes the answer
+        judge (exact | llm) unless a `judge` object is given; at preflight the exact one
+        (its conformance episode sends no request)."""
         if cfg is None:   # the env group alone: schema defaults for the keys not given
             env_cfg = OmegaConf.merge(OmegaConf.structured(EmailEnvConfig), env_cfg)
             cfg = SimpleNamespace(env=env_cfg)
-        if judge is None and judge_cfg is not None:
-            judge = make_judge(judge_cfg)
+        if judge is None and not preflight and "judge" in env_cfg:   # old configs lack it
+            judge = make_judge(env_cfg.judge)
         _check_files(env_cfg)
         return cls(build_env(cfg), judge=judge, name=env_cfg.name)
 
@@ -90,6 +91,7 @@ class EmailEnv(Environment):
         env = env_cfg
         _need(1 <= env.max_results <= 10, "env.max_results", env.max_results, "in 1..10")
         _need(env.max_read_chars >= 1, "env.max_read_chars", env.max_read_chars, ">= 1")
+        _check_judge(env.judge)
         if env.name == "synthetic":
             for key in ("num_inboxes", "emails_per_inbox", "train_tasks", "test_tasks"):
                 _need(env[key] >= 1, f"env.{key}", env[key], ">= 1")
@@ -278,6 +280,17 @@ def _check_files(env_cfg) -> None:
     for key in ("emails_path", "train_tasks_path", "test_tasks_path"):
         if not os.path.isfile(os.path.expanduser(str(env_cfg[key]))):
             raise EnvError(f"env.{key}={env_cfg[key]!r}: file not found")
+
+
+def _check_judge(judge) -> None:
+    """env.judge: a known judge; llm needs its endpoint and model (one line each)."""
+    if judge.name not in JUDGES:
+        raise EnvError(f"env.judge.name={judge.name!r} is not allowed; choose one of "
+                       f"{', '.join(JUDGES)}")
+    if judge.name == "llm" and not (judge.base_url and judge.model):
+        raise EnvError("env.judge.name=llm needs env.judge.base_url and env.judge.model")
+    _need(judge.timeout_s > 0, "env.judge.timeout_s", judge.timeout_s, "> 0 seconds")
+    _need(judge.max_retries >= 0, "env.judge.max_retries", judge.max_retries, ">= 0")
 
 
 def _need(ok: bool, key: str, value, allowed: str) -> None:

@@ -1,4 +1,4 @@
-"""Answer judges (`judge=` group): is a predicted answer correct given the gold one?
+"""Answer judges (`env.judge.*`): is a predicted answer correct given the gold one?
 
 ExactJudge — offline default. Both answers are normalised to token lists (rules in
 `normalize_answer`); the prediction is correct when the lists are equal, or when the
@@ -258,11 +258,12 @@ class LLMJudge:
                  cache_dir: str | os.PathLike | None = None, *, backoff_s: float = 1.0,
                  max_tokens: int = 256, concurrency: int = 8, exact_first: bool = True):
         if not base_url or not model:
-            raise ValueError("LLMJudge needs base_url and model (judge.base_url, judge.model)")
+            raise ValueError("LLMJudge needs base_url and model (env.judge.base_url, "
+                             "env.judge.model)")
         if not timeout_s > 0:
-            raise ValueError(f"judge.timeout_s={timeout_s} must be > 0 seconds")
+            raise ValueError(f"env.judge.timeout_s={timeout_s} must be > 0 seconds")
         if max_retries < 0:
-            raise ValueError(f"judge.max_retries={max_retries} must be >= 0")
+            raise ValueError(f"env.judge.max_retries={max_retries} must be >= 0")
         base = base_url.rstrip("/")
         if httpx.URL(base).path in ("", "/"):
             base += "/v1"
@@ -426,7 +427,7 @@ def _shut(sock) -> None:
 
 
 def make_judge(cfg) -> ExactJudge | LLMJudge:
-    """The judge named by cfg.name (a JudgeConfig or the `judge` node of the config)."""
+    """The judge named by cfg.name (a JudgeConfig or the `env.judge` node of the config)."""
     name = getattr(cfg, "name", None)
     if name == "exact":
         return ExactJudge()
@@ -434,4 +435,4 @@ def make_judge(cfg) -> ExactJudge | LLMJudge:
         return LLMJudge(base_url=cfg.base_url, model=cfg.model, api_key_env=cfg.api_key_env,
                         timeout_s=cfg.timeout_s, max_retries=cfg.max_retries,
                         cache_dir=cfg.cache_dir)
-    raise ValueError(f"judge.name={name!r} is not allowed; choose one of ['exact', 'llm']")
+    raise ValueError(f"env.judge.name={name!r} is not allowed; choose one of ['exact', 'llm']")
