@@ -311,7 +311,7 @@ def test_zero3_bf16_tracks_fp32(weights_dir, tmp_path):
 WORKER = '''
 import json, sys, torch, transformers
 from omegaconf import OmegaConf
-sys.path.insert(0, {root!r})
+sys.path[:0] = [{root!r}, {root!r} + "/tests/learners"]   # the shared test helpers
 from test_learners import make_batch, clipped_token_mean, lcfg
 from test_learner_prefix import prefix_batch
 from ablate.learners import build_model_for_learner, make_learner

@@ -95,7 +95,7 @@ def test_a_worker_that_initialised_cuda_keeps_its_devices(monkeypatch):
 # --- one update: two ranks == one rank ---------------------------------------------------
 WORKER = r'''
 import json, os, sys, torch, transformers
-sys.path.insert(0, {root!r})
+sys.path[:0] = [{root!r}, {root!r} + "/tests/learners"]   # the shared test helpers
 from ablate.core import dist
 dist.init(120)
 from test_learners import make_batch, lcfg
