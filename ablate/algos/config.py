@@ -17,7 +17,7 @@ class OverlongConfig:
 
 @dataclass
 class DynamicSamplingConfig:
-    # DAPO §3.3: keep only groups whose rewards are not all equal
+    # DAPO §3.2: keep only groups whose rewards are not all equal
     enable: bool = False
     max_batches: int = 3     # extra generation rounds to refill the batch
 

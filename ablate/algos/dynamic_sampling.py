@@ -1,4 +1,4 @@
-"""DAPO dynamic sampling (Yu et al., 2025, arXiv:2503.14476 §3.3, the constraint
+"""DAPO dynamic sampling (Yu et al., 2025, arXiv:2503.14476 §3.2, the constraint
 0 < |{correct}| < G): groups whose rewards are all equal give zero advantage, hence no
 gradient, so they are dropped and the batch is refilled by generating more groups.
 
@@ -116,7 +116,7 @@ def refill(target_groups: int, max_batches: int, enable: bool,
     are dropped and each refill round r = 1..max_batches asks for the groups still
     missing, until `target_groups` are kept. `rollout_round(r, need)` -> (items, rewards,
     group ids). Without `enable`: one round, every group kept."""
-    # keep 0 < |{correct}| < G, refill: DAPO (Yu et al. 2025, arXiv:2503.14476 §3.3)
+    # keep 0 < |{correct}| < G, refill: DAPO (Yu et al. 2025, arXiv:2503.14476 §3.2)
     if not enable:
         items, rewards, groups = rollout_round(0, target_groups)
         return Refilled(items, rewards, groups, [rewards], {"kept_fraction": 1.0})

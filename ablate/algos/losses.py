@@ -56,7 +56,7 @@ def _denominator(own: torch.Tensor, given: Optional[float], name: str) -> float:
 @LOSS_AGGREGATIONS.register("token-mean")
 def token_mean(values, mask, *, max_len=None, num_tokens=None, num_seqs=None,
                row_tokens=None) -> torch.Tensor:
-    """Sum of masked values / number of masked tokens (DAPO, Yu et al., 2025, §3.2)."""
+    """Sum of masked values / number of masked tokens (DAPO, Yu et al., 2025, §3.3)."""
     m = mask.bool()
     return values.masked_fill(~m, 0.0).sum() / _denominator(m.sum(), num_tokens, "num_tokens")
 

@@ -464,7 +464,7 @@ class Tally:
 
 def mixed_groups(rewards: torch.Tensor, group_size: int) -> float:
     """Fraction of groups with any reward variance: how much GRPO signal the step carries
-    (DAPO's keep test, Yu et al. 2025, arXiv:2503.14476 §3.3)."""
+    (DAPO's keep test, Yu et al. 2025, arXiv:2503.14476 §3.2)."""
     mixed, _ = dynamic_sampling_filter(rewards, [i // group_size for i in range(len(rewards))])
     return len(mixed) / max(len(rewards) // group_size, 1)
 
