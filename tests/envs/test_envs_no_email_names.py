@@ -78,7 +78,6 @@ def test_the_generic_core_asks_the_environment():
     core = [*sorted((ROOT / "ablate" / "apps").glob("*.py")),
             *sorted((ROOT / "ablate" / "loop").glob("*.py")),
             *sorted((ROOT / "ablate" / "protocol").glob("*.py")),
-            *(ROOT / "ablate" / "envs" / f for f in ("registry.py", "config.py",
-                                                    "conformance.py"))]
+            *(ROOT / "ablate" / "envs" / f for f in ("registry.py", "conformance.py"))]
     hits = [str(p.relative_to(ROOT)) for p in core if "ablate.envs.email" in p.read_text()]
     assert hits == []

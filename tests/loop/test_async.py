@@ -114,7 +114,7 @@ def test_producer_rolls_out_exactly_the_scheduled_version(tmp_path, monkeypatch)
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
     cfg = compose_config(normalise_overrides([*TINY, "trainer.max_async_level=1", *ASYNC]))
     from ablate.envs import make_env
-    env = make_env(cfg.env, judge_cfg=cfg.judge, cfg=cfg)   # as run_cell and the producer
+    env = make_env(cfg.env, cfg=cfg)   # as run_cell and the producer
     local = SamplerPolicy(env, cfg)
     w0 = {k: v.clone() for k, v in local.sampler.model.state_dict().items()}
     w1 = perturbed(w0, 0.05, 1)
