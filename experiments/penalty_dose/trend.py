@@ -3,8 +3,10 @@ hypotheses"): the exact Jonckheere-Terpstra test of a monotone trend in held-out
 accuracy across the wrong-answer weight lambda (`reward.weights.wrong`), by permutation
 over seeds; lambda = 4 vs lambda = 0 by exact permutation; Holm over the two (the
 primary family); and, secondary and unadjusted, the same trend test per question class
-(1-hop, 2-hop) and on the submission rate, how each seed's episodes ended, and whether
-each arm's interval excludes the collapse the pilot predicts (pilots/sizing.json).
+(1-hop, 2-hop) and on the submission rate, how each seed's episodes ended, whether
+each arm's interval excludes the collapse the pilot predicts (pilots/sizing.json), the
+same for the submission rate of each class predicted to stop submitting (Welch over
+seeds), and the arm means at every evaluated step (which class fell first).
 
 Registered in analysis.yaml `scripts:` (publish runs it as `python trend.py REPORT_DIR`):
 writes REPORT_DIR/trend.json (the README's quantities) and the figure "dose_response"
@@ -37,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.collect import find_run_dirs, flatten, read_config, read_jsonl
-from analysis.stats import holm, permutation_test
+from analysis.stats import holm, interval, permutation_test
 
 HERE = Path(__file__).resolve().parent
 FACTOR = "reward.weights.wrong"
@@ -197,10 +199,11 @@ def arms(rows: list[dict], metric: str = "accuracy", cls: str | None = None) -> 
 
 # ------------------------------------------------------------------ the analysis
 def analyse(rows: list[dict], sizing: dict | None = None,
-            summary: dict | None = None) -> dict:
+            summary: dict | None = None, steps: dict | None = None) -> dict:
     """trend.json: the primary family (JT on accuracy; lambda max vs lambda 0 by exact
     permutation; Holm over the two), the secondary trend tests (unadjusted), per-arm
-    means, endings per seed, and the collapse each arm's interval excludes."""
+    means, endings per seed, the collapse each arm's interval excludes, and (given
+    `steps`, {step: per_seed rows at that step}) the per-arm means at every evaluation."""
     acc = arms(rows)
     lams = list(acc)
     lo, hi = lams[0], lams[-1]
@@ -225,22 +228,32 @@ def analyse(rows: list[dict], sizing: dict | None = None,
             g = arms(rows, metric, cls)
             if len(g) == len(lams) and all(len(v) for v in g.values()):
                 secondary[f"{metric}{'_' + cls if cls else ''}"] = jt_test(list(g.values()))
+    out = {"factor": FACTOR, "lambdas": lams, "step": max(r["step"] for r in rows),
+           "alpha": ALPHA, "primary": primary, "secondary": secondary,
+           "arms": arm_means(rows), "per_seed": rows}
+    if steps:
+        out["by_step"] = {str(s): arm_means(r, endings=False) for s, r in sorted(steps.items())}
+    if sizing:
+        out["thresholds"] = sizing.get("thresholds")
+        out["collapse"] = collapse(summary, sizing, lams) if summary else None
+        out["class_submission"] = class_submission(rows, sizing.get("thresholds") or {})
+    return out
+
+
+def arm_means(rows: list[dict], endings: bool = True) -> dict:
+    """{lambda: the seeds, the arm's mean accuracy, submission rate and P(right |
+    submitted), overall and per class (a mean over seeds), and each seed's endings}."""
     means = {}
-    for lam in lams:
+    for lam in sorted({r["lambda"] for r in rows}):
         mine = [r for r in rows if r["lambda"] == lam]
         means[_key(lam)] = {
             "seeds": [r["seed"] for r in mine],
             **{f"{m}{'_' + c if c else ''}": _mean([_value(r, m, c) for r in mine])
                for m in ("accuracy", "submitted", "right_when_submitted")
-               for c in (None, "hops1", "hops2")},
-            "endings": {str(r["seed"]): r["endings"] for r in mine}}
-    out = {"factor": FACTOR, "lambdas": lams, "step": max(r["step"] for r in rows),
-           "alpha": ALPHA, "primary": primary, "secondary": secondary, "arms": means,
-           "per_seed": rows}
-    if sizing:
-        out["thresholds"] = sizing.get("thresholds")
-        out["collapse"] = collapse(summary, sizing, lams) if summary else None
-    return out
+               for c in (None, "hops1", "hops2")}}
+        if endings:
+            means[_key(lam)]["endings"] = {str(r["seed"]): r["endings"] for r in mine}
+    return means
 
 
 def _key(lam: float) -> str:
@@ -274,6 +287,50 @@ def collapse(summary: dict, sizing: dict, lams: list[float]) -> list[dict]:
                     "excludes_half": (None if drop is None or not ci
                                       else bool(ci[0] > -drop / 2))})
     return sorted(out, key=lambda r: r["lambda"])
+
+
+def welch(a: list[float], b: list[float]) -> dict:
+    """mean(a) - mean(b) with its 1 - ALPHA Welch t interval over seeds (Welch 1947,
+    Biometrika 34:28; Satterthwaite df); conditional on the questions evaluated."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    se = math.sqrt(va + vb)
+    d = float(a.mean() - b.mean())
+    if se == 0:
+        return {"delta": d, "ci": [d, d], "se": 0.0, "df": None}
+    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    lo, hi = interval(d, se, df, ALPHA)
+    return {"delta": d, "ci": [float(lo), float(hi)], "se": se, "df": float(df)}
+
+
+def class_submission(rows: list[dict], thresholds: dict) -> list[dict]:
+    """Per lambda > 0 and each class whose threshold lambda* lies below it (the class
+    predicted to stop submitting): its submission rate's difference from lambda 0
+    (`welch`), the full fall (to no submissions: minus lambda 0's rate) and whether the
+    interval's lower end lies above minus it and above minus half of it."""
+    out = []
+    lams = sorted({r["lambda"] for r in rows})
+    for cls, t in sorted(thresholds.items()):
+        base = arms(rows, "submitted", cls).get(lams[0])
+        for lam in lams[1:]:
+            mine = arms(rows, "submitted", cls).get(lam)
+            if t is None or lam <= t or not base or not mine or len(base) < 2 or len(mine) < 2:
+                continue
+            w = welch(mine, base)
+            full = float(np.mean(base))
+            out.append({"lambda": lam, "class": cls, "threshold": t, **w, "full_fall": full,
+                        "excludes_full": bool(w["ci"][0] > -full),
+                        "excludes_half": bool(w["ci"][0] > -full / 2)})
+    return out
+
+
+def steps_of(runs: Path) -> dict:
+    """{step: per_seed(runs, step)} for every step some run evaluated."""
+    steps = set()
+    for run, _ in find_run_dirs(runs):
+        rows, _ = read_jsonl(run / "eval.jsonl", required=("step",))
+        steps |= {r["step"] for r in rows}
+    return {s: per_seed(runs, s) for s in sorted(steps)}
 
 
 # ------------------------------------------------------------------ the figure
@@ -340,7 +397,7 @@ def main(argv: list[str] | None = None) -> None:
     summary = None
     if a.report and (Path(a.report) / "summary.json").exists():
         summary = json.loads((Path(a.report) / "summary.json").read_text())
-    q = analyse(rows, sizing, summary)
+    q = analyse(rows, sizing, summary, steps_of(Path(a.runs)) if a.step is None else None)
     print("| λ | seed | step | accuracy | 1-hop | 2-hop | submitted | 1-hop | 2-hop |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:

@@ -5,6 +5,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -265,6 +267,39 @@ def test_penalty_dose_trend_reads_runs_and_writes_its_report(tmp_path, capsys):
     assert (report / "dose_response.png").is_file()
     assert "λ" in (report / "dose_response.caption.txt").read_text()
     assert "| 4 | 1 | 48 | 0.125 |" in capsys.readouterr().out
+
+
+def test_penalty_dose_class_submission_and_every_step(tmp_path):
+    """The class predicted to stop submitting (its lambda* below lambda): the fall of its
+    submission rate from lambda 0 with a Welch interval over seeds (checked against
+    scipy's), against the full fall (to none) and half of it; and the arm means at every
+    evaluated step."""
+    from scipy import stats
+    jt = _trend()
+    runs = tmp_path / "runs"
+    hops = [1, 1, 2, 2]
+    right = [[1, 1], [1, 1], [1, 1], [0, 0]]
+    for seed in (0, 1):
+        _dose_run(runs, 0.0, seed, right, [[1, 1]] * 4, hops)
+    _dose_run(runs, 4.0, 0, right, [[1, 1], [1, 1], [0, 0], [0, 0]], hops)
+    _dose_run(runs, 4.0, 1, right, [[1, 1], [1, 0], [1, 0], [0, 0]], hops)
+    rows = jt.per_seed(runs)
+    got = jt.class_submission(rows, {"hops1": 3.17, "hops2": 0.62, "none": None})
+    assert [(g["lambda"], g["class"]) for g in got] == [(4.0, "hops1"), (4.0, "hops2")]
+    h1, h2 = got
+    assert h2["delta"] == -0.875 and h2["full_fall"] == 1.0 and h1["delta"] == -0.125
+    ref = stats.ttest_ind([0.0, 0.25], [1.0, 1.0], equal_var=False)
+    assert h2["ci"] == pytest.approx(list(ref.confidence_interval(0.95)), abs=1e-9)
+    assert h2["df"] == pytest.approx(1.0)
+    assert not h2["excludes_full"] and not h2["excludes_half"]
+    # at lambda 2, above the 2-hop threshold only: no lambda-2 runs, so nothing
+    assert jt.class_submission(rows, {"hops2": 5.0}) == []
+    q = jt.analyse(rows, steps=jt.steps_of(runs))
+    assert sorted(q["by_step"]) == ["0", "48"]
+    assert q["by_step"]["0"]["0"]["accuracy"] == 0.0     # no answer right at step 0
+    assert q["by_step"]["48"]["0"]["accuracy"] == 0.75
+    assert q["by_step"]["48"]["4"]["submitted_hops2"] == 0.125
+    assert "endings" not in q["by_step"]["48"]["4"] and "endings" in q["arms"]["4"]
 
 
 def test_penalty_dose_sizing_from_the_committed_pilot():
