@@ -22,7 +22,8 @@ Filters (FILTERS): pct / spct (a rate in percent or signed points), pci / spci (
 interval), num(d, signed) / nci, p (0.008, <0.001), whole (1,234), sci (1.2e-04).
 A template error is one line naming the template (and its line for a syntax error).
 
-    python -m analysis.claims [FILE.md ...]     # default: README.md, experiments/**/README.md
+    python -m analysis.claims [FILE.md ...]     # default: README.md, experiments/**/README.md,
+                                                #   docs/*.md
     python -m analysis.claims --check           # exit 1 where a block differs
 """
 from __future__ import annotations
@@ -119,7 +120,8 @@ def render_file(md: Path, exps: dict | None = None) -> str:
 
 def default_files(root: Path = ROOT) -> list[Path]:
     return [root / "README.md", root / "experiments" / "README.md",
-            *sorted((root / "experiments").glob("*/README.md"))]
+            *sorted((root / "experiments").glob("*/README.md")),
+            *sorted((root / "docs").glob("*.md"))]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -179,8 +179,11 @@ def publish(exp: Path, sweep: Path | None = None, figures: bool = True) -> Path:
                                 "caption: the script writes NAME.caption.txt beside NAME.png")
     summary = json.loads((out / "summary.json").read_text())
     rewrite_readme(exp / "README.md", headline(summary, "results/report", behaviour))
-    for md in (exp / "README.md", *claims.default_files()[:2]):   # its prose, the indexes
-        md.write_text(claims.render_file(md))
+    # its prose, then every file whose findings may quote it (the indexes, docs/*.md)
+    exps = claims.all_experiments()
+    for md in dict.fromkeys((exp / "README.md", *claims.default_files())):
+        if md.is_file():
+            md.write_text(claims.render_file(md, exps))
     return out
 
 

@@ -357,13 +357,17 @@ def figure(q: dict, out: Path) -> list[Path]:
                     color=colours[cls], label=words[cls])
         for cls, t in (q.get("thresholds") or {}).items():
             if t is not None and math.isfinite(t) and t <= max(lams) * 1.1:
-                ax.axvline(t, ls="--", lw=1, color=colours.get(cls, "#777777"))
+                ax.axvline(t, ls="--", lw=1, color=colours.get(cls, "#777777"),
+                           label=f"{words.get(cls, cls)} λ* = {t:.2f} (pilot)")
         ax.set_xticks(lams, [f"{x:g}" for x in lams])
         ax.set_xlabel("wrong-answer weight λ (reward.weights.wrong)")
         ax.set_ylim(-0.02, 1.02)
+        ax.set_ylabel(f"{title} (share of episodes)" if metric == "submitted" else title)
         ax.set_title(f"{title} at step {q['step']}", fontsize=10)
-    axes[0].legend(fontsize=8, frameon=False)
     fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=5,
+               fontsize=8, frameon=False)
     paths = []
     for ext in ("png", "pdf"):
         p = out / f"dose_response.{ext}"
