@@ -198,12 +198,13 @@ def arms(rows: list[dict], metric: str = "accuracy", cls: str | None = None) -> 
 
 
 # ------------------------------------------------------------------ the analysis
-def analyse(rows: list[dict], sizing: dict | None = None,
-            summary: dict | None = None, steps: dict | None = None) -> dict:
+def analyse(rows: list[dict], sizing: dict | None = None, summary: dict | None = None,
+            steps: dict | None = None, runs: Path | None = None) -> dict:
     """trend.json: the primary family (JT on accuracy; lambda max vs lambda 0 by exact
     permutation; Holm over the two), the secondary trend tests (unadjusted), per-arm
     means, endings per seed, the collapse each arm's interval excludes, and (given
-    `steps`, {step: per_seed rows at that step}) the per-arm means at every evaluation."""
+    `steps`, {step: per_seed rows at that step}) the per-arm means at every evaluation
+    and (given `runs` too) the seeds that ended mostly in "I don't know" (`collapsed`)."""
     acc = arms(rows)
     lams = list(acc)
     lo, hi = lams[0], lams[-1]
@@ -233,6 +234,7 @@ def analyse(rows: list[dict], sizing: dict | None = None,
            "arms": arm_means(rows), "per_seed": rows}
     if steps:
         out["by_step"] = {str(s): arm_means(r, endings=False) for s, r in sorted(steps.items())}
+        out["collapsed"] = collapsed(runs, steps) if runs else None
     if sizing:
         out["thresholds"] = sizing.get("thresholds")
         out["collapse"] = collapse(summary, sizing, lams) if summary else None
@@ -324,6 +326,33 @@ def class_submission(rows: list[dict], thresholds: dict) -> list[dict]:
     return out
 
 
+def collapsed(runs: Path, steps: dict) -> list[dict]:
+    """Post hoc, descriptive (added after the grid was read: README, "Results"): each
+    seed whose last evaluation ends more than half its episodes with "I don't know", its
+    submission rate at every evaluation, and the last training step with a group whose
+    rollouts' rewards differ (metrics.jsonl `mixed_groups`): after it every group's
+    rewards are equal, so every GRPO advantage (r - mean) / std is 0 (Shao et al. 2024,
+    DeepSeekMath sec. 4.1) and, with no KL or entropy term, no update moves the policy."""
+    sub = {s: {(x["lambda"], x["seed"]): x["submitted"] for x in rows}
+           for s, rows in sorted(steps.items())}
+    mixed = {}
+    for run, cfg_file in find_run_dirs(runs):
+        c = flatten(read_config(cfg_file))
+        if (run / "metrics.jsonl").is_file():
+            m, _ = read_jsonl(run / "metrics.jsonl", required=("step",))
+            mixed[(float(c.get(FACTOR)), int(c.get("seed")))] = [
+                x["step"] for x in m if (x.get("mixed_groups") or 0) > 0]
+    out = []
+    for r in steps[max(steps)]:
+        key = (r["lambda"], r["seed"])
+        if r["endings"]["idk"] * 2 > r["episodes"]:
+            out.append({"lambda": r["lambda"], "seed": r["seed"], "idk": r["endings"]["idk"],
+                        "episodes": r["episodes"], "accuracy": r["accuracy"],
+                        "submitted_by_step": {str(s): v.get(key) for s, v in sub.items()},
+                        "last_mixed_step": max(mixed.get(key) or [None])})
+    return out
+
+
 def steps_of(runs: Path) -> dict:
     """{step: per_seed(runs, step)} for every step some run evaluated."""
     steps = set()
@@ -401,7 +430,8 @@ def main(argv: list[str] | None = None) -> None:
     summary = None
     if a.report and (Path(a.report) / "summary.json").exists():
         summary = json.loads((Path(a.report) / "summary.json").read_text())
-    q = analyse(rows, sizing, summary, steps_of(Path(a.runs)) if a.step is None else None)
+    q = analyse(rows, sizing, summary, steps_of(Path(a.runs)) if a.step is None else None,
+                Path(a.runs))
     print("| λ | seed | step | accuracy | 1-hop | 2-hop | submitted | 1-hop | 2-hop |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:

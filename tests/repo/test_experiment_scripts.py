@@ -318,3 +318,25 @@ def test_penalty_dose_sizing_from_the_committed_pilot():
     assert abs(drop["4"] - (149 / 264 * 101 + 31 / 248 * 99) / 200) < 1e-12
     committed = json.loads((pilots / "sizing.json").read_text())
     assert committed == json.loads(json.dumps(sizing.sizing(pilots), sort_keys=True))
+
+
+def test_penalty_dose_collapsed_seeds_and_their_last_signal(tmp_path):
+    """A seed whose last evaluation ends mostly in "I don't know" is listed with its
+    submission rate at each evaluation and the last training step with a group whose
+    rewards differ (mixed_groups > 0); a seed that still answers is not."""
+    jt = _trend()
+    runs = tmp_path / "runs"
+    hops = [1, 2]
+    _dose_run(runs, 0.0, 0, [[1, 1], [0, 1]], [[1, 1], [1, 1]], hops)
+    _dose_run(runs, 0.0, 1, [[0, 0], [0, 0]], [[1, 1], [1, 0]], hops)
+    d = runs / "+algo=grpo,+reward=naive,reward.weights.wrong=0.0,seed=1"
+    rows = [json.loads(x) for x in (d / "eval.jsonl").read_text().splitlines()]
+    for r in rows:
+        if r["step"] == 48:        # every episode: a final answer that is "I don't know"
+            r.update(answered=False, correct=False, end_reason="answer")
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "mixed_groups": m}) + "\n"
+                                             for s, m in ((1, 0.5), (2, 1.0), (3, 0.0))))
+    got = jt.collapsed(runs, jt.steps_of(runs))
+    assert got == [{"lambda": 0.0, "seed": 1, "idk": 4, "episodes": 4, "accuracy": 0.0,
+                    "submitted_by_step": {"0": 0.75, "48": 0.0}, "last_mixed_step": 2}]
