@@ -194,9 +194,13 @@ def learning_curves(summary: dict, out: Path) -> dict:
     panels = _panels(summary) if len(summary["factors"] or []) > 1 else [
         ("", list(range(len(summary["cells"]))))]
     cols = len(panels)
+    shared = any(len(m) > 1 for _, m in panels)     # a panel of several cells: a legend
+    rows = -(-len({summary["cells"][i]["label"] for _, m in panels for i in m}) // 4) \
+        if shared else 0
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(2, cols, figsize=(SINGLE if cols == 1 else DOUBLE, 3.6),
-                                 squeeze=False, sharex="col", sharey="row")
+        fig, axes = plt.subplots(2, cols, squeeze=False, sharex="col", sharey="row",
+                                 figsize=(SINGLE if cols == 1 else DOUBLE,
+                                          3.6 + 0.3 * rows + 0.5 * (cols == 1)))
         for col, (title, members) in enumerate(panels):
             top, bottom = axes[0, col], axes[1, col]
             for j, i in enumerate(members):
@@ -208,14 +212,17 @@ def learning_curves(summary: dict, out: Path) -> dict:
             _eval_ticks(bottom, summary, members)
             for ax in (top, bottom):
                 ax.grid(True, axis="y")
-            if len(members) > 1:                      # one cell: the title names it
-                top.legend(loc="best")
         axes[0, 0].set_ylabel(_ylabel(summary))
         axes[1, 0].set_ylabel(f"change from step {_first_step(summary)}"
                               + (" (points)" if is_pct(summary) else ""))
-        fig.suptitle("above: mean over seeds and questions; below: paired change "
-                     f"(by seed and question), {interval_words(summary)}", fontsize=7)
-        fig.tight_layout()
+        fig.suptitle("above: mean over seeds and questions;" + ("\n" if cols == 1 else " ")
+                     + "below: paired change (by seed and question),\n"
+                     + interval_words(summary), fontsize=7)
+        if shared:             # below the axes, not on them: several cells' curves cross
+            handles, labels = _legend_entries(fig)
+            fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)),
+                       bbox_to_anchor=(0.5, -0.02))
+        fig.tight_layout(rect=(0, 0.06 * rows, 1, 1))
         fig.align_ylabels(axes[:, 0])
         plotted["_axes"] = _save(fig, out, "learning_curves")
     return plotted
