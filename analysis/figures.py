@@ -194,13 +194,10 @@ def learning_curves(summary: dict, out: Path) -> dict:
     panels = _panels(summary) if len(summary["factors"] or []) > 1 else [
         ("", list(range(len(summary["cells"]))))]
     cols = len(panels)
-    shared = any(len(m) > 1 for _, m in panels)     # a panel of several cells: a legend
-    rows = -(-len({summary["cells"][i]["label"] for _, m in panels for i in m}) // 4) \
-        if shared else 0
+    width, height = SINGLE if cols == 1 else DOUBLE, 3.6 + 0.5 * (cols == 1)
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(2, cols, squeeze=False, sharex="col", sharey="row",
-                                 figsize=(SINGLE if cols == 1 else DOUBLE,
-                                          3.6 + 0.3 * rows + 0.5 * (cols == 1)))
+        fig, axes = plt.subplots(2, cols, figsize=(width, height), squeeze=False,
+                                 sharex="col", sharey="row")
         for col, (title, members) in enumerate(panels):
             top, bottom = axes[0, col], axes[1, col]
             for j, i in enumerate(members):
@@ -218,10 +215,14 @@ def learning_curves(summary: dict, out: Path) -> dict:
         fig.suptitle("above: mean over seeds and questions;" + ("\n" if cols == 1 else " ")
                      + "below: paired change (by seed and question),\n"
                      + interval_words(summary), fontsize=7)
-        if shared:             # below the axes, not on them: several cells' curves cross
+        rows = 0
+        if any(len(m) > 1 for _, m in panels):   # one cell a panel: its title names it
+            # below the axes, not on them: several cells' curves cross everywhere
             handles, labels = _legend_entries(fig)
             fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)),
                        bbox_to_anchor=(0.5, -0.02))
+            rows = -(-len(labels) // 4)
+            fig.set_size_inches(width, height + 0.3 * rows)
         fig.tight_layout(rect=(0, 0.06 * rows, 1, 1))
         fig.align_ylabels(axes[:, 0])
         plotted["_axes"] = _save(fig, out, "learning_curves")

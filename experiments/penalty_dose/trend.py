@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.collect import find_run_dirs, flatten, read_config, read_jsonl
-from analysis.stats import holm, interval, permutation_test
+from analysis.stats import holm, interval, permutation_test, satterthwaite
 
 HERE = Path(__file__).resolve().parent
 FACTOR = "reward.weights.wrong"
@@ -143,21 +143,29 @@ def per_seed(runs: Path, step: int | None = None) -> list[dict]:
     accuracy and submission rate overall and per hop class (sampled rows; a question's
     samples averaged, then the questions), and how its episodes ended."""
     out = []
+    for lam, seed, rows in _sampled(runs):
+        at = max(r["step"] for r in rows) if step is None else step
+        mine = [r for r in rows if r["step"] == at]
+        if mine:
+            out.append(_seed_row(lam, seed, at, mine))
+    return sorted(out, key=lambda r: (r["lambda"], r["seed"]))
+
+
+def _sampled(runs: Path):
+    """(lambda, seed, its sampled eval rows) per run, each eval.jsonl read once."""
     for run, cfg_file in find_run_dirs(runs):
         c = flatten(read_config(cfg_file))
         rows, _ = read_jsonl(run / "eval.jsonl", required=("step", "task_id", "correct"))
-        rows = [r for r in rows if r.get("decoding", "sampled") == "sampled"]
-        at = max(r["step"] for r in rows) if step is None else step
-        mine = [r for r in rows if r["step"] == at]
-        if not mine:
-            continue
-        row = {"lambda": float(c.get(FACTOR)), "seed": int(c.get("seed")), "step": at,
-               "episodes": len(mine), **_rates(mine)}
-        for h in sorted({r.get("hops") for r in mine if r.get("hops") is not None}):
-            row[f"hops{h}"] = _rates([r for r in mine if r.get("hops") == h])
-        row["endings"] = _endings(mine)
-        out.append(row)
-    return sorted(out, key=lambda r: (r["lambda"], r["seed"]))
+        yield (float(c.get(FACTOR)), int(c.get("seed")),
+               [r for r in rows if r.get("decoding", "sampled") == "sampled"])
+
+
+def _seed_row(lam: float, seed: int, step: int, mine: list[dict]) -> dict:
+    row = {"lambda": lam, "seed": seed, "step": step, "episodes": len(mine), **_rates(mine)}
+    for h in sorted({r.get("hops") for r in mine if r.get("hops") is not None}):
+        row[f"hops{h}"] = _rates([r for r in mine if r.get("hops") == h])
+    row["endings"] = _endings(mine)
+    return row
 
 
 def _rates(rows: list[dict]) -> dict:
@@ -300,7 +308,7 @@ def welch(a: list[float], b: list[float]) -> dict:
     d = float(a.mean() - b.mean())
     if se == 0:
         return {"delta": d, "ci": [d, d], "se": 0.0, "df": None}
-    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    df = float(satterthwaite([(va, a.size - 1), (vb, b.size - 1)]))
     lo, hi = interval(d, se, df, ALPHA)
     return {"delta": d, "ci": [float(lo), float(hi)], "se": se, "df": float(df)}
 
@@ -313,9 +321,10 @@ def class_submission(rows: list[dict], thresholds: dict) -> list[dict]:
     out = []
     lams = sorted({r["lambda"] for r in rows})
     for cls, t in sorted(thresholds.items()):
-        base = arms(rows, "submitted", cls).get(lams[0])
+        rates = arms(rows, "submitted", cls)
+        base = rates.get(lams[0])
         for lam in lams[1:]:
-            mine = arms(rows, "submitted", cls).get(lam)
+            mine = rates.get(lam)
             if t is None or lam <= t or not base or not mine or len(base) < 2 or len(mine) < 2:
                 continue
             w = welch(mine, base)
@@ -354,12 +363,15 @@ def collapsed(runs: Path, steps: dict) -> list[dict]:
 
 
 def steps_of(runs: Path) -> dict:
-    """{step: per_seed(runs, step)} for every step some run evaluated."""
-    steps = set()
-    for run, _ in find_run_dirs(runs):
-        rows, _ = read_jsonl(run / "eval.jsonl", required=("step",))
-        steps |= {r["step"] for r in rows}
-    return {s: per_seed(runs, s) for s in sorted(steps)}
+    """{step: per_seed(runs, step)} for every step some run evaluated (sampled rows),
+    reading each run once."""
+    out: dict = {}
+    for lam, seed, rows in _sampled(runs):
+        for s in sorted({r["step"] for r in rows}):
+            out.setdefault(s, []).append(
+                _seed_row(lam, seed, s, [r for r in rows if r["step"] == s]))
+    return {s: sorted(v, key=lambda r: (r["lambda"], r["seed"]))
+            for s, v in sorted(out.items())}
 
 
 # ------------------------------------------------------------------ the figure
