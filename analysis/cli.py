@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from analysis import figures, hypotheses, report, tables
+from analysis import figures as figs, hypotheses, report, tables
 from analysis import labels as lb
 from analysis.deviations import deviations
 from analysis.collect import (REPO, AnalysisError, collect, parse_assignments, read_config,
@@ -137,15 +137,25 @@ def run(argv=None) -> Path:
                                                 str(spec_path))
     summary["primary"] = hypotheses.primary(spec.get("primary"), summary, str(spec_path))
     summary["deviations"] = deviations(spec, str(spec_path))
+    try:
+        write_outputs(summary, out, figures=not args.no_figures)
+    except OSError as e:     # a read-only file system, a file in the way (issue 64 item 12)
+        raise AnalysisError(f"--out {out}: cannot write there ({e.strerror or e}: "
+                            f"{e.filename or out}); name a writable directory with --out"
+                            ) from None
+    return out
+
+
+def write_outputs(summary: dict, out: Path, figures: bool = True) -> None:
+    """summary.json, then report.md, tables and figures rendered from the JSON just
+    written (so their numbers are the same)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    # everything below renders from the JSON just written, so its numbers are the same
     summary = json.loads((out / "summary.json").read_text())
     (out / "report.md").write_text(report.render(summary))
     tables.write_all(summary, out)
-    if not args.no_figures:
-        figures.write_all(summary, out)
-    return out
+    if figures:
+        figs.write_all(summary, out)
 
 
 def main(argv=None) -> int:
