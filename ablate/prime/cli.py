@@ -8,6 +8,7 @@ cell with the file's overrides followed by the command line's, so its own prefli
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -64,8 +65,27 @@ def hydra_value(value) -> str:
         return "[" + ",".join(hydra_value(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
-    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{text}'"
+    return f"'{_quoted(str(value))}'"
+
+
+def _quoted(text: str) -> str:
+    """`text` inside a quoted Hydra override value: `${` escaped (a TOML string is never
+    an interpolation), and the backslashes before a quote, `${` or the end doubled
+    (Hydra's override grammar; other backslashes are literal)."""
+    return re.sub(r"(\\*)(\$\{|'|\Z)",
+                  lambda m: m.group(1) * 2 + ("\\" if m.group(2) else "") + m.group(2), text)
+
+
+def _yaml_literal(value):
+    """A value for the experiment YAML: `${` escaped in every string (OmegaConf would
+    resolve it), lists and tables item by item."""
+    if isinstance(value, str):
+        return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
+    if isinstance(value, list):
+        return [_yaml_literal(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _yaml_literal(v) for k, v in value.items()}
+    return value
 
 
 def as_args(overrides: list[Override]) -> list[str]:
@@ -142,10 +162,15 @@ def write_experiment(conv: Conversion, ours: list[Override], rest: list[str],
     for key in local_files(conv, ours, strict=False):
         print(f"ablate.prime: note: {key} stays an hf:// file (not in the local Hugging "
               f"Face cache): give {key}=/local/path when you run it", file=sys.stderr)
+    ours = [Override(o.key, _yaml_literal(o.value), o.origin) for o in ours]
     text = experiment(conv, ours + _user_overrides(rest), Path(path).stem)
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:   # read-only, a directory of that name, a file as its folder
+        raise PrimeError("--write", "", f"cannot write {target} ({exc.strerror}): give "
+                         "a writable path ending .yaml") from None
     print(f"ablate.prime: wrote {target} (python -m ablate +experiment={target.stem})",
           file=sys.stderr)
 

@@ -93,12 +93,32 @@ def _check_type(src: Source, key: str, value, rule: Rule) -> None:
                          f"({TYPE_NAMES.get(type(value), type(value).__name__)})")
 
 
+def _check_range(src: Source, key: str, value, rule: Rule) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    if rule.low is not None and value < rule.low or rule.high is not None and value > rule.high:
+        bound = " and ".join(f"{op} {b:g}" for op, b in ((">=", rule.low), ("<=", rule.high))
+                             if b is not None)
+        raise PrimeError(src.where(key), key, f"{value!r} is out of range: give a number "
+                         f"{bound}")
+
+
+def _empty_table(table: dict[str, Rule], key: str, value) -> bool:
+    """`[wandb]` with nothing under it: it sets nothing (a table with its own rule, such
+    as `[trainer.model.lora]`, is read by its rule)."""
+    norm = normal(key)
+    return value == {} and norm not in table and any(k.startswith(f"{norm}.") for k in table)
+
+
 def read_fields(src: Source, fmt: str) -> tuple[Fields, list[str]]:
     table, fields, notes = FORMATS[fmt], Fields(fmt), []
     leaf = lambda k: k in table and table[k].whole   # noqa: E731
     for key, value in flatten(src.data, leaf):
+        if _empty_table(table, key, value):
+            continue
         rule = _rule(src, table, key)
         _check_type(src, key, value, rule)
+        _check_range(src, key, value, rule)
         if rule.field == REFUSE:
             raise PrimeError(src.where(key), key, f"refused: {rule.why}")
         if rule.field == IGNORE:
@@ -192,7 +212,8 @@ def _sampling(fields: Fields, conv: Conversion) -> list[Override]:
         out.append(Override("harness.max_new_tokens_per_turn", per_turn,
                             fields.key("max_tokens")))
     if seq_len is not None or per_turn is not None:
-        out.append(Override("harness.max_tokens_per_episode", seq_len or per_turn,
+        out.append(Override("harness.max_tokens_per_episode",
+                            seq_len if seq_len is not None else per_turn,
                             fields.key("seq_len") or fields.key("max_tokens")))
     if fields.get("oversampling", 1.0) > 1 and fields.get("async", 0) > 0:
         conv.notes.append(f"{conv.source.where(fields.key('oversampling'))}: "

@@ -20,6 +20,8 @@ class Rule:
     types: tuple = ()          # accepted TOML value types; () = any
     why: str = ""              # ignored / refused: why
     whole: bool = False        # a table taken as one value (free-form args, ignored tables)
+    low: float | None = None   # a number's range (prime-rl's own Field(ge=..., le=...))
+    high: float | None = None
 
 
 INT, NUM, STR, BOOL = (int,), (int, float), (str,), (bool,)
@@ -48,14 +50,14 @@ def _eval_env(prefix: str) -> dict[str, Rule]:
                                        whole=True),
             f"{prefix}.name": _ignored("a label of the environment"),
             f"{prefix}.num_examples": Rule("eval_num", INT),
-            f"{prefix}.rollouts_per_example": Rule("eval_group", INT),
-            f"{prefix}.group_size": Rule("eval_group", INT)}
+            f"{prefix}.rollouts_per_example": Rule("eval_group", INT, low=1),
+            f"{prefix}.group_size": Rule("eval_group", INT, low=1)}
 
 
 def _eval(prefix: str) -> dict[str, Rule]:
-    keys = {f"{prefix}.interval": Rule("eval_interval", INT),
+    keys = {f"{prefix}.interval": Rule("eval_interval", INT, low=1),
             f"{prefix}.num_examples": Rule("eval_num", INT),
-            f"{prefix}.rollouts_per_example": Rule("eval_group", INT),
+            f"{prefix}.rollouts_per_example": Rule("eval_group", INT, low=1),
             f"{prefix}.eval_base_model": Rule("eval_base", BOOL),
             f"{prefix}.sampling": _ignored("ablate evaluates at eval.temperature "
                                            "(default: the training temperature)", True)}
@@ -71,18 +73,18 @@ def _wandb(prefix: str) -> dict[str, Rule]:
 
 LAB: dict[str, Rule] = {
     "model": Rule("model", STR),
-    "max_steps": Rule("max_steps", INT),
-    "batch_size": Rule("batch", INT),
-    "rollouts_per_example": Rule("group", INT),
-    "learning_rate": Rule("lr", NUM),
-    "lora_alpha": Rule("lora_alpha", NUM),
-    "oversampling_factor": Rule("oversampling", NUM),
-    "max_async_level": Rule("async", INT),
-    "seq_len": Rule("seq_len", INT),
+    "max_steps": Rule("max_steps", INT, low=0),
+    "batch_size": Rule("batch", INT, low=1),
+    "rollouts_per_example": Rule("group", INT, low=1),
+    "learning_rate": Rule("lr", NUM, low=0),
+    "lora_alpha": Rule("lora_alpha", NUM, low=0),
+    "oversampling_factor": Rule("oversampling", NUM, low=1),
+    "max_async_level": Rule("async", INT, low=0),
+    "seq_len": Rule("seq_len", INT, low=1),
     "trajectory_strategy": _ignored("ablate trains every turn of an episode as its own "
                                     "segment of one sequence (interleaved)"),
-    "sampling.max_tokens": Rule("max_tokens", INT),
-    "sampling.temperature": Rule("temperature", NUM),
+    "sampling.max_tokens": Rule("max_tokens", INT, low=1),
+    "sampling.temperature": Rule("temperature", NUM, low=0),
     **_env("env[]"),
     **_wandb("wandb"),
     **_eval("eval"),
@@ -91,10 +93,10 @@ LAB: dict[str, Rule] = {
 
 PRIME_RL: dict[str, Rule] = {
     # top level (all eras)
-    "max_steps": Rule("max_steps", INT),
-    "seq_len": Rule("seq_len", INT),
-    "max_model_len": Rule("seq_len", INT),
-    "max_async_level": Rule("async", INT),
+    "max_steps": Rule("max_steps", INT, low=0),
+    "seq_len": Rule("seq_len", INT, low=1),
+    "max_model_len": Rule("seq_len", INT, low=1),
+    "max_async_level": Rule("async", INT, low=0),
     "model.name": Rule("model", STR),
     "output_dir": _ignored("the cell directory is hydra.run.dir"),
     "inference_gpu_ids": _ignored(INFRA),
@@ -104,34 +106,34 @@ PRIME_RL: dict[str, Rule] = {
     "slurm": _ignored(INFRA, whole=True),
     "log": _ignored("ablate logs to the cell directory", whole=True),
     "ckpt": _ignored("ablate checkpoints every learner.checkpoint_every steps"),
-    "ckpt.interval": Rule("ckpt_interval", INT),
-    "ckpt.keep_last": Rule("keep_last", INT),
+    "ckpt.interval": Rule("ckpt_interval", INT, low=1),
+    "ckpt.keep_last": Rule("keep_last", INT, low=1),
     **_wandb("wandb"),
     **_wandb("monitors.wandb"),
     # orchestrator (all eras)
-    "orchestrator.batch_size": Rule("batch", INT),
+    "orchestrator.batch_size": Rule("batch", INT, low=1),
     "orchestrator.token_batch_size": Rule(REFUSE, why="ablate's batch is tasks x group "
                                           "rollouts, not a token budget: give "
                                           "orchestrator.batch_size"),
-    "orchestrator.rollouts_per_example": Rule("group", INT),
-    "orchestrator.group_size": Rule("group", INT),
-    "orchestrator.max_async_level": Rule("async", INT),
-    "orchestrator.max_off_policy_steps": Rule("async", INT),
-    "orchestrator.oversampling_factor": Rule("oversampling", NUM),
+    "orchestrator.rollouts_per_example": Rule("group", INT, low=1),
+    "orchestrator.group_size": Rule("group", INT, low=1),
+    "orchestrator.max_async_level": Rule("async", INT, low=0),
+    "orchestrator.max_off_policy_steps": Rule("async", INT, low=0),
+    "orchestrator.oversampling_factor": Rule("oversampling", NUM, low=1),
     "orchestrator.seed": Rule("seed", INT),
-    "orchestrator.seq_len": Rule("seq_len", INT),
+    "orchestrator.seq_len": Rule("seq_len", INT, low=1),
     "orchestrator.max_inflight_groups": _ignored(THROUGHPUT),
     "orchestrator.max_concurrent": _ignored(THROUGHPUT),
     "orchestrator.renderer": _ignored("ablate renders with the model's chat template",
                                       whole=True),
     # era A: orchestrator.sampling, [[orchestrator.env]]
-    "orchestrator.sampling.temperature": Rule("temperature", NUM),
-    "orchestrator.sampling.max_tokens": Rule("max_tokens", INT),
+    "orchestrator.sampling.temperature": Rule("temperature", NUM, low=0),
+    "orchestrator.sampling.max_tokens": Rule("max_tokens", INT, low=1),
     **_env("orchestrator.env[]"),
     # eras B and C: orchestrator.train
-    "orchestrator.train.sampling.temperature": Rule("temperature", NUM),
-    "orchestrator.train.sampling.max_tokens": Rule("max_tokens", INT),
-    "orchestrator.train.sampling.max_completion_tokens": Rule("max_tokens", INT),
+    "orchestrator.train.sampling.temperature": Rule("temperature", NUM, low=0),
+    "orchestrator.train.sampling.max_tokens": Rule("max_tokens", INT, low=1),
+    "orchestrator.train.sampling.max_completion_tokens": Rule("max_tokens", INT, low=1),
     **_env("orchestrator.train.env[]"),
     "orchestrator.train.env[].taskset.id": Rule("env_id", STR),
     "orchestrator.train.env[].env.taskset.id": Rule("env_id", STR),
@@ -143,14 +145,14 @@ PRIME_RL: dict[str, Rule] = {
     "orchestrator.train.source[].env.agent": _ignored(HARNESS, whole=True),
     **_eval("orchestrator.eval"),
     # trainer
-    "trainer.optim.lr": Rule("lr", NUM),
-    "trainer.optim.weight_decay": Rule("weight_decay", NUM),
+    "trainer.optim.lr": Rule("lr", NUM, low=0),
+    "trainer.optim.weight_decay": Rule("weight_decay", NUM, low=0),
     "trainer.model.ac": _ignored("activation checkpointing saves memory, it does not "
                                  "change results", whole=True),
     "trainer.model.lora": Rule("lora", DICT),
-    "trainer.model.lora.rank": Rule("lora_rank", INT),
-    "trainer.model.lora.alpha": Rule("lora_alpha", NUM),
-    "trainer.model.lora.dropout": Rule("lora_dropout", NUM),
+    "trainer.model.lora.rank": Rule("lora_rank", INT, low=1),
+    "trainer.model.lora.alpha": Rule("lora_alpha", NUM, low=0),
+    "trainer.model.lora.dropout": Rule("lora_dropout", NUM, low=0, high=1),
     "trainer.model.lora.target_modules": Rule("lora_targets", LIST),
 }
 

@@ -7,6 +7,7 @@ A key's path keeps array-of-tables indices (`env[0].args`); `normal()` drops the
 """
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -30,9 +31,13 @@ class Source:
     def __init__(self, path: str | Path):
         self.path = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            # utf-8-sig: a byte-order mark (Windows editors write one) is not a key
+            text = Path(path).read_text(encoding="utf-8-sig")
         except OSError as exc:
             raise PrimeError(self.path, "", f"cannot read the file ({exc.strerror})") from None
+        except UnicodeDecodeError as exc:
+            raise PrimeError(self.path, "", f"not UTF-8 text (byte {exc.start}): TOML "
+                             "files are UTF-8; save it as UTF-8") from None
         try:
             self.data = _toml.loads(text)
         except _toml.TOMLDecodeError as exc:
@@ -42,6 +47,11 @@ class Source:
             raise PrimeError(f"{self.path}:{line}", "", f"not valid TOML: "
                              f"{getattr(exc, 'msg', str(exc))}{hint}") from None
         self.lines = key_lines(text)
+        if not self.data:
+            raise PrimeError(f"{self.path}:1", "", "the file sets no keys: a Prime Lab or "
+                             "prime-rl config names at least its model, max_steps and "
+                             "environment (docs/prime.md)")
+        check_numbers(self)
 
     def where(self, key: str) -> str:
         """FILE:LINE of `key`, else of its nearest ancestor that has a line."""
@@ -170,6 +180,39 @@ def _inline_keys(path: str, no: int, raw: str, lines: dict[str, int]) -> None:
         match = _KEY.match(item)
         if match:
             lines.setdefault(f"{path}." + ".".join(_dotted(match.group(1))), no)
+
+
+# ------------------------------------------------------------------ numbers
+INT64 = (-2 ** 63, 2 ** 63 - 1)   # TOML 1.1 integers are 64-bit; tomli reads any size
+
+
+def check_numbers(src: Source) -> None:
+    """Every number of the file finite and every integer 64-bit (TOML 1.1: `inf`, `nan`
+    are floats a config never means, and tomli accepts integers of any size): else one
+    line naming FILE:LINE and the key."""
+    for key, value in _scalars(src.data):
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise PrimeError(src.where(key), key, f"{value!r} is not a finite number: "
+                             "give a number")
+        if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+            raise PrimeError(src.where(key), key, f"{value} does not fit in 64 bits "
+                             "(TOML's integer range): give a smaller number")
+
+
+def _scalars(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(key, value) of every scalar, inside tables, arrays of tables and arrays (an
+    array's items under the array's key)."""
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _scalars(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(data, list):
+        tables = bool(data) and all(isinstance(x, dict) for x in data)
+        for i, item in enumerate(data):
+            yield from _scalars(item, f"{prefix}[{i}]" if tables else prefix)
+    else:
+        yield prefix, data
 
 
 # ------------------------------------------------------------------ flattening
