@@ -9,12 +9,14 @@ DeepSpeed's own `build_shm_op` does, with torch's FileBaton replaced by `OpBaton
 DeepSpeed then finds it loaded (OpBuilder._loaded_ops) and takes no baton itself.
 
 - The holder writes `<pid> <host> <start time>` into the lock.
-- A waiter breaks a lock whose holder is gone (this host, pid not running) or, when no
-  holder can be checked (an empty lock from plain torch, another host), one older than
-  ABLATE_OPLOCK_STALE_S (300 s, longer than any build), with one warning line naming the
-  file, and then builds itself: ninja redoes what the dead holder left unfinished.
+- A waiter breaks a lock whose holder is gone (this host: the pid not running, or
+  running a process started after the lock was written, a reused pid) or, when no
+  holder can be checked (an empty lock from plain torch, stray bytes, another host), one
+  older than ABLATE_OPLOCK_STALE_S (300 s, longer than any build), with one warning line
+  naming the file, and then builds itself: ninja redoes what the dead holder left unfinished.
 - A live holder: one line (what, which lock, which process) once the wait passes 2 s, then
-  OpLockTimeout after ABLATE_OPLOCK_WAIT_S (600 s), one line naming the lock to remove.
+  OpLockTimeout after ABLATE_OPLOCK_WAIT_S (600 s), one line naming the lock to remove;
+  a directory in the lock's place (no process takes a lock that way) at once.
 - A build is complete when the stamp `ablate_built` (the library's size and mtime, written
   under the lock once ninja succeeded) matches the library. A library without a matching
   stamp (a build killed mid-way) is removed with its objects before building, so it is
@@ -161,17 +163,55 @@ def _running(pid: int) -> bool:
 
 
 def holder(lock: Path) -> tuple[str, str | None]:
-    """Who holds `lock`, and why it is stale (None: not stale, or already released)."""
+    """Who holds `lock`, and why it is stale (None: not stale, or already released). A
+    lock that is not text (stray bytes) has no holder to check: the age rule breaks it;
+    a directory in its place is no lock anyone took: OpLockTimeout says to remove it."""
     try:
-        fields, age = lock.read_text().split(), time.time() - lock.stat().st_mtime
+        raw, age = lock.read_bytes(), time.time() - lock.stat().st_mtime
     except FileNotFoundError:
         return "nobody", None
+    except IsADirectoryError:
+        raise OpLockTimeout(f"DeepSpeed's {lock.parent.name} op lock {lock} is a directory, "
+                            f"not a lock file: remove it (rm -r {lock}) and re-run") from None
+    fields = raw.decode("utf-8", errors="replace").split()
     if len(fields) >= 2 and fields[0].isdigit() and fields[1] == socket.gethostname():
         pid = int(fields[0])
-        return f"process {pid}", None if _running(pid) else "which is no longer running"
-    who = f"process {fields[0]} on {fields[1]}" if len(fields) >= 2 else "an unrecorded process"
+        return f"process {pid}", _gone(pid, fields[2] if len(fields) > 2 else "")
+    readable = len(fields) >= 2 and all(f.isprintable() and "\ufffd" not in f
+                                        for f in fields[:2])
+    who = f"process {fields[0]} on {fields[1]}" if readable else "an unrecorded process"
     limit = _seconds(STALE_ENV, 300)
     return who, f"{age:.0f} s old (> {STALE_ENV}={limit:.0f})" if age > limit else None
+
+
+def _gone(pid: int, recorded: str) -> str | None:
+    """Why process `pid`, recorded as the holder at time `recorded`, no longer holds the
+    lock (None: it does): not running, or its pid now names a process started after the
+    lock was written (a reused pid; the holder writes the lock after it starts)."""
+    if not _running(pid):
+        return "which is no longer running"
+    started = _start_time(pid)
+    try:
+        written = float(recorded)
+    except ValueError:
+        return None
+    if started is not None and started > written + 2:   # the record is rounded to 1 s
+        return (f"whose pid now names a process started {started - written:.0f} s after "
+                "the lock was written (the holder is gone, its pid reused)")
+    return None
+
+
+def _start_time(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch): /proc/<pid>/stat's
+    starttime (clock ticks after boot) plus /proc/stat's btime (proc(5)); None without
+    /proc."""
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def break_lock(lock: Path, who: str, why: str) -> None:

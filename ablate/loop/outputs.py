@@ -108,6 +108,36 @@ def remove_stale_temps(folder: Path) -> list[Path]:
     return removed
 
 
+def holder_command(pid) -> str:
+    """` (a worker of a grid: python -m ablate -m ...)` or ` (python -m ablate ...)`: the
+    holder's command line from /proc/<pid>/cmdline (proc(5)), cut to 160 characters, so
+    the message names what runs the cell (a grid's worker only when it is one, issue 64);
+    "" where it cannot be read."""
+    try:
+        argv = Path(f"/proc/{int(pid)}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return ""
+    words = [a.decode("utf-8", "replace") for a in argv if a]
+    if not words:
+        return ""
+    words[0] = Path(words[0]).name
+    text = " ".join(words)
+    text = text if len(text) <= 160 else text[:159] + "…"
+    # Hydra's `-m` follows the module's name (`python -m ablate -m ...`)
+    args = words[3:] if words[0].startswith("python") and words[1:2] == ["-m"] else words[1:]
+    grid = _grid_worker(pid) or any(w in ("-m", "--multirun") for w in args)
+    return f" (a worker of a grid: {text})" if grid else f" ({text})"
+
+
+def _grid_worker(pid) -> bool:
+    """A launcher's worker: it inherited the grid command's ABLATE_GRID_PID
+    (ablate/apps/cli.py)."""
+    try:
+        return b"ABLATE_GRID_PID=" in Path(f"/proc/{int(pid)}/environ").read_bytes()
+    except (OSError, ValueError):
+        return False
+
+
 class CellBusy(RuntimeError):
     """Another live process is running this cell (e.g. a worker of a killed grid)."""
 
@@ -143,9 +173,9 @@ class CellDir:
                 fh.seek(0)
                 holder = fh.read().strip() or "?"
             fh.close()
-            raise CellBusy(f"cell {self.path} is being run by process {holder} (a worker "
-                           f"of an earlier grid still running?): wait for it, or kill it "
-                           f"and re-run to resume") from None
+            raise CellBusy(f"cell {self.path} is being run by process {holder}"
+                           f"{holder_command(holder)}: wait for it, or kill it and re-run "
+                           f"to resume") from None
         fh.seek(0)
         fh.truncate()
         fh.write(str(os.getpid()))
