@@ -32,6 +32,11 @@ def shown(path) -> str:
 # seed, and the two cache locations (a cache holds results computed from the other keys).
 EXCLUDED_PREFIXES = ("hydra", "run", "experiment", "paths", "seed")
 EXCLUDED_KEYS = ("env.cache_dir", "env.judge.cache_dir", "judge.cache_dir")
+# Keys a later ablate renamed, as ablate/loop/resume.py's RENAMED maps them for a resume
+# (a prefix ends in "."): a run written before the rename (the judge at the top level)
+# and one written after it (the email world's env.judge) are one cell. Copied, not
+# imported: the analysis reads runs without importing ablate.
+RENAMED = {"judge.": "env.judge.", "algo.curriculum.start_hops": "algo.curriculum.start_level"}
 
 
 @dataclass
@@ -48,6 +53,7 @@ class Run:
     truncated: bool = False      # a run still writing: its half-written last line dropped
     allow_duplicates: bool = False   # repeated eval rows: keep the first (else an error)
     repeats: int = 0             # eval rows dropped as repeats (with allow_duplicates)
+    renamed: tuple = ()          # RENAMED's old names its config held (read as the new)
 
     @property
     def eval_file(self) -> Path:
@@ -66,6 +72,8 @@ class Run:
             self.truncated |= cut
             validate.check_eval_rows(self.eval_file, rows)
             kept = validate.repeated_rows(self.eval_file, rows, self.allow_duplicates)
+            kept = within_samples(self.eval_file, kept, self.config.get("eval.samples"),
+                                  self.allow_duplicates)
             self.repeats, rows = len(rows) - len(kept), kept
             self._greedy = [r for r in rows if r.get("decoding") == "greedy"]
             # a greedy-only evaluation (eval.temperature=0) is the primary one
@@ -152,6 +160,62 @@ def _parse_line(path: Path, n: int, line: str):
         return json.loads(line)
     except json.JSONDecodeError as e:
         raise AnalysisError(f"{path}: line {n} is not valid JSON ({e.msg})") from None
+
+
+def within_samples(path: Path, rows: list[dict], samples, allow: bool = False) -> list[dict]:
+    """The rows whose `sample` is one of the run's own eval.samples (0 to k-1 for each
+    question): a row past it (the evaluation appended twice, the copy renumbered, which
+    the repeat key lets through) is an error naming FILE:LINE, unless `allow`
+    (--allow-duplicates), which leaves it out. A run without eval.samples or rows
+    without `sample` are not checked."""
+    if not validate.is_int(samples):
+        return rows
+    kept = []
+    for r in rows:
+        s = r.get("sample")
+        if not validate.is_int(s) or 0 <= s < samples:
+            kept.append(r)
+        elif not allow:
+            raise AnalysisError(
+                f"{path}:{r.get('_line', '?')}: sample {s} of task {r['task_id']!r} at "
+                f"step {r['step']} is past this run's eval.samples = {samples} (samples "
+                f"0-{samples - 1}; its evaluation appended twice?): remove the extra rows, "
+                "or --allow-duplicates leaves them out")
+    return kept
+
+
+def renamed(cfg: dict) -> tuple[dict, tuple]:
+    """A flattened config under today's names (RENAMED), and the old names it held. A
+    key held under both names keeps the new one's value."""
+    out, old = {}, []
+    for key, value in cfg.items():
+        for was, now in RENAMED.items():
+            if key == was or (was.endswith(".") and key.startswith(was)):
+                old.append(was)
+                new = now + key[len(was):]
+                if new not in cfg:
+                    out[new] = value
+                break
+        else:
+            out[key] = value
+    return out, tuple(dict.fromkeys(old))
+
+
+def rename_warnings(runs: list[Run]) -> list[str]:
+    """A rename that splits the runs (some written before it, some after): named among
+    the keys that are not factors. A sweep written wholly before it says nothing."""
+    out = []
+    for was, now in RENAMED.items():
+        old = [r for r in runs if was in r.renamed]
+        new = [r for r in runs if was not in r.renamed and any(
+            k == now or (now.endswith(".") and k.startswith(now)) for k in r.config)]
+        if old and new:
+            star = "*" if was.endswith(".") else ""
+            out.append(f"{len(old)} run(s) written before {was}{star} became {now}{star} "
+                       f"(first: {shown(old[0].config_file)}) read under the new name, as "
+                       "ablate/loop/resume.py resumes them; the rename is not treated as a "
+                       "factor")
+    return out
 
 
 def read_config(path: Path) -> dict:
@@ -310,12 +374,13 @@ def collect(run_dirs: list, include_incomplete: bool = False,
         if d.resolve() in seen:
             continue
         seen.add(d.resolve())
-        cfg = flatten(read_config(cfg_file))
+        cfg, old = renamed(flatten(read_config(cfg_file)))
         runs.append(Run(path=d, config=cfg, seed=cfg.get("seed"),
                         complete=(d / "COMPLETE").exists(), config_file=cfg_file,
-                        allow_duplicates=allow_duplicates))
+                        allow_duplicates=allow_duplicates, renamed=old))
     factors = infer_factors([r.config for r in runs])
-    warnings = config_warnings(runs) + partial_factor_warnings(runs, factors)
+    warnings = (config_warnings(runs) + rename_warnings(runs)
+                + partial_factor_warnings(runs, factors))
 
     incomplete, failed, duplicates = [], [], []
     cells: dict[tuple, Cell] = {}
