@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ablate.prime import resolve
 from ablate.prime.schema import FORMATS, IGNORE, REFUSE, Rule, detect
-from ablate.prime.source import PrimeError, Source, flatten, normal
+from ablate.prime.source import PrimeError, Source, flatten, normal, parent_key
 
 # prime-rl's own defaults where the file says nothing (its pydantic schema); the Lab's
 # documented defaults for Hosted Training (LoRA only)
@@ -75,6 +75,13 @@ def _rule(src: Source, table: dict[str, Rule], key: str) -> Rule:
     norm = normal(key)
     if norm in table:
         return table[norm]
+    parent = parent_key(norm)
+    while parent:      # the nearest table with a rule: its rule, if it covers the rest
+        if parent in table:
+            if table[parent].rest:
+                return table[parent]
+            break
+        parent = parent_key(parent)
     near = difflib.get_close_matches(norm, table, n=1, cutoff=0.6)
     if not near:
         tails = {k.rsplit(".", 1)[-1]: k for k in table}
@@ -103,6 +110,12 @@ def _check_range(src: Source, key: str, value, rule: Rule) -> None:
                          f"{bound}")
 
 
+def _check_only(src: Source, key: str, value, rule: Rule) -> None:
+    """A key ablate follows for some values only (`trainer.optim.type = "adamw"`)."""
+    if rule.only and value not in rule.only:
+        raise PrimeError(src.where(key), key, f"{value!r} refused: {rule.otherwise}")
+
+
 def _empty_table(table: dict[str, Rule], key: str, value) -> bool:
     """`[wandb]` with nothing under it: it sets nothing (a table with its own rule, such
     as `[trainer.model.lora]`, is read by its rule)."""
@@ -119,6 +132,7 @@ def read_fields(src: Source, fmt: str) -> tuple[Fields, list[str]]:
         rule = _rule(src, table, key)
         _check_type(src, key, value, rule)
         _check_range(src, key, value, rule)
+        _check_only(src, key, value, rule)
         if rule.field == REFUSE:
             raise PrimeError(src.where(key), key, f"refused: {rule.why}")
         if rule.field == IGNORE:
@@ -231,6 +245,13 @@ def _learner(fields: Fields, fmt: str) -> list[Override]:
     if fields.has("weight_decay") or "weight_decay" in fields.defaults:
         out.append(Override("learner.weight_decay", float(fields.get("weight_decay")),
                             fields.key("weight_decay")))
+    if fields.has("grad_clip"):
+        out.append(Override("learner.grad_clip", float(fields.get("grad_clip")),
+                            fields.key("grad_clip")))
+    if fields.has("beta1", "beta2"):   # prime-rl's AdamW defaults: 0.9, 0.999
+        out.append(Override("learner.betas", [float(fields.get("beta1", 0.9)),
+                                              float(fields.get("beta2", 0.999))],
+                            fields.key("beta1") or fields.key("beta2")))
     lora = fmt == "lab" or fields.has("lora", "lora_rank", "lora_alpha", "lora_dropout",
                                       "lora_targets")
     if not lora:
@@ -255,11 +276,14 @@ def _integral(value):
 
 def _eval(src: Source, fields: Fields, conv: Conversion) -> list[Override]:
     if not fields.has("eval_interval", "eval_num", "eval_group", "eval_base",
-                      "eval_env_id"):
+                      "eval_env_id", "eval_skip_first"):
         return [Override("eval.every", 0), Override("eval.at_start", False)]
+    at_start = (not fields.get("eval_skip_first") if fields.has("eval_skip_first")
+                else fields.get("eval_base"))   # eras B, C: skip_first_step
     out = [Override("eval.every", fields.get("eval_interval"), fields.key("eval_interval")),
            Override("eval.samples", fields.get("eval_group"), fields.key("eval_group")),
-           Override("eval.at_start", fields.get("eval_base"), fields.key("eval_base"))]
+           Override("eval.at_start", at_start,
+                    fields.key("eval_skip_first") or fields.key("eval_base"))]
     num = fields.get("eval_num")
     if num is not None and num > 0:
         out.append(Override("eval.num_tasks", num, fields.key("eval_num")))
@@ -300,25 +324,33 @@ def _env(src: Source, fields: Fields, conv: Conversion) -> list[Override]:
         raise PrimeError(src.where(rows[1][0]), rows[1][0], "refused: one environment per "
                          "cell (run one cell per environment, or give env=NAME)")
     key, env_id = rows[0]
-    args_key = fields.key("env_args")
-    args = dict(fields.get("env_args") or {})
+    args = _env_args(fields)
     package = resolve.verifiers_package(env_id)
     if package:
         return [Override("env", "verifiers", key), Override("env.taskset", package, key),
-                *[Override(f"env.options.{k}", v, f"{args_key}.{k}") for k, v in args.items()]]
+                *[Override(f"env.options.{k}", v, origin) for k, (v, origin) in args.items()]]
     spec = resolve.env_alias(env_id)
     if spec is None:
         raise PrimeError(src.where(key), key, f"{env_id!r} is neither an installed verifiers "
                          f"environment (prime env install {env_id}) nor an alias an ablate "
                          f"environment declares ({', '.join(resolve.known_aliases()) or 'none'}"
                          "; docs/prime.md); or give env=NAME after the file")
-    return [Override("env", spec["env"], key), *_alias_args(src, spec, args, args_key)]
+    return [Override("env", spec["env"], key), *_alias_args(src, spec, args)]
 
 
-def _alias_args(src: Source, spec: dict, args: dict, args_key: str) -> list[Override]:
+def _env_args(fields: Fields) -> dict[str, tuple]:
+    """name -> (value, its key): the `args` table's, and (era C) the keys written in the
+    taskset table itself (`[orchestrator.train.source.env.taskset] max_turns = 3`)."""
+    args_key = fields.key("env_args")
+    out = {k: (v, f"{args_key}.{k}") for k, v in (fields.get("env_args") or {}).items()}
+    for key, value in fields.rows.get("env_arg", []):
+        out[key.split(".taskset.", 1)[1]] = (value, key)
+    return out
+
+
+def _alias_args(src: Source, spec: dict, args: dict[str, tuple]) -> list[Override]:
     out = []
-    for name, value in args.items():
-        key = f"{args_key}.{name}"
+    for name, (value, key) in args.items():
         target = spec["args"].get(name)
         if target is None:
             near = difflib.get_close_matches(name, spec["args"], n=1)

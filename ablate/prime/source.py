@@ -60,14 +60,14 @@ class Source:
                      if k == key or k.startswith((f"{key}.", f"{key}["))]
             if inner:   # the key, else its first sub-key (`[inference.parallel]`)
                 return f"{self.path}:{self.lines.get(key, min(inner))}"
-            key = _parent(key)
+            key = parent_key(key)
         return f"{self.path}:1"
 
     def line(self, key: str) -> int:
         return int(self.where(key).rsplit(":", 1)[1])
 
 
-def _parent(key: str) -> str:
+def parent_key(key: str) -> str:
     head, _, tail = key.rpartition(".")
     if tail.endswith("]") and "[" in tail:
         return key[:key.rindex("[")]
