@@ -323,12 +323,29 @@ def _of_the_group_choice(key: str, configs: list[dict]) -> bool:
     return len(present) > 1 and all(len(v) == 1 for v in present.values())
 
 
-def infer_factors(configs: list[dict]) -> list[str]:
-    """Keys whose values differ between runs, seed and bookkeeping excluded. When a
-    group's `name` differs, the name is the factor, and the group's other differing keys
-    are kept only if they vary among runs with the same name."""
+def newer_keys(runs: list[Run]) -> list[str]:
+    """Keys that every run recording its code (code.json: ablate/loop/cell.py's
+    record_code, written by a newer ablate) holds with one value and no run without one
+    holds: settings a newer ablate writes with its default, which the older runs ran
+    without. Not factors (a seed added today to a committed grid is of its cell); named in
+    a warning. Empty unless a sweep mixes the two."""
+    new = [r for r in runs if (r.path / "code.json").exists()]
+    old = [r for r in runs if not (r.path / "code.json").exists()]
+    if not new or not old:
+        return []
+    keys = set.intersection(*(set(r.config) for r in new)) - set().union(
+        *(r.config for r in old))
+    return sorted(k for k in keys if not _excluded(k) and len(
+        {json.dumps(r.config[k], sort_keys=True, default=str) for r in new}) == 1)
+
+
+def infer_factors(configs: list[dict], newer: list[str] = ()) -> list[str]:
+    """Keys whose values differ between runs, seed and bookkeeping excluded (and the keys
+    only a newer ablate writes, `newer`). When a group's `name` differs, the name is the
+    factor, and the group's other differing keys are kept only if they vary among runs
+    with the same name."""
     keys = sorted(set().union(*configs)) if configs else []
-    added = set(added_keys(configs))
+    added = set(added_keys(configs)) | set(newer)
     differing = [k for k in keys if not _excluded(k) and k not in added
                  and len({json.dumps(c.get(k), sort_keys=True, default=str)
                           for c in configs}) > 1]
@@ -378,8 +395,9 @@ def collect(run_dirs: list, include_incomplete: bool = False,
         runs.append(Run(path=d, config=cfg, seed=cfg.get("seed"),
                         complete=(d / "COMPLETE").exists(), config_file=cfg_file,
                         allow_duplicates=allow_duplicates, renamed=old))
-    factors = infer_factors([r.config for r in runs])
-    warnings = (config_warnings(runs) + rename_warnings(runs)
+    newer = newer_keys(runs)
+    factors = infer_factors([r.config for r in runs], newer)
+    warnings = (config_warnings(runs, newer) + rename_warnings(runs)
                 + partial_factor_warnings(runs, factors))
 
     incomplete, failed, duplicates = [], [], []
@@ -442,9 +460,9 @@ def _rows_key(run: Run) -> str:
                       sort_keys=True, default=str)
 
 
-def config_warnings(runs: list[Run]) -> list[str]:
-    """Runs without a seed, and runs from different experiment presets mixed in one
-    analysis (each named by its config file)."""
+def config_warnings(runs: list[Run], newer: list[str] = ()) -> list[str]:
+    """Runs without a seed, runs from different experiment presets mixed in one analysis
+    (each named by its config file), and keys older runs lack (not factors)."""
     out = [f"{shown(r.config_file)}: no top-level 'seed'; its seeds cannot be told apart"
            for r in runs if r.seed is None]
     by_exp: dict = {}
@@ -455,13 +473,18 @@ def config_warnings(runs: list[Run]) -> list[str]:
         out.append("runs of different experiments are mixed: " + "; ".join(
             f"{json.loads(k)} ({f})" for k, f in by_exp.items()))
     configs = [r.config for r in runs]
-    added = [k for k in added_keys(configs)
-             if not _excluded(k) and not _of_the_group_choice(k, configs)]
+    added = [k for k in added_keys(configs) if k not in newer
+             and not _excluded(k) and not _of_the_group_choice(k, configs)]
     if added:
         lacking = {id(c) for k in added for c in _peers(k, configs) if k not in c}
         n = len(lacking)
         out.append(f"{n} run(s) lack keys the others set to one value (an older ablate "
                    f"wrote them?); not treated as factors: " + ", ".join(added))
+    if newer:
+        lacking = sum(not (r.path / "code.json").exists() for r in runs)
+        out.append(f"{lacking} run(s) without code.json (an older ablate) lack keys every "
+                   "run with one sets to one value (a newer ablate's settings); not treated "
+                   "as factors: " + ", ".join(newer))
     return out
 
 

@@ -37,6 +37,19 @@ def _today(run: Path) -> None:
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
+def _newer(run: Path) -> None:
+    """The run as today's ablate writes it: today's names, keys added since (with their
+    defaults) and the record of its code (code.json, which older ablate did not write)."""
+    _today(run)
+    path = run / "config.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["learner"]["update_threads"] = 1
+    cfg["sampler"]["num_servers"] = 1
+    cfg["plugins"] = []
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (run / "code.json").write_text('{"commit": "0123abc", "dirty": false}\n')
+
+
 def _summary(runs: Path, out: Path, *extra: str) -> dict:
     assert cli.main([str(runs), "--out", str(out), "--spec", str(EXP / "analysis.yaml"),
                      "--no-figures", *extra]) == 0
@@ -72,6 +85,30 @@ def test_the_primary_comparison_is_the_published_one(tmp_path):
         [{k: v for k, v in c.items() if k != "runs"} for c in published["cells"]]
     assert got["comparisons"][0]["a"] == {"reward.name": "naive"}
     assert [c["n_seeds"] for c in got["cells"]] == [3, 3, 3]
+
+
+def test_a_seed_written_by_todays_ablate_pools_with_the_committed_runs(tmp_path):
+    runs = _copy(tmp_path)
+    _newer(runs / NEW)
+    sweep = collect([runs])
+    assert sweep.factors == ["reward.name"]
+    assert [c.seeds for c in sweep.cells] == [(0, 1, 2)] * 3
+    newer = [w for w in sweep.warnings if "without code.json" in w]
+    assert len(newer) == 1 and newer[0].startswith("8 run(s) without code.json")
+    assert newer[0].endswith("not treated as factors: learner.update_threads, plugins, "
+                             "sampler.num_servers")
+    got = _summary(runs, tmp_path / "report")
+    published = json.loads((EXP / "results" / "report" / "summary.json").read_text())
+    assert got["comparisons"] == published["comparisons"]
+
+
+def test_a_key_set_in_some_runs_of_one_ablate_is_still_a_factor(tmp_path):
+    """Without the code record telling the runs' ablate apart, a key one run sets is
+    that run's setting (`+learner.update_threads=1`): a factor, as before."""
+    runs = _copy(tmp_path)
+    _newer(runs / NEW)
+    (runs / NEW / "code.json").unlink()
+    assert "learner.update_threads" in collect([runs]).factors
 
 
 def test_an_all_old_sweep_says_nothing_of_the_rename(tmp_path):
