@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from analysis import figures as figs, hypotheses, report, tables
+from analysis import endpoint, figures as figs, hypotheses, report, tables, trend
 from analysis import labels as lb
 from analysis.deviations import deviations
 from analysis.collect import (REPO, AnalysisError, collect, parse_assignments, read_config,
@@ -75,7 +75,8 @@ def experiment_spec(sweep) -> Path | None:
 SPEC_KEYS = ("metric", "baseline", "B", "rng_seed", "sesoi", "alpha", "step", "all_pairs",
              "lower_is_better", "evaluation_only", "exploratory", "include",
              "headline_behaviour", "hypotheses", "names", "seed_variance", "primary",
-             "scripts", "quantities", "preregistration", "results_commit", "unrun")
+             "scripts", "quantities", "preregistration", "results_commit", "unrun",
+             "decide_by", "trend", "endpoint")
 
 
 def settings(args, spec: dict, spec_path) -> tuple[dict | None, str, bool]:
@@ -133,8 +134,17 @@ def run(argv=None) -> Path:
     lb.check_names(spec.get("names"), summary["factors"], summary["levels"], spec_path)
     summary["words"] = lb.words_table(summary["factors"], summary["levels"],
                                       summary["short_names"], spec.get("names"))
+    # the pre-registered family: analysis.yaml `trend:` (analysis.trend) and `hypotheses:`,
+    # Holm over them, decided by `decide_by` (t or permutation); then every comparison's
+    # one quoted p (hypotheses.quote)
+    summary["trend"] = trend.from_summary(spec.get("trend"), summary, str(spec_path))
     summary["hypotheses"] = hypotheses.evaluate(spec.get("hypotheses"), summary,
-                                                str(spec_path))
+                                                str(spec_path),
+                                                decide_by=spec.get("decide_by", "t"),
+                                                trend=summary["trend"])
+    hypotheses.quote(summary)
+    summary["endpoint"] = endpoint.from_spec(spec.get("endpoint"), sweep, summary,
+                                             str(spec_path), args.step)
     summary["primary"] = hypotheses.primary(spec.get("primary"), summary, str(spec_path))
     summary["deviations"] = deviations(spec, str(spec_path))
     try:

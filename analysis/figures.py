@@ -25,7 +25,7 @@ from analysis.labels import (breakdown_word, cell_words, comparison_words,  # no
 from analysis.lifelong import KIND, QUANTITIES, WORDS  # noqa: E402
 from analysis.tables import (behaviour_panels, constant_fields,  # noqa: E402
                              fmt, fmt_ci, has_change, has_curves, has_training, is_pct,
-                             not_drawn, p_is, tex_escape)
+                             not_drawn, p_is, p_words, tex_escape)
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9",
              "#F0E442", "#000000"]
@@ -375,12 +375,13 @@ def _part_words(summary: dict, part: dict) -> str:
 def _p_words(part: dict, pct: bool) -> str:
     """'+4.8 [+1.5, +8.0]; p = 0.004 (exact p = 0.008)' and the adjusted p, as its table
     gives them (analysis.tables' formats)."""
-    text = f"{fmt(part['delta'], pct, True)} {fmt_ci(part['ci'], pct, True)}\n" \
-        + p_is(part["p"])
-    if part.get("p_perm") is not None:
-        text += f" (exact {p_is(part['p_perm'])})"
-    if part.get("p_adj") is not None:
-        text += f"\nHolm {p_is(part['p_adj'])}"
+    text = f"{fmt(part['delta'], pct, True)} {fmt_ci(part['ci'], pct, True)}"
+    if part.get("p_adj") is not None:     # the one p its tables quote (hypotheses.quote)
+        text += f"\n{p_is(part['p_adj'])}"
+        if part.get("p_adj_words"):
+            text += "\n" + part["p_adj_words"].replace(", Holm", ",\nHolm")
+    elif part.get("p") is not None:       # a change: its paired test, no family
+        text += f"\n{p_is(part['p'])}"
     return text
 
 
@@ -389,7 +390,9 @@ def forest(summary: dict, out: Path) -> dict:
     the +-SESOI band; filled markers: better or worse after Holm."""
     k = _scale(summary)
     comps = [c for c in summary["comparisons"]
-             if c["family"] == "confirmatory" and c["delta"] is not None]
+             if c["family"] == "confirmatory" and c["delta"] is not None and c.get("ci")]
+    if not comps:      # nothing compared (one cell): no empty axes (issue 65)
+        return _nothing_to_draw(out, "forest")
     plotted = {"labels": [], "delta": [], "ci": []}
     sesoi = summary.get("sesoi", 0.0) * k
     with plt.rc_context(STYLE):
@@ -414,7 +417,8 @@ def forest(summary: dict, out: Path) -> dict:
         ax.set_xlabel(f"difference in {summary.get('metric_words', '')}{unit}\n"
                       f"against {base}")
         ax.set_title(f"thick: {interval_words(summary)}; thin: simultaneous;\n"
-                     "grey band: ±SESOI; filled: better/worse (Holm)", loc="left")
+                     "grey band: ±SESOI; filled: better/worse (the p its table quotes)",
+                     loc="left")
         note(ax, None, [c["ci"][0] for c in comps], [c["ci"][1] for c in comps],
              unit=one_unit(summary, is_pct(summary)), axis="x")
         plotted["_axes"] = _save(fig, out, "forest")
@@ -829,7 +833,7 @@ def write_all(summary: dict, out: Path, workers: int | None = None) -> dict:
     figs = {"finding": finding, "learning_curves": learning_curves, "change": change, "forest": forest,
             "seeds": seeds, "hops": hops, "behaviour": behaviour,
             "factor_intervals": factor_intervals, "training": training,
-            "lifelong": lifelong}
+            "lifelong": lifelong, "trend": _trend_figure}
     skip = not_drawn(summary)       # the report says why (analysis.tables.not_drawn)
     figs = {name: (_skipped(name) if name in skip else fn) for name, fn in figs.items()}
     if workers is None:
@@ -845,6 +849,11 @@ def write_all(summary: dict, out: Path, workers: int | None = None) -> dict:
             drawn = {name: f.result() for name, f in futures.items()}
     write_captions(summary, out, drawn)
     return drawn
+
+
+def _trend_figure(summary: dict, out: Path) -> dict:
+    from analysis.trend_figure import trend     # a module of its own (files <= 600 lines)
+    return trend(summary, out)
 
 
 def _skipped(name: str):
@@ -883,9 +892,9 @@ def caption(summary: dict, name: str) -> str:
         "finding": f"The pre-registered primary comparison(s) (analysis.yaml `primary`). "
                    f"Left: {words} of each seed (circles) and the mean over seeds (bar) in "
                    "the cells compared; dashed: the warm start at step 0. Right: the "
-                   f"difference with {iv}, its two-sided t-test p, the exact permutation p "
-                   "over seeds where the table gives one, and the Holm-adjusted p of its "
-                   "family; grey band: the smallest effect of interest.",
+                   f"difference with {iv} and the one p its tables quote (named: the "
+                   "test and the family it is adjusted over); grey band: the smallest "
+                   "effect of interest.",
         "learning_curves": f"{held} at each evaluation step{panel}: above, the mean over "
                            "seeds of per-seed means over questions; below, the paired change "
                            "from the first evaluation (by seed and question) with "
@@ -897,7 +906,7 @@ def caption(summary: dict, name: str) -> str:
                   f"baseline ({base}), on the questions both evaluated: {iv} (thick), "
                   f"simultaneous max-|t| intervals (thin); grey band: the smallest effect of "
                   f"interest, ±{sesoi:g}{' points' if pct else ''}; filled markers: "
-                  f"Holm-adjusted p < {summary['alpha']}.",
+                  f"p < {summary['alpha']} ({p_words(summary)}).",
         "seeds": f"Each seed's mean {words} over the questions (circles), the cell mean "
                  "(bar) and the interquartile mean over seeds (diamond); no interval.",
         "hops": f"{held} by {breakdown_word(summary)}, with {iv}.",
@@ -910,12 +919,17 @@ def caption(summary: dict, name: str) -> str:
                     "questions, no test.",
         "lifelong": "Skill-library quantities over training steps: thin lines one seed "
                     "each, thick the mean over seeds; descriptive, no interval.",
-    }[name]
+    }.get(name) or _trend_caption(summary)
     return f"{text} {design[:1].upper()}{design[1:]}."
 
 
+def _trend_caption(summary: dict) -> str:
+    from analysis.trend_figure import caption as trend_caption
+    return trend_caption(summary)
+
+
 BUILTIN = ("finding", "learning_curves", "change", "forest", "seeds", "hops", "behaviour",
-           "factor_intervals", "training", "lifelong")
+           "factor_intervals", "training", "lifelong", "trend")
 
 
 def write_captions(summary: dict, out: Path, drawn: dict) -> None:

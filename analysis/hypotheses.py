@@ -97,30 +97,59 @@ def joint_p(parts: list[dict], join: str, key: str = "p") -> float | None:
     return 1.0 if not ok else float(min(1.0, len(ps) * min(ok)))
 
 
-def evaluate(spec, summary: dict, where: str, alpha: float | None = None) -> list[dict]:
+DECIDE_BY = {"t": "p", "permutation": "p_perm"}   # analysis.yaml `decide_by`
+DECIDE_WORDS = {"t": "t", "permutation": "exact permutation"}
+
+
+def evaluate(spec, summary: dict, where: str, alpha: float | None = None,
+             decide_by: str = "t", trend: dict | None = None) -> list[dict]:
     """Each hypothesis with its parts, joint p (t and permutation), the Holm-adjusted p
-    across the listed hypotheses, and "supported" / "not supported"."""
-    if not spec:
+    across the family (the listed hypotheses and the `trend` test, when analysis.yaml
+    has one) and "supported" / "not supported", decided by the pre-registered p
+    (`decide_by`: t or permutation; `p_decision`, the one p every output quotes)."""
+    if decide_by not in DECIDE_BY:
+        raise AnalysisError(f"{where}: decide_by is {decide_by!r}; allowed: "
+                            + ", ".join(DECIDE_BY))
+    if not spec and not trend:
         return []
     alpha = summary["alpha"] if alpha is None else alpha
     out = []
-    for i, h in enumerate(_check(spec, where)):
+    for i, h in enumerate(_check(spec or [], where)):
         join = h.get("join", "all")
         parts = [_part(p, summary["comparisons"], summary["baseline"] or {},
                        f"{where}: hypotheses[{i}].parts[{j}]")
                  for j, p in enumerate(h["parts"])]
         out.append({"name": str(h["name"]), "join": join, "parts": parts,
                     "p": joint_p(parts, join), "p_perm": joint_p(parts, join, "p_perm")})
+    family = ([trend] if trend else []) + out
+    names = [f["name"] for f in family]
     for key in ("p", "p_perm"):
-        tested = [h for h in out if h[key] is not None]
-        for h, pa in zip(tested, holm([h[key] for h in tested])):
-            h[f"{key}_holm"] = float(pa)
+        tested = [f for f in family if f[key] is not None]
+        for f, pa in zip(tested, holm([f[key] for f in tested])):
+            f[f"{key}_holm"] = float(pa)
+    for f in family:
+        f.setdefault("p_holm", None)
+        f.setdefault("p_perm_holm", None)
+        f["decided_by"] = decide_by
+        f["family"] = names
+        f["p_decision"] = f[DECIDE_BY[decide_by] + "_holm"]
     for h in out:
-        h.setdefault("p_holm", None)
-        h.setdefault("p_perm_holm", None)
-        h["verdict"] = (None if h["p_holm"] is None else
-                        "supported" if h["p_holm"] < alpha else "not supported")
+        h["verdict"] = (None if h["p_decision"] is None else
+                        "supported" if h["p_decision"] < alpha else "not supported")
+    if trend:
+        trend["verdict"] = ("supported" if trend["p_decision"] is not None
+                            and trend["p_decision"] < alpha
+                            and trend["direction"] == trend["expect"] else "not supported")
+        trend["supported"] = trend["verdict"] == "supported"
     return out
+
+
+def decision_words(h: dict) -> str:
+    """'exact permutation p, Holm over T, H1' (how the p every output quotes was made)."""
+    fam = h.get("family") or [h["name"]]
+    test = f"{DECIDE_WORDS[h.get('decided_by', 't')]} p"
+    return (f"{test}, Holm over {', '.join(fam)}" if len(fam) > 1
+            else f"{test}, a family of one (no adjustment)")
 
 
 def primary(spec, summary: dict, where: str) -> list[dict]:
@@ -143,8 +172,8 @@ def primary(spec, summary: dict, where: str) -> list[dict]:
                                     + (", ".join(hyps) or "none (no hypotheses: give "
                                        "{cell: {key: value}})"))
             h = hyps[item]
-            out += [{**part, "source": item, "p_adj": h["p_holm"],
-                     "p_perm_adj": h.get("p_perm_holm"), "verdict": h["verdict"]}
+            out += [{**part, "source": item, "p_adj": h["p_decision"],
+                     "p_adj_words": decision_words(h), "verdict": h["verdict"]}
                     for part in h["parts"]]
             continue
         if not isinstance(item, dict) or not (isinstance(item.get("cell"), dict)
@@ -162,8 +191,8 @@ def primary(spec, summary: dict, where: str) -> list[dict]:
 
 def _comparison_part(item: dict, summary: dict, where: str) -> dict:
     c, sign = _find(item, summary["comparisons"], summary["baseline"] or {}, where)
-    return {**_oriented(c, sign), "source": "comparison", "p_adj": c.get("p_adj"),
-            "p_perm_adj": c.get("p_perm_adj"), "verdict": c.get("verdict")}
+    return {**_oriented(c, sign), "source": "comparison", "p_adj": c.get("p_quoted"),
+            "p_adj_words": c.get("p_quoted_words"), "verdict": c.get("verdict")}
 
 
 def _change_part(factors: dict, summary: dict, where: str) -> dict:
@@ -181,4 +210,43 @@ def _change_part(factors: dict, summary: dict, where: str) -> dict:
     return {"label": c["label"], "vs": f"step {'/'.join(map(str, ch['from_step']))}",
             "a": c["factors"], "b": c["factors"], "kind": "change",
             "delta": ch["mean"], "ci": ch["ci"], "p": ch.get("p"), "p_perm": None,
-            "source": "change", "p_adj": None, "p_perm_adj": None, "verdict": None}
+            "source": "change", "p_adj": None, "p_adj_words": None, "verdict": None}
+
+
+def quote(summary: dict) -> None:
+    """Give every comparison the one p its outputs quote (`p_quoted`, with
+    `p_quoted_words`) and the verdict that p gives: a comparison that is the only part of
+    a pre-registered hypothesis is quoted with the hypothesis' decision p (its family,
+    its test); every other with its own family's adjusted p. The headline table, the
+    report, the finding figure and the README templates read these fields only (issue
+    65: one comparison had three different Holm p in one README)."""
+    from analysis.stats import verdict
+    own = {"holm": "Holm", "bh": "Benjamini-Hochberg"}
+    fams = {}
+    for c in summary["comparisons"]:
+        fams[c["family"]] = fams.get(c["family"], 0) + (c.get("p_adj") is not None)
+    for c in summary["comparisons"]:
+        c["p_quoted"] = c.get("p_adj")
+        c["p_quoted_words"] = (f"t p, {own.get(c.get('correction'), 'Holm')} over the "
+                               f"{fams[c['family']]} {c['family'].replace('_', ' ')} "
+                               "comparisons" if c.get("p_adj") is not None else None)
+    for h in summary.get("hypotheses") or []:
+        if len(h["parts"]) != 1:
+            continue
+        part = h["parts"][0]
+        for c in summary["comparisons"]:
+            if {c["a_label"], c["b_label"]} != {_label(part["a"]), _label(part["b"])}:
+                continue
+            c["p_quoted"] = h["p_decision"]
+            c["p_quoted_words"] = f"{h['name']}: {decision_words(h)}"
+            c["hypothesis"] = h["name"]
+            if c["p_quoted"] is not None and c["delta"] is not None:
+                c["verdict"] = verdict(c["delta"], c["se"], c["df"], c["p_quoted"],
+                                       summary["sesoi"], summary["alpha"],
+                                       summary.get("lower_is_better", False),
+                                       c.get("equivalence_reachable", True))
+
+
+def _label(factors: dict) -> str:
+    from analysis.collect import cell_label
+    return cell_label(factors)

@@ -154,7 +154,8 @@ FACTOR_WORDS = {"reward.name": "reward", "algo.name": "algorithm", "agent.name":
                 "harness.parser": "parser", "reward.state_change_bonus":
                 "bonus only after a change", "learner.lora.enable": "LoRA",
                 "model.name": "model", "env.name": "environment",
-                "trainer.lr": "learning rate", "trainer.group_size": "group size"}
+                "trainer.lr": "learning rate", "trainer.group_size": "group size",
+                "reward.weights.wrong": "wrong-answer penalty λ"}
 LEVEL_WORDS = {
     "algo.name": {"grpo": "GRPO", "dr_grpo": "Dr. GRPO", "dapo": "DAPO", "ppo": "PPO",
                   "rloo": "RLOO", "dpo": "trajectory DPO", "rft": "RFT", "star": "STaR",

@@ -1,8 +1,11 @@
 """report.md: a results section in prose, rendered from the summary dict only."""
 from __future__ import annotations
 
+from analysis.endpoint import endpoint_lines
 from analysis.estimates import BEHAVIOUR, RATES
+from analysis.hypotheses import decision_words
 from analysis.lifelong import KIND, QUANTITIES, WORDS
+from analysis.trend import trend_lines
 from analysis.labels import (breakdown_word, env_word, field_words, hop_words, legend,
                              level, own_behaviour)
 from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, behaviour_panels, fmt,
@@ -30,10 +33,11 @@ def _sentence(c: dict, pct: bool, sesoi: str, lower_is_better: bool = False,
             f"{c['n_questions']} shared questions")
     if c["verdict"] is None:
         return f"- {core}) — {'; '.join(c['warnings']) or 'no test'}."
-    core += f"; {p_is(c['p'])}, {adj}-adjusted {p_is(c['p_adj'])}"
-    if c.get("p_perm") is not None:
-        core += (f"; exact permutation over seeds {p_is(c['p_perm'])}, smallest attainable "
-                 f"{fmt_p(c['p_perm_min'])}")
+    # one p per comparison, the one every output quotes (analysis.hypotheses.quote)
+    core += (f"; {p_is(c.get('p_quoted', c['p_adj']))} "
+             f"({c.get('p_quoted_words') or adj + '-adjusted'})")
+    if c.get("p_perm_min") is not None and "permutation" in (c.get("p_quoted_words") or ""):
+        core += f", smallest attainable {fmt_p(c['p_perm_min'])}"
     core += ")"
     signs = ("negative (lower is better)", "positive") if lower_is_better else (
         "positive", "negative")
@@ -42,7 +46,9 @@ def _sentence(c: dict, pct: bool, sesoi: str, lower_is_better: bool = False,
     text = f"- {core} — {words}."
     if c["verdict"] == "inconclusive" and c.get("mde") is not None:
         text += (f" With this design the minimum detectable difference is "
-                 f"{fmt(c['mde'], pct)}{u}")
+                 f"{fmt(c['mde'], pct)}{u} when planned from the pooled variance "
+                 "components" + (f", {fmt(c['mde_observed'], pct)}{u} at this test's own "
+                                 "standard error and df" if c.get("mde_observed") else ""))
         need = c.get("seeds_needed")
         text += (f"; detecting ±{sesoi}{u} needs about {need} seeds per cell." if need
                  else f"; detecting ±{sesoi}{u} needs more than 50 seeds per cell.")
@@ -88,13 +94,30 @@ def _method_words(summary: dict) -> str:
             "the mean over questions and a cell's score the mean over its seeds. Intervals "
             f"are {level(summary['alpha'])} t intervals whose variance adds the seed, "
             "question and seed × question residual components once each (method of "
-            "moments for the crossed seeds × questions design), the seed variance pooled "
-            "over the cells of the design, with "
+            "moments for the crossed seeds × questions design), "
+            + _seed_model_words(summary) + ", with "
             "degrees of freedom that do not grow when seeds agree by chance; p-values use "
             "the same t reference, so a comparison is significant exactly when its interval "
             "excludes 0. Cell intervals of rates are Wilson intervals (inside [0, 1]), of "
-            "counts log-scale intervals (never below 0); an exact permutation test over the "
-            "seed labels stands beside each t-based p (docs/statistics.md).")
+            "counts log-scale intervals (never below 0); "
+            + ("the pre-registered hypotheses are decided by the exact permutation test "
+               "over the seed labels" if _decides_by_permutation(summary) else
+               "an exact permutation test over the seed labels is computed for each "
+               "comparison (summary.json `p_perm`)") + " (docs/statistics.md).")
+
+
+def _seed_model_words(summary: dict) -> str:
+    """The seed variance the analysis used (its `seed_variance` model), not a fixed
+    phrase (issue 65: the methods said pooled where each arm's own was used)."""
+    sv = summary.get("seed_variance") or {}
+    if sv.get("model") == "pooled":
+        return ("one seed variance pooled over the cells of the design (pre-registered: "
+                "analysis.yaml `seed_variance: pooled`)")
+    return "each cell's own seed variance (Welch-type contrasts, Satterthwaite df)"
+
+
+def _decides_by_permutation(summary: dict) -> bool:
+    return any(h.get("decided_by") == "permutation" for h in summary.get("hypotheses") or [])
 
 
 def _sci(v) -> str:
@@ -131,7 +154,7 @@ def _cell_table(summary: dict, pct: bool) -> list[str]:
     lv = level(summary["alpha"])
     L = ["## Cell estimates", "",
          f"| cell | seeds | questions | mean{' (%)' if pct else ''} | {lv} CI | IQM of seeds | "
-         f"seed means | Δ vs baseline [{lv} CI] | Holm p | verdict |",
+         f"seed means | Δ vs baseline [{lv} CI] | p | verdict |",
          "|---|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     base = baseline_comparisons(summary)
     for c in summary["cells"]:
@@ -140,7 +163,8 @@ def _cell_table(summary: dict, pct: bool) -> list[str]:
             tail = "baseline | | |"
         else:
             tail = (f"{fmt(comp['delta'], pct, True)} {fmt_ci(comp['ci'], pct, True)} | "
-                    f"{fmt_p(comp['p_adj'])} | {comp['verdict'] or 'no test'} |")
+                    f"{fmt_p(comp.get('p_quoted', comp['p_adj']))} | "
+                    f"{comp['verdict'] or 'no test'} |")
         dagger = " †" if c["question_noise_only"] else ""
         L.append(f"| {c['label']} | {c['n_seeds']} | {c['n_questions']} | "
                  f"{fmt(c['mean'], pct)} | {fmt_ci(c['ci'], pct)}{dagger} | "
@@ -449,7 +473,7 @@ def render(summary: dict) -> str:
         L += ["## Exploratory: all pairs (Benjamini–Hochberg)", ""]
         L += [_sentence(c, pct, sesoi, bool(summary.get("lower_is_better")), summary["alpha"])
               for c in pairs] + [""]
-    L += _hypotheses(summary, pct)
+    L += _hypotheses(summary, pct) + trend_lines(summary) + endpoint_lines(summary)
     L += _changes(summary, pct) + _warm_start(summary)
     L += _planning(summary, pct) + _hops(summary, pct) + _behaviour(summary)
     L += _lifelong(summary) + _code(summary) + _deviations(summary) + _bookkeeping(summary)
@@ -488,19 +512,18 @@ def _hypotheses(summary: dict, pct: bool) -> list[str]:
         return []
     u = " points" if pct else ""
     L = ["## Pre-registered hypotheses (analysis.yaml)", "",
-         f"{len(hyps)} hypothesis(es), one family: joint p-values Holm-adjusted across them "
+         f"{len(hyps)} hypothesis(es)" + (f" and the trend test {summary['trend']['name']}"
+                                         if summary.get("trend") else "")
+         + ", one family: joint p-values Holm-adjusted across them "
          f"at α = {summary['alpha']}; a part counts only in its predicted direction.", ""]
     for h in hyps:
-        perm = (f"; exact permutation {p_is(h['p_perm'])}, Holm {p_is(h['p_perm_holm'])}"
-                if h.get("p_perm_holm") is not None else "")
-        joint = (f"joint {p_is(h['p'])}, Holm {p_is(h['p_holm'])}{perm}"
-                 if h["p"] is not None else "no test")
+        joint = (f"{p_is(h['p_decision'])} ({decision_words(h)})"
+                 if h.get("p_decision") is not None else "no test")
         L.append(f"- **{h['name']}** ({JOIN_WORDS[h['join']]}): {joint} — "
                  f"**{h['verdict'] or 'no verdict'}**.")
         for q in h["parts"]:
             est = ("not compared" if q["delta"] is None else
-                   f"Δ = {fmt(q['delta'], pct, True)}{u} {fmt_ci(q['ci'], pct, True)}, "
-                   f"{p_is(q['p']) if q['p'] is not None else 'no test'}")
+                   f"Δ = {fmt(q['delta'], pct, True)}{u} {fmt_ci(q['ci'], pct, True)}")
             L.append(f"  - {q['label']} vs {q['vs']}, predicted {q['expect']}: {est}"
                      + ("" if q["direction_ok"] else " (not in the predicted direction)"))
     return L + [""]

@@ -675,6 +675,11 @@ def _annotate(rows, data, comps, base, B, rng_seed, sesoi, alpha, power, pool) -
         r["ci_simultaneous"] = ci
     for r in rows:
         r["mde"] = _mde(r, data, comps, alpha, power)
+        # the MDE the test's own SE and df imply (issue 65): beside the planning one,
+        # which uses pooled components even where the tests use each cell's own variance
+        r["mde_observed"] = (float(st.mde(r["se"], r["df"], alpha, power))
+                             if r.get("se") and r.get("df") and math.isfinite(r["df"])
+                             else None)
         if r["kind"] == "cell" and r["delta"] is not None and data[r["ia"]].unit == "seed":
             qs = shared(data, [r["ia"], r["ib"]])
             a, b = (rows_of(data[k], qs).mean(axis=0) for k in (r["ia"], r["ib"]))

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from analysis.estimates import BEHAVIOUR, RATES
+from analysis.hypotheses import decision_words
 from analysis.labels import (breakdown_word, cell_words, comparison_words, differing,
                              env_word, factor_words, hop_words, in_words, level, level_words,
                              own_behaviour)
@@ -107,13 +108,34 @@ def p_is(p) -> str:
     return f"p {s[0]} {s[1:]}" if s.startswith("<") else f"p = {s}"
 
 
+# characters outside ASCII as plain pdflatex reads them (issue 65: a raw λ or − in a
+# caption stops pdflatex): math symbols in math mode, dashes and quotes as TeX ligatures
+TEX_UNICODE = {"λ": r"$\lambda$", "−": "$-$", "×": r"$\times$", "±": r"$\pm$",
+               "σ": r"$\sigma$", "τ": r"$\tau$", "Δ": r"$\Delta$", "α": r"$\alpha$",
+               "β": r"$\beta$", "μ": r"$\mu$", "µ": r"$\mu$", "ε": r"$\epsilon$",
+               "²": "$^{2}$", "³": "$^{3}$", "⁴": "$^{4}$", "≤": r"$\leq$", "≥": r"$\geq$",
+               "≈": r"$\approx$", "≠": r"$\neq$", "→": r"$\to$", "←": r"$\leftarrow$",
+               "∞": r"$\infty$", "·": r"$\cdot$", "√": r"$\surd$", "∈": r"$\in$",
+               "–": "--", "—": "---", "“": "``", "”": "''", "‘": "`", "’": "'",
+               "…": r"\ldots{}", "†": r"\dag{}", "é": r"\'e", "è": r"\`e", "ü": r'\"u',
+               "ö": r'\"o', "ä": r'\"a', "ß": r"\ss{}", "°": r"$^{\circ}$", "\u00a0": "~",
+               "⁹": "$^{9}$", "¹": "$^{1}$", "⁰": "$^{0}$"}
+
+
 def tex_escape(s) -> str:
     s = str(s)
     for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("$", r"\$"),
                  ("#", r"\#"), ("_", r"\_"), ("{", r"\{"), ("}", r"\}"), ("~", r"\~{}"),
                  ("^", r"\^{}")):
         s = s.replace(a, b)
-    return s
+    return "".join(c if ord(c) < 128 else TEX_UNICODE.get(c, _ascii(c)) for c in s)
+
+
+def _ascii(c: str) -> str:
+    """A character TEX_UNICODE lacks: its ASCII base letter (NFKD), else '?'."""
+    import unicodedata
+    base = unicodedata.normalize("NFKD", c).encode("ascii", "ignore").decode()
+    return base or "?"
 
 
 def factor_name(k: str, summary: dict | None = None) -> str:
@@ -228,6 +250,14 @@ def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
         w.writerows(rows)
 
 
+def p_words(summary: dict) -> str:
+    """How the table's p were made: one phrase per distinct kind (a comparison that is a
+    pre-registered hypothesis is quoted with the hypothesis' p: analysis.hypotheses.quote)."""
+    kinds = dict.fromkeys(c.get("p_quoted_words") for c in baseline_comparisons(summary).values()
+                          if c.get("p_quoted_words"))
+    return "; ".join(kinds) if kinds else "Holm-adjusted p"
+
+
 def _interval_words(summary: dict) -> str:
     return (f"each value over its {level(summary['alpha'], tex=True)} t interval from the "
             "seed, question and residual "
@@ -262,20 +292,21 @@ def results_table(summary: dict, out: Path) -> None:
             None if comp is None else comp["delta"],
             None if comp is None or not comp["ci"] else comp["ci"][0],
             None if comp is None or not comp["ci"] else comp["ci"][1],
-            None if comp is None else comp["p_adj"], None if comp is None else comp["verdict"]])
+            None if comp is None else comp.get("p_quoted", comp["p_adj"]),
+            None if comp is None else comp["verdict"]])
     words = summary.get("metric_words", summary["metric"])
     legend = legend_text(summary)
     caption = (f"{words.capitalize()} by cell: mean over seeds of per-seed means over "
                f"questions; {_interval_words(summary)}. $S$ seeds, $Q$ questions. "
                f"$\\Delta$: difference to the baseline "
-               f"({tex_escape(in_words(summary, summary['baseline']))}); $^{{*}}$: Holm-adjusted "
-               f"$p<{summary['alpha']}$. $^{{\\dagger}}$: one seed, question noise only."
+               f"({tex_escape(in_words(summary, summary['baseline']))}); $^{{*}}$: "
+               f"$p<{summary['alpha']}$ ({tex_escape(p_words(summary))}). $^{{\\dagger}}$: one seed, question noise only."
                + (f" Factors: {legend}." if legend else ""))
     (out / "results.tex").write_text(_tabular(header, rows, caption, "tab:results",
                                               "l" * len(factors) + "rrrr"))
     _write_csv(out / "results.csv", factors + [
         "n_seeds", "n_questions", "samples", "mean", "ci_lo", "ci_hi", "delta_vs_baseline",
-        "delta_ci_lo", "delta_ci_hi", "p_holm", "verdict"], csv_rows)
+        "delta_ci_lo", "delta_ci_hi", "p", "verdict"], csv_rows)
 
 
 MAIN_MARK = "\x00m"   # a main effect's row: $^{m}$ after escaping (caption says so)
@@ -301,7 +332,8 @@ def _comparison_rows(comps, pct, summary=None):
             rows.append([name, "--", "--", "not compared"])
             continue
         rows.append([name, stacked(fmt(c["delta"], pct, True), fmt_ci(c["ci"], pct, True)),
-                     fmt_p(c["p_adj"]), VERDICT_TEX.get(c["verdict"], str(c["verdict"]))])
+                     fmt_p(c.get("p_quoted", c["p_adj"])),
+                     VERDICT_TEX.get(c["verdict"], str(c["verdict"]))])
     return rows
 
 
@@ -453,25 +485,25 @@ def hypotheses_tables(summary: dict, out: Path) -> None:
             rows.append([h["name"] if first else "", h["join"] if first else "",
                          tex_escape(f"{q['label']} vs {q['vs']} ({q['expect']})"),
                          fmt(q["delta"], pct, True), fmt_ci(q["ci"], pct, True),
-                         fmt_p(q["p"]), fmt_p(h["p"]) if first else "",
-                         fmt_p(h["p_holm"]) if first else "",
+                         fmt_p(h.get("p_decision")) if first else "",
                          (h["verdict"] or "") if first else ""])
             csv_rows.append([h["name"], h["join"], q["label"], q["vs"], q["expect"],
                              q["delta"], *(q["ci"] or [None, None]), q["p"], q["p_perm"],
                              q["direction_ok"], h["p"], h["p_holm"], h["p_perm"],
-                             h["p_perm_holm"], h["verdict"]])
+                             h["p_perm_holm"], h.get("p_decision"), h["verdict"]])
     unit = " (points)" if pct else ""
     lv = level(summary["alpha"], tex=True)
     caption = ("Pre-registered hypotheses: each part's difference" + unit + f" with its {lv} "
-               "interval and p; joint p by the stated rule (all: intersection-union, any: "
-               "Bonferroni), Holm-adjusted across the hypotheses.")
+               "interval; $p$: the hypothesis' joint p by the stated rule (all: "
+               "intersection-union, any: Bonferroni), "
+               + tex_escape(decision_words(hyps[0])) + ".")
     (out / "hypotheses.tex").write_text(_tabular(
-        ["Hypothesis", "Join", "Part", "$\\Delta$", f"{lv} CI", "$p$", "Joint $p$",
-         "Holm $p$", "Verdict"], rows, caption, "tab:hypotheses", "lllrrrrrl", wide=True))
+        ["Hypothesis", "Join", "Part", "$\\Delta$", f"{lv} CI", "$p$", "Verdict"], rows,
+        caption, "tab:hypotheses", "lllrrrl", wide=True))
     _write_csv(out / "hypotheses.csv",
                ["hypothesis", "join", "part", "vs", "expect", "delta", "ci_lo", "ci_hi", "p",
                 "p_perm", "direction_ok", "joint_p", "joint_p_holm", "joint_p_perm",
-                "joint_p_perm_holm", "verdict"], csv_rows)
+                "joint_p_perm_holm", "p_decision", "verdict"], csv_rows)
 
 
 LIFELONG_HEAD = {"library_size": "Library", "skills_used": "Skills used",

@@ -17,124 +17,29 @@ per-seed table and the tests only.
     PYTHONPATH=. python experiments/penalty_dose/trend.py [REPORT_DIR] [--runs RUNS] [--step N]
     # defaults: results/runs, the last evaluated step
 
-The exact null distribution of the statistic is computed, not sampled: every assignment
-of the pooled seed values to the arms (sizes fixed) is equally likely under H0, and a
-dynamic programme over the values in ascending order (tied values placed as one block,
-each tied pair across arms counting 1/2) counts the assignments giving each value of the
-statistic (Jonckheere 1954, Biometrika 41:133; Terpstra 1952, Indag. Math. 14:327;
-the exact permutation form with ties as in Hollander, Wolfe & Chicken 2014,
-Nonparametric Statistical Methods, 3rd ed., sec. 6.2).
+The exact Jonckheere-Terpstra test itself is analysis/trend.py's (the analysis computes
+the primary family from analysis.yaml `trend:` and `hypotheses:`, so that the README,
+the table and the figures quote one p: issue 65); given the report's summary.json this
+script takes the primary family from it and checks that its own computation agrees.
 """
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 from collections import Counter
-from fractions import Fraction
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from analysis.collect import find_run_dirs, flatten, read_config, read_jsonl
 from analysis.stats import holm, interval, permutation_test, satterthwaite
+from analysis.trend import jt_null, jt_statistic, jt_test  # noqa: F401 (tests use them here)
 
 HERE = Path(__file__).resolve().parent
 FACTOR = "reward.weights.wrong"
 ENDINGS = ("submitted", "idk", "max_turns", "max_tokens", "malformed")
 ALPHA = 0.05
-
-
-# ------------------------------------------------------------------ the exact JT test
-def jt_statistic(groups: list) -> float:
-    """J = sum over ordered arm pairs i < j of #(x in arm i < y in arm j) + 1/2 #(ties):
-    large when values increase with the arm's order."""
-    j = 0.0
-    for a, b in itertools.combinations([np.asarray(g, float) for g in groups], 2):
-        j += float((a[:, None] < b[None, :]).sum() + 0.5 * (a[:, None] == b[None, :]).sum())
-    return j
-
-
-def jt_null(groups: list) -> dict[Fraction, int]:
-    """{value of J: number of assignments of the pooled values to the arms (sizes fixed)
-    giving it}; the counts sum to N! / prod(n_i!). Exact, ties included."""
-    values = sorted(float(x) for g in groups for x in g)
-    blocks = tuple(len(list(run)) for _, run in itertools.groupby(values))
-    return dict(_null(tuple(len(g) for g in groups), blocks))
-
-
-@lru_cache(maxsize=256)
-def _null(sizes: tuple, blocks: tuple) -> tuple:
-    """The null of `jt_null` for arm sizes and tie blocks (the sizes of the runs of equal
-    values, ascending): it depends on nothing else. The values in ascending order, each
-    block placed at once: a block of m values split c_1..c_k over the arms adds, to 2J,
-    2 c_j x (values already placed in arms before j) for each j, plus c_i c_j for each
-    pair of arms i < j (tied pairs count 1/2), in m! / prod(c_j!) ways."""
-    k = len(sizes)
-    states: dict[tuple, Counter] = {tuple([0] * k): Counter({0: 1})}
-    for m in blocks:
-        nxt: dict[tuple, Counter] = {}
-        for placed, dist in states.items():
-            room = [n - p for n, p in zip(sizes, placed)]
-            for comp in _compositions(m, room):
-                below = 0
-                add2 = 0
-                for j in range(k):
-                    add2 += 2 * comp[j] * below
-                    below += placed[j]
-                add2 += sum(comp[i] * comp[j] for i in range(k) for j in range(i + 1, k))
-                ways = math.factorial(m)
-                for c in comp:
-                    ways //= math.factorial(c)
-                key = tuple(p + c for p, c in zip(placed, comp))
-                out = nxt.setdefault(key, Counter())
-                for v2, n in dist.items():
-                    out[v2 + add2] += n * ways
-        states = nxt
-    (final,) = states.values()
-    return tuple((Fraction(v2, 2), n) for v2, n in sorted(final.items()))
-
-
-def _compositions(m: int, room: list[int]):
-    """Every (c_1..c_k) with sum m and 0 <= c_i <= room_i."""
-    if len(room) == 1:
-        if m <= room[0]:
-            yield (m,)
-        return
-    for c in range(min(m, room[0]) + 1):
-        for rest in _compositions(m - c, room[1:]):
-            yield (c, *rest)
-
-
-def jt_test(groups: list, expect: str = "decreasing") -> dict:
-    """The exact Jonckheere-Terpstra test over the arms in their order. p_decreasing:
-    P(J <= J_obs) (values fall along the order); p_increasing: P(J >= J_obs); p: the
-    two-sided p, 2 x the smaller tail (at most 1). `supported`: p < ALPHA with the trend
-    in the `expect`ed direction. Also the null mean and variance of J (checked against
-    the no-ties formulas in the tests) and the smallest p the design can give."""
-    groups = [np.asarray(g, float) for g in groups]
-    if min(len(g) for g in groups) == 0:
-        raise ValueError("every arm needs at least one seed")
-    obs = Fraction(jt_statistic(groups)).limit_denominator(2)
-    null = jt_null(groups)
-    total = sum(null.values())
-    le = sum(n for v, n in null.items() if v <= obs)
-    ge = sum(n for v, n in null.items() if v >= obs)
-    v_, w_ = np.array([float(v) for v in null]), np.array([n / total for n in null.values()])
-    mean = float((v_ * w_).sum())
-    var = float(((v_ - mean) ** 2 * w_).sum())
-    tail = min(n for v, n in null.items() if v == max(null)) / total
-    p_dec, p_inc = le / total, ge / total
-    p = min(1.0, 2 * min(p_dec, p_inc))
-    direction = "decreasing" if obs < mean else "increasing" if obs > mean else "none"
-    pairs = sum(len(a) * len(b) for a, b in itertools.combinations(groups, 2))
-    return {"J": float(obs), "J_decreasing": float(pairs - obs), "pairs": pairs,
-            "null_mean": float(mean), "null_var": float(var), "assignments": total,
-            "p_decreasing": float(p_dec), "p_increasing": float(p_inc), "p": float(p),
-            "p_min": float(min(1.0, 2 * tail)), "direction": direction,
-            "expect": expect, "supported": bool(p < ALPHA and direction == expect)}
 
 
 # ------------------------------------------------------------------ per-seed values
@@ -237,17 +142,38 @@ def analyse(rows: list[dict], sizing: dict | None = None, summary: dict | None =
             g = arms(rows, metric, cls)
             if len(g) == len(lams) and all(len(v) for v in g.values()):
                 secondary[f"{metric}{'_' + cls if cls else ''}"] = jt_test(list(g.values()))
+    if summary and summary.get("trend"):
+        primary = from_summary(primary, summary)
     out = {"factor": FACTOR, "lambdas": lams, "step": max(r["step"] for r in rows),
            "alpha": ALPHA, "primary": primary, "secondary": secondary,
            "arms": arm_means(rows), "per_seed": rows}
     if steps:
         out["by_step"] = {str(s): arm_means(r, endings=False) for s, r in sorted(steps.items())}
         out["collapsed"] = collapsed(runs, steps) if runs else None
+        out["quiet_spells"] = quiet_spells(runs) if runs else None
     if sizing:
         out["thresholds"] = sizing.get("thresholds")
         out["collapse"] = collapse(summary, sizing, lams) if summary else None
         out["class_submission"] = class_submission(rows, sizing.get("thresholds") or {})
     return out
+
+
+def from_summary(own: dict, summary: dict) -> dict:
+    """The primary family as the analysis computed it (summary.json `trend` and H1, the
+    p every output quotes: issue 65), after checking that this script's own computation
+    from the rows gives the same tests (else an error: the two would quote different p)."""
+    t = summary["trend"]
+    h = next(h for h in summary["hypotheses"] if h["name"] == "H1")
+    for mine, theirs, what in ((own["trend"]["p"], t["p"], "trend p"),
+                               (own["pair"]["p_perm"], h["p_perm"], "H1 permutation p"),
+                               (own["trend"]["p_holm"], t["p_decision"], "trend Holm p"),
+                               (own["pair"]["p_holm"], h["p_decision"], "H1 Holm p")):
+        if theirs is None or abs(mine - theirs) > 1e-9:
+            raise SystemExit(f"trend.py: {what} {mine} differs from summary.json's {theirs}")
+    return {"trend": {**own["trend"], "p_holm": t["p_decision"],
+                      "supported": t["verdict"] == "supported"},
+            "pair": {**own["pair"], "p_holm": h["p_decision"],
+                     "supported": h["verdict"] == "supported"}}
 
 
 def arm_means(rows: list[dict], endings: bool = True) -> dict:
@@ -360,6 +286,31 @@ def collapsed(runs: Path, steps: dict) -> list[dict]:
                         "submitted_by_step": {str(s): v.get(key) for s, v in sub.items()},
                         "last_mixed_step": max(mixed.get(key) or [None])})
     return out
+
+
+def quiet_spells(runs: Path) -> list[dict]:
+    """Post hoc (issue 65): per seed, its longest run of consecutive training steps in
+    which no group's rewards differed (metrics.jsonl `mixed_groups` 0), where it started,
+    and whether a mixed group came after it (the seed recovered): one seed that never
+    recovered is not a rule that a quiet spell means a dead cell."""
+    out = []
+    for run, cfg_file in find_run_dirs(runs):
+        if not (run / "metrics.jsonl").is_file():
+            continue
+        c = flatten(read_config(cfg_file))
+        m, _ = read_jsonl(run / "metrics.jsonl", required=("step",))
+        quiet = [(x["step"], (x.get("mixed_groups") or 0) == 0)
+                 for x in sorted(m, key=lambda x: x["step"])]
+        best, start, length, first = 0, None, 0, None
+        for step, q in quiet:
+            length, first = (length + 1, first if length else step) if q else (0, None)
+            if length > best:
+                best, start = length, first
+        end = (start + best - 1) if best else None
+        out.append({"lambda": float(c.get(FACTOR)), "seed": int(c.get("seed")),
+                    "longest": best, "from_step": start,
+                    "recovered": bool(best) and any(s > end and not q for s, q in quiet)})
+    return sorted(out, key=lambda r: (r["lambda"], r["seed"]))
 
 
 def steps_of(runs: Path) -> dict:

@@ -297,7 +297,9 @@ def test_report_numbers_equal_summary(cli_out, summary):
         s = sentence[0]
         assert f"Δ = {fmt(c['delta'], True, True)}" in s
         assert f"95% CI {fmt(c['ci'][0], True, True)} to {fmt(c['ci'][1], True, True)}" in s
-        assert f"adjusted {p_is(c['p_adj'])}" in s and f"— {c['verdict']}:" in s
+        # one p, the one every output quotes, named by its test and family (issue 65)
+        assert f"{p_is(c['p_quoted'])} ({c['p_quoted_words']})" in s
+        assert f"— {c['verdict']}:" in s
     for r in summary["mde_table"]["rows"]:      # each MDE with its 95% range
         assert f"| {r['seeds']} | " + " | ".join(
             f"{fmt(v)} {fmt_ci(g)}" for v, g in zip(r["mde"], r["range"])) + " |" in text

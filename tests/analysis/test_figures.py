@@ -91,9 +91,10 @@ def test_the_finding_figure_shows_its_tables_numbers(path, tmp_path):
     if "finding" in figures.not_drawn(summary):
         assert drawn == {} and not (tmp_path / "finding.png").exists()
         return
-    hyps = {(q["label"], q["vs"]): (q["delta"], q["ci"], q["p"], h["p_holm"])
+    # the one p its tables quote: the hypothesis' decision p, the comparison's p_quoted
+    hyps = {(q["label"], q["vs"]): (q["delta"], q["ci"], q["p"], h["p_decision"])
             for h in summary.get("hypotheses") or [] for q in h["parts"]}
-    comps = {(c["label"], c["vs"]): (c["delta"], c["ci"], c["p"], c.get("p_adj"))
+    comps = {(c["label"], c["vs"]): (c["delta"], c["ci"], c["p"], c.get("p_quoted"))
              for c in summary["comparisons"]}
     changes = {(c["label"], "step " + "/".join(map(str, ch["from_step"]))):
                (ch["mean"], ch["ci"], ch["p"], None) for c in summary["cells"]
