@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ablate.harness.episode import Segment  # noqa: E402
 from ablate.learners import build_model_for_learner, make_learner  # noqa: E402
-from ablate.learners.config import LearnerConfig  # noqa: E402
+from ablate.learners import LEARNERS  # noqa: E402
 from ablate.models.tiny import tiny_path  # noqa: E402
 
 
@@ -55,7 +55,7 @@ def token_mean_loss(li):
 
 
 def build(name: str, shared: bool, mbt: int, wdir: str):
-    cfg = OmegaConf.structured(LearnerConfig(name=name, micro_batch_tokens=mbt,
+    cfg = OmegaConf.structured(LEARNERS.config(name, micro_batch_tokens=mbt,
                                              shared_prefix=shared))
     model = build_model_for_learner(
         lambda: transformers.AutoModelForCausalLM.from_pretrained(wdir), cfg)

@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ablate.algos.objective import Objective  # noqa: E402
 from ablate.harness.episode import Segment  # noqa: E402
 from ablate.learners import make_learner  # noqa: E402
-from ablate.learners.config import LearnerConfig, LoraConfig  # noqa: E402
+from ablate.learners import LEARNERS  # noqa: E402
+from ablate.learners.config import LoraConfig  # noqa: E402
 from ablate.models import shapes  # noqa: E402
 
 # PrimeIntellect-ai/prime-rl/benchmarks/results/BENCHMARKS.md (commit 30bf494f, updated
@@ -94,8 +95,7 @@ def model_config(shape: str, vocab):
 
 
 def build_learner(cfg, args, seq: int, rank: int):
-    lcfg = OmegaConf.structured(LearnerConfig(
-        name=args.learner, dtype="bfloat16", micro_batch_tokens=seq, shared_prefix=False,
+    lcfg = OmegaConf.structured(LEARNERS.config(args.learner, dtype="bfloat16", micro_batch_tokens=seq, shared_prefix=False,
         checkpoint_every=0, activation_checkpointing=args.recompute,
         lora=LoraConfig(enable=rank > 0, rank=max(rank, 1), alpha=2 * max(rank, 1))))
     model = shapes.random_model(cfg, device=args.device)

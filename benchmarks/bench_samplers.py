@@ -78,7 +78,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     from ablate.samplers import make_sampler
-    from ablate.samplers.config import SamplerConfig
+    from ablate.samplers import SAMPLERS
     from ablate.samplers.hf import HFSampler
 
     if a.model:
@@ -104,7 +104,7 @@ def main(argv=None):
 
     if not a.hf_only:
         t0 = time.perf_counter()
-        vs = make_sampler(SamplerConfig(name="vllm",
+        vs = make_sampler(SAMPLERS.config("vllm",
                                         gpu_memory_utilization=a.gpu_memory_utilization),
                           model, tok, dtype="float32")
         res["vllm_engine_start_s"] = round(time.perf_counter() - t0, 1)

@@ -82,7 +82,7 @@ def main(argv=None):
     from ablate.apps.cli import compose_config
     from ablate.models.loading import load_policy
     from ablate.samplers import make_sampler
-    from ablate.samplers.config import SamplerConfig
+    from ablate.samplers import SAMPLERS
     from ablate.samplers.hf import HFSampler
 
     model, tok = load_policy(compose_config(["model=smollm2_135m"]).model)
@@ -97,10 +97,10 @@ def main(argv=None):
                                       for v in model.state_dict().values()) / 2**20, 1)}
     if not a.push_only:
         measure("hf", HFSampler(model, tok), model, prompts, a, res)
-    kinds = [("vllm_server", SamplerConfig(name="vllm_server", gpu_memory_utilization=
+    kinds = [("vllm_server", SAMPLERS.config("vllm_server", gpu_memory_utilization=
                                           a.gpu_memory_utilization, max_model_len=1024))]
     if not a.no_inprocess_vllm:
-        kinds.append(("vllm", SamplerConfig(name="vllm",
+        kinds.append(("vllm", SAMPLERS.config("vllm",
                                             gpu_memory_utilization=a.gpu_memory_utilization)))
     for name, sc in kinds:
         t0 = time.perf_counter()

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ablate.algos.registry import ALGORITHMS
+
 
 @dataclass
 class ReflexionConfig:
@@ -83,8 +85,10 @@ def check(cfg, need) -> None:
     need(t.train_episodes in ("best", "siblings"), "agent.lats.train_episodes",
          t.train_episodes, "choose best or siblings")
     if t.train_episodes == "siblings" and a.train and a.name == "lats":
-        need(cfg.algo.algorithm in ("dpo", "rft"), "agent.lats.train_episodes",
-             t.train_episodes, "groups of siblings vary in size: use +algo=dpo or +algo=rft")
+        able = [n for n in ALGORITHMS if ALGORITHMS.declared(n).can("unequal_groups")]
+        need(cfg.algo.algorithm in able, "agent.lats.train_episodes", t.train_episodes,
+             "groups of siblings vary in size: use an algorithm that trains on groups of "
+             f"any size ({' or '.join(f'+algo={n}' for n in able)})")
         need(not cfg.algo.dynamic_sampling.enable and not cfg.algo.buffer.enable,
              "agent.lats.train_episodes", t.train_episodes,
              "a sibling group is not a task's group: disable dynamic sampling and the buffer")

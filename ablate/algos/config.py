@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ablate.core.errors import ConfigError
+
 
 @dataclass
 class OverlongConfig:
@@ -117,3 +119,33 @@ class AlgoConfig:
     dpo: DPOConfig = field(default_factory=DPOConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
+
+
+def check_algo(cfg) -> None:
+    """The algo.* keys' checks a schema cannot express (names are checked against the
+    registries by ablate.loop.config.validate)."""
+    a = cfg.algo
+    if not 0 <= a.eps_low < 1:
+        raise ConfigError(f"algo.eps_low={a.eps_low} must be in [0, 1)")
+    if a.eps_high < a.eps_low:
+        raise ConfigError(f"algo.eps_high={a.eps_high} must be >= algo.eps_low={a.eps_low}")
+    if a.clip_c is not None and a.clip_c <= 1:
+        raise ConfigError(f"algo.clip_c={a.clip_c} must be > 1 (dual-clip) or null")
+    # Dr. GRPO (Liu et al. 2025, eq. 2) removes GRPO's division by the group's std
+    if a.adv_estimator == "dr_grpo" and a.norm_std:
+        raise ConfigError("algo.adv_estimator=dr_grpo divides by no std: set algo.norm_std=false")
+    if a.std_eps <= 0:
+        raise ConfigError(f"algo.std_eps={a.std_eps} must be > 0")
+    if a.entropy_coef < 0 or a.kl_coef < 0:
+        raise ConfigError("algo.entropy_coef and algo.kl_coef must be >= 0")
+    if a.ppo_epochs < 1:
+        raise ConfigError(f"algo.ppo_epochs={a.ppo_epochs} must be >= 1")
+    o = a.overlong
+    if o.max_len <= 0 or o.cache_len < 0:
+        raise ConfigError(f"algo.overlong.max_len={o.max_len} must be > 0 and "
+                          f"algo.overlong.cache_len={o.cache_len} >= 0")
+    if o.cache_len >= o.max_len:
+        raise ConfigError(f"algo.overlong.cache_len={o.cache_len} must be < "
+                          f"algo.overlong.max_len={o.max_len}")
+    if a.dynamic_sampling.max_batches < 0:
+        raise ConfigError("algo.dynamic_sampling.max_batches must be >= 0")

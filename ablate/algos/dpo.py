@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from ablate.algos.protocol import (AlgorithmBase, TrainingBatch, flatten_segments,
                                    loss_index)
+from ablate.algos.memory import dpo_terms
 from ablate.algos.registry import ALGORITHMS, PAIR_RULES
 from ablate.models.loading import load_policy
 
@@ -119,7 +120,7 @@ class PairBatch(TrainingBatch):
     pack_keys: list[int] = field(default_factory=list)           # per segment
 
 
-@ALGORITHMS.register("dpo")
+@ALGORITHMS.register("dpo", memory=dpo_terms, capabilities=("unequal_groups",))
 class DPO(AlgorithmBase):
     """algo.dpo.{beta, pairs, reference}."""
 

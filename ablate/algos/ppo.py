@@ -28,6 +28,7 @@ import torch
 from ablate.algos.critic import gae, value_loss
 from ablate.algos.objective import build_objective
 from ablate.algos.protocol import PolicyGradient, TrainingBatch
+from ablate.algos.memory import ppo_terms
 from ablate.algos.registry import ALGORITHMS
 from ablate.models.loading import load_policy
 
@@ -66,7 +67,7 @@ def episode_rows(episode, values: list[torch.Tensor], reward: float):
     return rewards, torch.cat([v.double() for v in values]), mask
 
 
-@ALGORITHMS.register("ppo")
+@ALGORITHMS.register("ppo", memory=ppo_terms)
 class PPO(PolicyGradient):
     """algo.ppo.{gamma, lam, value_clip, critic_lr, critic_epochs, whiten}."""
 

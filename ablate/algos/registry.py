@@ -15,6 +15,11 @@ LOSS_AGGREGATIONS = Registry("algo.loss_agg", "loss aggregation")
 ROLLOUT_CORRECTIONS = Registry("algo.rollout_correction", "rollout correction")
 # name -> fn(correct[G], rewards[G]) -> [(chosen, rejected)] positions within one group
 PAIR_RULES = Registry("algo.dpo.pairs", "DPO pair rule")
-# name -> Algorithm class (the protocol in ablate.algos.protocol)
-ALGORITHMS = Registry("algo.algorithm", "algorithm")
+# What an algorithm may declare it can do (ablate.core.registry.Declaration.capabilities):
+ALGORITHM_CAPABILITIES = (
+    "unequal_groups",    # trains on groups of any size (agent.lats.train_episodes=siblings)
+)
+# name -> Algorithm class (the protocol in ablate.algos.protocol), with its Declaration
+# (memory: the models it loads beside the policy, ablate/algos/memory.py)
+ALGORITHMS = Registry("algo.algorithm", "algorithm", capabilities=ALGORITHM_CAPABILITIES)
 

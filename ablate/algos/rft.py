@@ -77,7 +77,7 @@ def sft_loss(logprobs: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor,
     return per_token.sum() / max(float(num_tokens), 1.0)
 
 
-@ALGORITHMS.register("rft")
+@ALGORITHMS.register("rft", capabilities=("unequal_groups",))
 class RFT(AlgorithmBase):
     """algo.rft.{keep, threshold, max_per_task}; the loss is the token-mean NLL."""
 

@@ -22,9 +22,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ablate.core.errors import OutputWriteError
+from ablate.core.registry import import_plugins
 from ablate.learners import CheckpointError
 from ablate.envs import config_keys, env_class, option_keys
-from ablate.loop.config import ConfigError, register
+from ablate.loop.config import BACKENDS, ConfigError, register
 from ablate.loop.distributed import RankDied
 from ablate.loop.outputs import COMPLETE, CellBusy, CellDir
 from ablate.loop.ranks import CellOutcome
@@ -162,9 +163,20 @@ def _is_sweep(override: str) -> bool:
     return "," in value or value.startswith(("range(", "choice(", "glob("))
 
 
+def import_cli_plugins(overrides: list[str]) -> None:
+    """The `plugins=[...]` of the command line imported before Hydra composes: a plugin's
+    backend (`sampler=NAME`) is an option of its group only once it has registered."""
+    for arg in overrides:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+~") in ("plugins", "algo.plugins") and value:
+            mods = [m.strip().strip("'\"") for m in value.strip().strip("[]").split(",")]
+            import_plugins([m for m in mods if m], key=key.lstrip("+~"))
+
+
 def compose_config(overrides: list[str], *, hydra_node: bool = False) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
+    import_cli_plugins(overrides)
     register()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         return compose("config", overrides=overrides, return_hydra_config=hydra_node)
@@ -275,15 +287,31 @@ def compose_job(job: list[str]) -> DictConfig:
         return compose_config(job, hydra_node=True)
     except ConfigCompositionException as exc:
         key = str(getattr(exc.__cause__, "full_key", "") or "")
+        rest = [o for o in job if o.split("=", 1)[0].lstrip("+~") != key]
+        if key.split(".")[0] in BACKENDS:
+            raise ConfigError(backend_key_error(key, compose_config(rest))) from None
         if not key.startswith("env."):
             raise
-        rest = [o for o in job if o.split("=", 1)[0].lstrip("+~") != key]
         env = compose_config(rest).env
         cls = env_class(env)
         raise ConfigError(f"env={env.name} has no key {key}; allowed: "
                           f"{', '.join(config_keys(cls))}"
                           + (f" and env.options.<{'|'.join(option_keys(cls))}>"
                              if option_keys(cls) else "")) from None
+
+
+def backend_key_error(key: str, cfg: DictConfig) -> str:
+    """`sampler.urls=...` on a cell whose sampler has no such key: the backends that own
+    it (the keys every backend had on one flat schema moved into their backend's)."""
+    group, _, leaf = key.partition(".")
+    registry, name = BACKENDS[group], cfg[group].name
+    owners = registry.owners(leaf.split(".")[0])
+    if not owners:
+        return (f"{group}={name} has no key {key}; allowed: "
+                f"{', '.join(sorted(registry.schema_keys(name)))}")
+    return (f"{key} is a key of {group}={' or '.join(owners)}, not of {group}={name}: "
+            f"add {group}={owners[0]} (each backend's keys are its own, "
+            "docs/configuration.md)")
 
 
 # lines of Hydra / OmegaConf messages that repeat what the first line says
@@ -449,6 +477,12 @@ def launcher_args(args: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     args = launcher_args(list(sys.argv[1:] if argv is None else argv))
     args = flags_first(normalise_overrides(args))
+    try:
+        import_cli_plugins(args)
+    except ConfigError as exc:
+        print(f"ablate: error: {one_line(exc)}", file=sys.stderr)
+        sys.exit(2)
+    register()   # the plugins' backends' schemas join the ConfigStore
     code = preflight(args)
     if code:
         sys.exit(code)

@@ -20,7 +20,7 @@ from ablate.apps.cli import APPEND_GROUPS, compose_config, conf_dir
 from ablate.core.registry import Registry
 from ablate.envs import ENVIRONMENTS, declared
 from ablate.protocol.config import EnvConfig
-from ablate.loop.config import ALLOWED, AblateConfig
+from ablate.loop.config import ALLOWED, BACKENDS, AblateConfig
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 _FIELD = re.compile(r"^\s+(\w+)\s*:\s*[^=#]+(?:=[^#]*)?(?:#\s?(.*))?$")
@@ -68,7 +68,9 @@ def field_comments(cls) -> dict[str, str]:
 
 def _type_name(tp) -> str:
     if isinstance(tp, str):
-        return tp.replace("Optional[", "").rstrip("]") + (" or null" if "Optional" in tp else "")
+        if tp.startswith("Optional[") and tp.endswith("]"):
+            return tp[len("Optional["):-1] + " or null"
+        return tp
     return getattr(tp, "__name__", str(tp))
 
 
@@ -203,10 +205,30 @@ def env_sections() -> list[str]:
     return out
 
 
+def backend_sections() -> list[str]:
+    """Each built-in sampler and learner backend: what it declares (capabilities,
+    packages) and its own keys beyond the axis's common schema (`<group>=<name>`)."""
+    out = []
+    for group, registry in BACKENDS.items():
+        common = {f.name: _default(f) for f in dataclasses.fields(registry.schema)}
+        for name in registry.builtin():
+            d = registry.declared(name)
+            caps = ", ".join(f"`{c}`" for c in sorted(d.capabilities)) or "none"
+            pkgs = ", ".join(f"`{m}`" for m in d.packages) or "none beyond ablate's"
+            out += [f"## `{group}={name}` (`{d.schema.__module__}.{d.schema.__name__}`)", "",
+                    f"Capabilities: {caps}. Packages: {pkgs}.", ""]
+            own = env_rows(d.schema, f"{group}.", common)
+            out += (["| key | type | schema default | meaning |", "| --- | --- | --- | --- |",
+                     *own] if own else [f"No keys beyond `{group}`'s common ones."]) + [""]
+    return out
+
+
 def env_rows(schema, prefix: str, common: dict) -> list[str]:
     """One row per key of a world's schema beyond the common ones; a nested section
     (the email world's env.judge) row by row under its prefix."""
-    comments, out = field_comments(schema), []
+    comments, out = {}, []
+    for cls in reversed(schema.__mro__):      # a subclass's comments over its bases'
+        comments.update(field_comments(cls) if dataclasses.is_dataclass(cls) else {})
     for f in dataclasses.fields(schema):
         default = _default(f)
         if f.name in common and default == common[f.name]:
@@ -221,8 +243,8 @@ def env_rows(schema, prefix: str, common: dict) -> list[str]:
 
 
 def generate() -> str:
-    return HEADER + "\n" + groups() + "\n" + "\n".join(
-        section("", AblateConfig, "") + env_sections()) + "\n" + registries()
+    body = section("", AblateConfig, "") + backend_sections() + env_sections()
+    return HEADER + "\n" + groups() + "\n" + "\n".join(body) + "\n" + registries()
 
 
 def main(argv: list[str] | None = None) -> int:

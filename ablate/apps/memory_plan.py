@@ -13,12 +13,16 @@ in-process vLLM sleeps through it when sampler.sleep_during_update). The peak of
 is compared with the device's memory: run.device_memory_gb (a planning override, GB =
 1e9 bytes), else the CUDA device's total memory, else (run.device=cpu) the host's RAM,
 where the plan is only reported, never a refusal (a CPU cell swaps or is killed; it
-does not corrupt anything, and the tiny CPU cells are far from any limit)."""
+does not corrupt anything, and the tiny CPU cells are far from any limit).
+
+This module composes the terms and gives the verdict; the terms are declared by their
+owners where they register (ablate.core.registry.Declaration.memory): the learner
+backends' (ablate/learners/memory.py), the algorithms' (ablate/algos/memory.py) and the
+sampler backends' (ablate/samplers/memory.py); the model's Shape is measured by
+ablate/models/measure.py."""
 from __future__ import annotations
 
 import copy
-import functools
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -27,85 +31,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ablate.core.dist import env_world_size
+from ablate.core.plan import GB, PlanContext, Shape, Term, sel
 from ablate.models.budget import check_weights
+from ablate.models.measure import shape_of, shape_of_dir
 
-GB = 1e9
-# Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
-# Models" (arXiv:2205.05198) eq. 1: s·b·h·(34 + 5·a·s/h) bytes per layer at 16-bit without
-# recomputation; the 5·a·s/h attention-score term is absent with fused (SDPA / flash)
-# attention, leaving 34·h bytes per token per layer
-ACT_BYTES_PER_TOKEN_LAYER = 34
-# ibid. §4 (full recomputation): only each layer's 16-bit input, 2·h bytes per token
-CKPT_BYTES_PER_TOKEN_LAYER = 2
+__all__ = ["GB", "MemoryPlan", "Shape", "Term", "memory_plan", "shape_of", "shape_of_dir"]
 WARN_FRACTION = 0.9   # a plan above 90% of the device leaves little for fragmentation
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What the plan needs of a model, read once from its meta-device construction."""
-    arch: str
-    params: int                      # unique parameters (tied embeddings counted once)
-    hidden: int
-    layers: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    largest_layer: int               # parameters of the largest decoder layer
-    largest_other: int               # parameters of the largest non-layer module
-    linears: tuple                   # (leaf name, in_features, out_features) per Linear
-
-    def lora_params(self, rank: int, targets) -> int:
-        """LoRA adapters: r·(in + out) per targeted Linear (Hu et al. 2021, §4.1)."""
-        t = set(targets)
-        return sum(rank * (i + o) for name, i, o in self.linears if name in t)
-
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """2 (K and V) x layers x kv_heads x head_dim x bytes (the KV cache per token)."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
-
-
-def shape_of(config) -> Shape:
-    """Build the model on the meta device (no memory, no weights) and measure it."""
-    from transformers import AutoModelForCausalLM
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    tc = config.get_text_config() if hasattr(config, "get_text_config") else config
-    heads = int(tc.num_attention_heads)
-    head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // heads
-    layers = _decoder_layers(model)
-    in_layers = {id(p) for layer in layers for p in layer.parameters()}
-    others = [sum(p.numel() for p in m.parameters(recurse=False) if id(p) not in in_layers)
-              for m in model.modules()]
-    linears = tuple((n.rsplit(".", 1)[-1], m.in_features, m.out_features)
-                    for n, m in model.named_modules() if isinstance(m, torch.nn.Linear))
-    return Shape(arch=type(model).__name__, params=sum(p.numel() for p in model.parameters()),
-                 hidden=int(tc.hidden_size), layers=int(tc.num_hidden_layers),
-                 kv_heads=int(getattr(tc, "num_key_value_heads", None) or heads),
-                 head_dim=int(head_dim), vocab=int(tc.vocab_size),
-                 largest_layer=max((sum(p.numel() for p in m.parameters()) for m in layers),
-                                   default=0),
-                 largest_other=max(others, default=0), linears=linears)
-
-
-def _decoder_layers(model) -> list:
-    """The repeated blocks: the longest ModuleList in the model."""
-    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
-    return list(max(lists, key=len)) if lists else []
-
-
-@functools.lru_cache(maxsize=8)
-def shape_of_dir(model_dir: str, trust_remote_code: bool = False) -> Shape:
-    from transformers import AutoConfig
-    return shape_of(AutoConfig.from_pretrained(model_dir, local_files_only=True,
-                                               trust_remote_code=trust_remote_code))
-
-
-@dataclass
-class Term:
-    name: str
-    bytes: float
-    phase: str          # resident | rollout | update
-    note: str = ""
 
 
 @dataclass
@@ -178,135 +109,39 @@ class MemoryPlan:
                 "terms": {t.name: t.bytes / GB for t in self.terms}}
 
 
-# --- the terms -------------------------------------------------------------------------
+# --- the terms: declared by their owners where they register -----------------------------
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
-def _sel(cfg, key: str, default=None):
-    value = OmegaConf.select(cfg, key, default=default)
-    return default if value is None else value
-
-
-def _offloaded(cfg, what: str) -> bool:
-    over = _sel(cfg, "learner.ds_overrides", {}) or {}
-    dev = OmegaConf.select(OmegaConf.create(over), f"zero_optimization.{what}.device")
-    return str(dev).lower() in ("cpu", "nvme")
+def _owners():
+    """(LEARNERS, ALGORITHMS, SAMPLERS, the objective's terms): the registries whose
+    entries declare the terms."""
+    # deferred (each): the owners' registries load transformers (ablate.learners: +0.55 s,
+    # 316 modules, 2-core host), which `import ablate.apps.memory_plan` alone need not pay
+    from ablate.algos.memory import objective_terms  # deferred: as above
+    from ablate.algos.registry import ALGORITHMS  # deferred: as above
+    from ablate.learners import LEARNERS  # deferred: as above
+    from ablate.samplers import SAMPLERS  # deferred: as above
+    return LEARNERS, ALGORITHMS, SAMPLERS, objective_terms
 
 
-def learner_terms(cfg, shape: Shape, world: int) -> tuple[list[Term], int]:
-    """Parameters, gradients, optimizer state (+ ZeRO-3's gathered layers) on one rank."""
-    lc = cfg.learner
-    lora = bool(lc.lora.enable)
-    trained = shape.lora_params(int(lc.lora.rank), lc.lora.target_modules) if lora \
-        else shape.params
-    ds = str(lc.name) == "deepspeed"
-    stage = int(lc.zero_stage) if ds else 0
-    bf16 = str(lc.dtype) == "bfloat16"
-    # DeepSpeed bf16: 2-byte weights, fp32 gradient accumulators (ds_config's
-    # grad_accum_dtype), fp32 master + 2 Adam moments = 12 bytes (ZeRO, Rajbhandari et al.
-    # 2020 §3.1: "16Ψ" of mixed-precision Adam); fp32, and the torch learner (fp32
-    # master weights under autocast, torch_learner.py): 4 + 4 + 8
-    w_b = 2 if ds and bf16 else 4
-    opt_b = 12 if ds and bf16 else 8
-    part = lambda on: world if ds and on else 1   # noqa: E731 - ZeRO stage thresholds
-    params = (shape.params + (trained if lora else 0)) * w_b   # LoRA: base + adapters
-    terms = [
-        Term("parameters", 0 if stage == 3 and _offloaded(cfg, "offload_param")
-             else params / part(stage >= 3), "resident",
-             f"{w_b} B/param" + (f", ZeRO-3 /{world}" if stage >= 3 else "")),
-        Term("gradients", 0 if stage >= 1 and _offloaded(cfg, "offload_optimizer")
-             else trained * 4 / part(stage >= 2), "resident", "fp32, trained params"),
-        Term("optimizer", 0 if stage >= 1 and _offloaded(cfg, "offload_optimizer")
-             else trained * opt_b / part(stage >= 1), "resident",
-             f"AdamW {opt_b} B/trained param"),
-    ]
-    if stage == 3 and (world > 1 or _offloaded(cfg, "offload_param")):
-        # ZeRO-3 gathers a layer's parameters for its forward/backward and prefetches
-        # the next (DeepSpeed docs, stage3_max_live_parameters / prefetch_bucket_size)
-        terms.append(Term("zero3 gathered", (shape.largest_layer + shape.largest_other)
-                          * w_b, "update", "largest layer + largest other module"))
-    return terms, trained
-
-
-def default_logprob_chunk() -> int:
-    """The learner's log-softmax chunk when learner.logprob_chunk is not set: its module
-    default (ablate.learners.batching.LOGPROB_CHUNK) where it has one, else 0 (full)."""
-    # deferred: ablate.learners loads transformers (+0.55 s, 316 modules measured after
-    # `import ablate.apps.memory_plan`, 2-core host), which a plan from shapes never needs
-    from ablate.learners import batching
-    return int(getattr(batching, "LOGPROB_CHUNK", 0) or 0)
-
-
-def work_terms(cfg, shape: Shape) -> list[Term]:
-    """Activations and logits of one micro-batch of learner.micro_batch_tokens."""
-    lc = cfg.learner
-    n = int(lc.micro_batch_tokens)
-    act_b = 2 if str(lc.dtype) == "bfloat16" else 4   # bf16: DeepSpeed or autocast
-    ckpt = bool(_sel(cfg, "learner.activation_checkpointing", False))
-    scale = act_b / 2   # the constants are 16-bit bytes
-    if ckpt:   # checkpointed inputs of every layer + one layer recomputed at a time
-        act = n * shape.hidden * scale * (CKPT_BYTES_PER_TOKEN_LAYER * shape.layers
-                                          + ACT_BYTES_PER_TOKEN_LAYER)
-    else:
-        act = n * shape.hidden * scale * ACT_BYTES_PER_TOKEN_LAYER * shape.layers
-    chunk = int(_sel(cfg, "learner.logprob_chunk", default_logprob_chunk()) or 0)
-    rows = min(chunk, n) if chunk > 0 else n
-    # the model's [n, V] logits and their gradient at its dtype, plus the fp32 log-softmax
-    # and its gradient over `rows` positions at once (ablate/learners/batching.py)
-    logits = n * shape.vocab * act_b * 2 + rows * shape.vocab * 4 * 2
-    return [Term("activations", act, "update",
-                 f"{n} tok x {shape.layers} layers x "
-                 + (f"({CKPT_BYTES_PER_TOKEN_LAYER}L+{ACT_BYTES_PER_TOKEN_LAYER})h"
-                    if ckpt else f"{ACT_BYTES_PER_TOKEN_LAYER}h") + f" x {scale:g}"),
-            Term("logits", logits, "update",
-                 f"{n} x {shape.vocab} + grad, fp32 over {rows} rows")]
-
-
-def sampler_terms(cfg, shape: Shape, world: int, device_bytes: float
-                  ) -> tuple[list[Term], list[str]]:
-    """The sampler's share of the learner's device, and why it cannot start there."""
-    sc, model_b = cfg.sampler, DTYPE_BYTES.get(str(cfg.model.dtype), 4)
-    episodes = math.ceil(cfg.trainer.tasks_per_step * cfg.trainer.group_size / world)
-    tokens = episodes * int(cfg.harness.max_tokens_per_episode)
-    kv = tokens * shape.kv_bytes_per_token(model_b)
-    name = str(sc.name)
-    if name == "vllm_server":
-        return [], []     # its own processes and devices (sampler.devices / urls)
-    if name == "hf":
-        return [Term("sampler weights", shape.params * model_b, "resident", "HF copy"),
-                Term("kv cache", kv, "rollout",
-                     f"{episodes} episodes x {cfg.harness.max_tokens_per_episode} tok")], []
-    share = float(sc.gpu_memory_utilization) * device_bytes
-    weights = shape.params * model_b / max(int(sc.tensor_parallel_size), 1)
-    note = (f"{sc.gpu_memory_utilization} x device; KV room {max(share - weights, 0) / kv:.0%}"
-            f" of the step's {tokens} tokens" if kv else "")
-    sleeping = bool(_sel(cfg, "sampler.sleep_during_update", True))
-    terms = [Term("vllm share", share, "rollout" if sleeping else "resident", note)]
-    problems = [] if share > weights else [
-        f"sampler.gpu_memory_utilization={sc.gpu_memory_utilization} gives vLLM "
-        f"{share / GB:.1f} GB < its {weights / GB:.1f} GB of weights per GPU"]
+def declared_terms(cfg, shape: Shape, ctx: PlanContext) -> tuple[list[Term], list[str]]:
+    """The learner's, the algorithm's and the sampler's declared terms, in that order."""
+    LEARNERS, ALGORITHMS, SAMPLERS, objective_terms = _owners()
+    owners = [LEARNERS.declared(str(cfg.learner.name)).memory, objective_terms,
+              ALGORITHMS.declared(str(sel(cfg, "algo.algorithm", "pg"))).memory,
+              SAMPLERS.declared(str(cfg.sampler.name)).memory]
+    terms, problems = [], []
+    for memory in owners:
+        if memory is not None:
+            t, p = memory(cfg, shape, ctx)
+            terms, problems = terms + t, problems + p
     return terms, problems
 
 
-def algorithm_terms(cfg, shape: Shape) -> list[Term]:
-    """Models the algorithm or the learner loads beside the policy (not partitioned);
-    PPO's critic trains in `prepare`, while the sampler still holds its memory."""
-    model_b = DTYPE_BYTES.get(str(cfg.model.dtype), 4)
-    algo = str(_sel(cfg, "algo.algorithm", "pg"))
-    terms = []
-    if float(_sel(cfg, "algo.kl_coef", 0.0)) > 0:
-        terms.append(Term("kl reference", shape.params * model_b, "resident", "frozen"))
-    if algo == "dpo":
-        terms.append(Term("dpo reference", shape.params * model_b, "resident", "frozen"))
-    if algo == "ppo":   # fp32 copy + grads + AdamW moments (algos/ppo.py), unpartitioned
-        terms.append(Term("ppo critic", shape.params * 16, "resident",
-                          "fp32 weights, grads, 2 moments"))
-        n = int(cfg.learner.micro_batch_tokens)   # fp32: twice the 16-bit constant
-        terms.append(Term("critic activations", n * shape.hidden * shape.layers
-                          * ACT_BYTES_PER_TOKEN_LAYER * 2 + n * shape.vocab * 4, "rollout",
-                          "fp32 pass + its LM logits"))
-    return terms
+def checkpoint_terms(cfg, shape: Shape) -> list[Term]:
+    """What a checkpoint holds beyond the trained parameters' 12 bytes (the learner's
+    declared `checkpoint` terms, e.g. DeepSpeed's module copy below ZeRO-3)."""
+    terms, _ = declared_terms(cfg, shape, PlanContext(1, 0.0))
+    return [t for t in terms if t.phase == "checkpoint"]
 
 
 # --- the plan ----------------------------------------------------------------------------
@@ -314,7 +149,7 @@ def algorithm_terms(cfg, shape: Shape) -> list[Term]:
 def device_memory(cfg) -> tuple[str, float, str]:
     """(device, bytes, where the number comes from)."""
     device = str(cfg.run.device)
-    override = _sel(cfg, "run.device_memory_gb")
+    override = sel(cfg, "run.device_memory_gb")
     kind = "cpu" if device == "cpu" else "cuda"
     if override is not None:
         return kind, float(override) * GB, "run.device_memory_gb"
@@ -330,9 +165,10 @@ def device_memory(cfg) -> tuple[str, float, str]:
 
 def plan_for(cfg, shape: Shape, world: int, device: str, device_bytes: float,
              source: str) -> MemoryPlan:
-    learner, trained = learner_terms(cfg, shape, world)
-    sampler, problems = sampler_terms(cfg, shape, world, device_bytes)
-    terms = learner + algorithm_terms(cfg, shape) + work_terms(cfg, shape) + sampler
+    terms, problems = declared_terms(cfg, shape, PlanContext(world, device_bytes))
+    terms = [t for t in terms if t.phase != "checkpoint"]   # on disk: checkpoint_terms
+    lo = cfg.learner.lora
+    trained = shape.lora_params(int(lo.rank), lo.target_modules) if lo.enable else shape.params
     return MemoryPlan(shape, terms, device, device_bytes, source, world, trained, problems)
 
 
@@ -364,32 +200,20 @@ def _shape(cfg, model_config) -> Optional[Shape]:
         str(model_dir), bool(cfg.model.trust_remote_code))
 
 
-def _variant(cfg, **updates) -> DictConfig:
-    out = copy.deepcopy(cfg)
-    with open_dict(out):
-        for key, value in updates.items():
-            OmegaConf.update(out, key.replace("__", "."), value, merge=True)
-    return out
-
-
-OFFLOAD = {"zero_optimization": {"offload_optimizer": {"device": "cpu"},
-                                 "offload_param": {"device": "cpu"}}}
-
-
 def suggestions(cfg, shape, world, device, have, source) -> list[str]:
     """Single changes that make the plan fit, each with its peak; if none does, the
     first cumulative combination of them that fits."""
     steps = _changes(cfg, world)
     fitting = []
-    for label, c, w in steps:
-        p = plan_for(c, shape, w, device, have, source)
+    for label, updates, w in steps:
+        p = plan_for(_apply(cfg, updates), shape, w, device, have, source)
         if p.fits:
             fitting.append(f"{label} ({p.peak / GB:.1f} GB)")
     if fitting:
         return fitting
     c, w, labels = cfg, world, []
-    for label, _, _ in steps:   # the same changes applied one on top of the other
-        c, w = _apply(c, w, label)
+    for label, updates, step_world in steps:   # the same changes one on top of the other
+        c, w = _apply(c, updates), step_world if step_world != world else w
         labels.append(label)
         p = plan_for(c, shape, w, device, have, source)
         if p.fits:
@@ -397,40 +221,42 @@ def suggestions(cfg, shape, world, device, have, source) -> list[str]:
     return []
 
 
-def _changes(cfg, world: int) -> list[tuple[str, Any, int]]:
-    """(label, config, world size) of each single change worth planning."""
+def _changes(cfg, world: int) -> list[tuple[str, dict, int]]:
+    """(label, updates, world size) of each single change worth planning: LoRA, smaller
+    micro-batches, the learner's declared remedies, a sampler on its own devices."""
+    LEARNERS, _, SAMPLERS, _ = _owners()
     lc, out = cfg.learner, []
     if not lc.lora.enable:
-        out.append("learner.lora.enable=true")
+        out.append(("learner.lora.enable=true", {"learner.lora.enable": True}, world))
     for mbt in (int(lc.micro_batch_tokens) // 2 ** k for k in (1, 2, 3)):
         if mbt >= 1024:
-            out.append(f"learner.micro_batch_tokens={mbt}")
-    if str(lc.name) == "deepspeed" and int(lc.zero_stage) == 3:
-        out.append(OFFLOAD_LABEL)
-    if str(cfg.sampler.name) != "vllm_server":
-        out.append("sampler=vllm_server")
-    if str(lc.name) == "deepspeed" and int(lc.zero_stage) >= 1:
-        out += [f"{n} ranks (torchrun --nproc-per-node {n})" for n in (2, 4, 8) if n > world]
-    return [(label, *_apply(cfg, world, label)) for label in out]
+            out.append((f"learner.micro_batch_tokens={mbt}",
+                        {"learner.micro_batch_tokens": mbt}, world))
+    remedies = LEARNERS.declared(str(lc.name)).remedies
+    out += remedies(cfg, world) if remedies else []
+    here = SAMPLERS.declared(str(cfg.sampler.name))
+    if not here.can("own_devices"):
+        out += [(f"sampler={n}", {"sampler": n}, world) for n in SAMPLERS.builtin()
+                if SAMPLERS.declared(n).can("own_devices")]
+    return out
 
 
-OFFLOAD_LABEL = ("'+learner.ds_overrides={zero_optimization:{offload_optimizer:{device:cpu},"
-                 "offload_param:{device:cpu}}}'")
-
-
-def _apply(cfg, world: int, label: str) -> tuple[Any, int]:
-    """The config and world size after the change `label` (see _changes)."""
-    if " ranks (torchrun" in label:
-        return cfg, int(label.split()[0])
-    if label == OFFLOAD_LABEL:
-        return _variant(cfg, learner__ds_overrides=OFFLOAD), world
-    key, value = label.split("=", 1)
-    key = "sampler.name" if key == "sampler" else key   # the group's option selects it
-    return _variant(cfg, **{key.replace(".", "__"): _value(value)}), world
-
-
-def _value(text: str):
-    return True if text == "true" else int(text) if text.isdigit() else text
+def _apply(cfg, updates: dict):
+    """The config after the change: `sampler`/`learner` select another backend's schema
+    (its own keys at their defaults), other keys are set."""
+    LEARNERS, _, SAMPLERS, _ = _owners()
+    out = copy.deepcopy(cfg)
+    with open_dict(out):
+        for key, value in updates.items():
+            axis = {"sampler": SAMPLERS, "learner": LEARNERS}.get(key)
+            if axis is not None:
+                node = OmegaConf.structured(axis.config(value))
+                node = OmegaConf.merge(node, {k: v for k, v in out[key].items()
+                                              if k in axis.schema_keys(value) and k != "name"})
+                out[key] = node
+            else:
+                OmegaConf.update(out, key, value, merge=True)
+    return out
 
 
 def _count(n: float) -> str:

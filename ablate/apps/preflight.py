@@ -23,13 +23,16 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.apps.memory_plan import memory_plan, shape_of_dir
-from ablate.envs import EnvError, check_reward_for, declared, env_class, make_env, \
-    split_tasks
+from ablate.apps.memory_plan import checkpoint_terms, memory_plan, shape_of_dir
+from ablate.envs import (EnvError, check_reward_for, declared, env_class, make_env,
+                         split_tasks)
 from ablate.envs.conformance import (check_class, check_splits, check_tools, play_one,
                                      protocol)
 from ablate.harness.episode import scripted_episode
 from ablate.agents.skills import SkillWorld
+from ablate.algos.registry import ALGORITHMS
+from ablate.learners import LEARNERS
+from ablate.samplers import SAMPLERS
 from ablate.harness.masking import mask_context
 from ablate.loop.scoring import eval_subset
 from ablate.loop.config import ConfigError, validate
@@ -39,10 +42,9 @@ from ablate.rewards import REWARDS
 
 log = logging.getLogger("ablate")
 
-# (key, value that needs it) -> importable module
+# (key, value that needs it) -> importable module; the backends' own come from their
+# declarations (SAMPLERS / LEARNERS / ALGORITHMS `packages`, see backend_packages)
 OPTIONAL_PACKAGES = (
-    ("sampler.name", "vllm", "vllm"),
-    ("learner.name", "deepspeed", "deepspeed"),
     ("learner.lora.enable", True, "peft"),
     ("run.wandb_mode", "online", "wandb"),
 )
@@ -215,8 +217,17 @@ def check_features(cfg: DictConfig) -> None:
                               f"{cls.__name__} does not")
 
 
+def backend_packages(cfg: DictConfig) -> list[tuple[str, str, str]]:
+    """(key, value, module) of each package the chosen backends declare they need."""
+    out = []
+    for registry in (SAMPLERS, LEARNERS, ALGORITHMS):
+        name = OmegaConf.select(cfg, registry.key)
+        out += [(registry.key, name, m) for m in registry.declared(name).packages]
+    return out
+
+
 def check_packages(cfg: DictConfig) -> None:
-    for key, value, module in OPTIONAL_PACKAGES:
+    for key, value, module in (*backend_packages(cfg), *OPTIONAL_PACKAGES):
         if OmegaConf.select(cfg, key) == value and importlib.util.find_spec(module) is None:
             raise ConfigError(f"{key}={value!r} needs the Python package {module!r}, which "
                               f"is not installed here (pip install {module})")
@@ -309,10 +320,8 @@ def checkpoint_bytes(cfg: DictConfig, model_dir) -> int:
     shape = shape_of_dir(str(model_dir), bool(cfg.model.trust_remote_code))
     trained = shape.lora_params(int(lc.lora.rank), lc.lora.target_modules) \
         if lc.lora.enable else shape.params
-    bf16, stage = str(lc.dtype) == "bfloat16", int(lc.zero_stage)
-    module_copy = str(lc.name) == "deepspeed" and stage < 3 and (bf16 or stage > 0)
-    per_param = 12 + (2 if bf16 else 4) * module_copy
-    return trained * per_param + CKPT_OVERHEAD
+    extra = sum(t.bytes for t in checkpoint_terms(cfg, shape))   # the learner's own
+    return int(trained * 12 + extra) + CKPT_OVERHEAD
 
 
 def check_free_space(key: str, path: str, cfg: DictConfig) -> None:

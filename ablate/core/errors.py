@@ -5,6 +5,12 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key and what is allowed."""
 
 
+def need(ok: bool, key: str, value, allowed: str) -> None:
+    """One check: `key=value` fails unless `ok`; the message says what is allowed."""
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is not allowed; {allowed}")
+
+
 class OutputWriteError(OSError):
     """A cell's output could not be written (disk full, read-only, quota); the message
     names the path and the free space left there."""

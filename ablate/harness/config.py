@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ablate.core.errors import ConfigError, need
+
 
 @dataclass
 class HarnessConfig:
@@ -27,3 +29,22 @@ class ModeConfig:
     name: str = "instruct"               # instruct | thinking
     enable_thinking: bool = False        # Qwen3 chat template switch
     max_think_tokens: int = 64           # thinking budget per turn (thinking mode)
+
+
+def check_harness(cfg) -> None:
+    """The harness.* and mode.* keys (and the world-model weight the harness predicts for)."""
+    h, m = cfg.harness, cfg.mode
+    for key in ("max_new_tokens_per_turn", "max_tokens_per_episode", "max_masked_keywords"):
+        need(h[key] >= 1, f"harness.{key}", h[key], "must be >= 1")
+    need(h.max_malformed >= 0, "harness.max_malformed", h.max_malformed, "must be >= 0")
+    w = cfg.reward.world_model.weight
+    need(w >= 0, "reward.world_model.weight", w, "must be >= 0")
+    need(h.masked_keyword_words in (1, 2), "harness.masked_keyword_words",
+         h.masked_keyword_words, "choose 1 (single words) or 2 (also adjacent pairs)")
+    if h.answer_masking and not h.action_masking:
+        raise ConfigError("harness.answer_masking=true needs harness.action_masking=true")
+    if h.keyword_masking and not h.action_masking:
+        raise ConfigError("harness.keyword_masking=true needs harness.action_masking=true")
+    if m.enable_thinking:
+        need(m.max_think_tokens >= 1, "mode.max_think_tokens", m.max_think_tokens,
+             "must be >= 1 in thinking mode")

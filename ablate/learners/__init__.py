@@ -21,15 +21,23 @@ import torch
 
 from ablate.core.registry import Registry
 from ablate.learners.base import CheckpointError, Learner, LossFn, LossInputs  # noqa: F401
+from ablate.learners.config import (DeepSpeedLearnerConfig, LearnerConfig, check_deepspeed,
+                                    check_learner)
+from ablate.learners.memory import deepspeed_terms, torch_terms
 from ablate.learners.oplock import load_comm_op
 
 __all__ = ["LEARNERS", "Learner", "LossFn", "LossInputs", "make_learner",
            "build_model_for_learner", "zero3_init"]
 
 
+# What a learner may declare it can do (ablate.core.registry.Declaration.capabilities):
+LEARNER_CAPABILITIES = (
+    "multi_rank",        # one engine over the ranks of a torchrun/deepspeed launch
+)
 # name -> factory `fn(learner_cfg, model, *, lr, seed, temperature, ckpt_dir, ref_model,
-# device) -> Learner`: the single source of `learner.name` (ablate.core.registry)
-LEARNERS = Registry("learner.name", "learner")
+# device) -> Learner`, with its Declaration: the single source of `learner.name`
+LEARNERS = Registry("learner.name", "learner", schema=LearnerConfig,
+                    capabilities=LEARNER_CAPABILITIES)
 
 
 def make_learner(learner_cfg: Any, model: torch.nn.Module, *, lr: float, seed: int,
@@ -44,7 +52,26 @@ def make_learner(learner_cfg: Any, model: torch.nn.Module, *, lr: float, seed: i
                    ckpt_dir=ckpt_dir, ref_model=ref_model, device=device)
 
 
-@LEARNERS.register("deepspeed")
+OFFLOAD = {"zero_optimization": {"offload_optimizer": {"device": "cpu"},
+                                 "offload_param": {"device": "cpu"}}}
+OFFLOAD_LABEL = ("'+learner.ds_overrides={zero_optimization:{offload_optimizer:{device:cpu},"
+                 "offload_param:{device:cpu}}}'")
+
+
+def deepspeed_remedies(cfg, world: int) -> list[tuple[str, dict, int]]:
+    """ZeRO-3 offload to host memory; more ranks to partition over (ZeRO stage >= 1)."""
+    stage, out = int(cfg.learner.zero_stage), []
+    if stage == 3:
+        out.append((OFFLOAD_LABEL, {"learner.ds_overrides": OFFLOAD}, world))
+    if stage >= 1:
+        out += [(f"{n} ranks (torchrun --nproc-per-node {n})", {}, n)
+                for n in (2, 4, 8) if n > world]
+    return out
+
+
+@LEARNERS.register("deepspeed", schema=DeepSpeedLearnerConfig, packages=("deepspeed",),
+                   capabilities=("multi_rank",), check=check_deepspeed,
+                   memory=deepspeed_terms, remedies=deepspeed_remedies)
 def deepspeed_learner(learner_cfg: Any, model: torch.nn.Module, **kw) -> Learner:
     """DeepSpeed (ZeRO-3 by default, also on CPU)."""
     # deferred: deepspeed_learner imports peft through lora.py (14 s measured, 2-core host)
@@ -53,7 +80,7 @@ def deepspeed_learner(learner_cfg: Any, model: torch.nn.Module, **kw) -> Learner
     return DeepSpeedLearner(learner_cfg, model, **kw)
 
 
-@LEARNERS.register("torch")
+@LEARNERS.register("torch", schema=LearnerConfig, check=check_learner, memory=torch_terms)
 def torch_learner(learner_cfg: Any, model: torch.nn.Module, **kw) -> Learner:
     """The plain torch reference: AdamW on one process."""
     # deferred: torch_learner imports peft through lora.py (14 s measured on the 2-core host)

@@ -1,8 +1,13 @@
-"""Typed configuration of the learner (`learner=`): DeepSpeed ZeRO-3 or plain torch."""
+"""Typed configuration of the learner (`learner=`): the keys every learner has
+(LearnerConfig) and each backend's own (DeepSpeedLearnerConfig), each with its one check
+(`check_learner`, `check_deepspeed`), declared where the backend registers
+(ablate/learners/__init__.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from ablate.core.errors import ConfigError, need
 
 
 @dataclass
@@ -16,8 +21,7 @@ class LoraConfig:
 
 @dataclass
 class LearnerConfig:
-    name: str = "deepspeed"              # deepspeed | torch
-    zero_stage: int = 3
+    name: str = "deepspeed"              # a registered learner (learner=NAME selects it)
     dtype: str = "float32"               # float32 | bfloat16
     micro_batch_tokens: int = 4096       # tokens per forward/backward; grads accumulate
     # the untrained tokens all segments of an update start with (system prompt, tool
@@ -39,6 +43,41 @@ class LearnerConfig:
     warmup_steps: int = 0
     checkpoint_every: int = 1            # optimizer steps between checkpoints (0 = only at end)
     keep_checkpoints: int = 2            # newest complete checkpoints kept on disk
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass
+class DeepSpeedLearnerConfig(LearnerConfig):
+    """learner=deepspeed's own keys."""
+    zero_stage: int = 3                  # 0..3 (ZeRO, Rajbhandari et al. 2020)
     # deep-merged into the generated DeepSpeed config (offload, buckets, thresholds, ...)
     ds_overrides: dict[str, Any] = field(default_factory=dict)
-    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+def check_learner(cfg) -> None:
+    """The keys every learner has (learner.*)."""
+    lc = cfg.learner
+    need(lc.micro_batch_tokens >= 1, "learner.micro_batch_tokens", lc.micro_batch_tokens,
+         "must be >= 1")
+    need(lc.checkpoint_every >= 0, "learner.checkpoint_every", lc.checkpoint_every,
+         "must be >= 0 (0 = only at the end)")
+    need(lc.keep_checkpoints >= 1, "learner.keep_checkpoints", lc.keep_checkpoints,
+         "must be >= 1")
+    for key in ("weight_decay", "grad_clip", "warmup_steps"):
+        need(lc[key] >= 0, f"learner.{key}", lc[key], "must be >= 0")
+    betas = list(lc.betas)
+    need(len(betas) == 2 and all(0 <= b < 1 for b in betas), "learner.betas", betas,
+         "give two values in [0, 1)")
+    lo = lc.lora
+    if lo.enable:
+        need(lo.rank >= 1, "learner.lora.rank", lo.rank, "must be >= 1")
+        need(lo.alpha > 0, "learner.lora.alpha", lo.alpha, "must be > 0")
+        need(0 <= lo.dropout < 1, "learner.lora.dropout", lo.dropout, "must be in [0, 1)")
+
+
+def check_deepspeed(cfg) -> None:
+    """learner=deepspeed: the common keys, then its own."""
+    check_learner(cfg)
+    if cfg.learner.zero_stage not in (0, 1, 2, 3):
+        raise ConfigError(f"learner.zero_stage={cfg.learner.zero_stage} is not allowed; "
+                          "choose 0..3")

@@ -27,8 +27,8 @@ from ablate.core.errors import ConfigError
 from ablate.core.seeding import derived_seed, seed_everything
 from ablate.core.memory import reuse_freed_memory
 from ablate.core.threads import available_cpus, cell_threads
-from ablate.envs import check_reward_for, declared, describe as describe_env, env_class, \
-    make_env, split_tasks
+from ablate.envs import (check_reward_for, declared, describe as describe_env, env_class,
+                         make_env, split_tasks)
 from ablate.loop.tracking import Tracker
 from ablate.algos import build_algorithm
 from ablate.loop.async_rollout import AsyncRollouts
@@ -42,13 +42,14 @@ from ablate.loop.eval_metrics import GREEDY, SAMPLED
 from ablate.loop.outputs import CellDir
 from ablate.loop.provenance import record_code
 from ablate.loop.ranks import act_scored, agree, eval_scored, learner_rows
-from ablate.loop.resume import check_resume, config_changes, describe, record_changes, \
-    stored_config
+from ablate.loop.resume import (check_resume, config_changes, describe, record_changes,
+                                stored_config)
 from ablate.loop.policy import ModelPolicy, ScriptedPolicy
 from ablate.loop.policy import with_agent_state
 from ablate.loop.scoring import (eval_history, eval_rows, eval_subset, eval_summary,
                                  sample_step_tasks, score)
 from ablate.harness.parser import outcome_labels, step_metrics as harness_step_metrics
+from ablate.samplers import SAMPLERS
 
 log = logging.getLogger("ablate.loop.cell")
 
@@ -214,7 +215,8 @@ def _set_threads(cfg: DictConfig) -> None:
     threads = cell_threads(cfg.run.num_threads, cpus=available_cpus(),
                            local_ranks=local_world_size(),
                            async_level=cfg.trainer.max_async_level,
-                           in_process_sampler=cfg.sampler.name == "hf")
+                           in_process_sampler=SAMPLERS.declared(
+                               cfg.sampler.name).can("in_process"))
     if threads > 0:
         torch.set_num_threads(threads)
     if cfg.run.malloc_reuse:
@@ -345,7 +347,7 @@ def _train(cfg, cell: CellDir, policy, env, algorithm, tracker, evaluate, start:
                                     extra=lambda folder: algorithm.save(folder, step))
     finally:
         progress.close()
-        if getattr(policy, "remote", None) is not None:
+        if policy.remote is not None:
             policy.remote.close()
     return last_eval
 
@@ -418,7 +420,7 @@ def collect(cfg, policy, env, judge, algorithm, step: int) -> tuple[Refilled, di
 
 def rollout(cfg, policy, judge, tasks: list, step: int, round_: int):
     """(episodes, [(reward, components)], {"async/staleness": ...}) of one round."""
-    remote = getattr(policy, "remote", None)   # asynchronous rollouts (max_async_level > 0)
+    remote = policy.remote   # asynchronous rollouts (max_async_level > 0)
     if remote is not None:           # rolled out ahead, by older weights
         episodes, staleness = remote.take(step, tasks)
         return episodes, score(episodes, judge, cfg.reward), staleness

@@ -16,16 +16,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.core.dist import env_world_size
 from ablate.core.threads import parse_threads
-from ablate.core.errors import ConfigError  # noqa: F401  (re-exported)
+from ablate.core.errors import ConfigError, need
 from ablate.agents import AGENTS
 from ablate.agents.config import AgentConfig, check as check_agent
-from ablate.algos.config import AlgoConfig
+from ablate.algos.config import AlgoConfig, check_algo
 from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, ALGORITHMS, LOSS_AGGREGATIONS,
                                    PAIR_RULES, POLICY_LOSSES, ROLLOUT_CORRECTIONS,
                                    import_plugins)
 from ablate.protocol.config import EnvConfig
 from ablate.envs import ENVIRONMENTS, EnvError, declared, env_class
-from ablate.harness.config import HarnessConfig, ModeConfig
+from ablate.harness.config import HarnessConfig, ModeConfig, check_harness
 from ablate.harness.parser import PARSERS
 from ablate.learners import LEARNERS
 from ablate.learners.config import LearnerConfig
@@ -34,7 +34,9 @@ from ablate.rewards.config import RewardConfig
 from ablate.rewards.schemes import REWARDS
 from ablate.rewards.world_model import AGGREGATES
 from ablate.samplers import SAMPLERS
-from ablate.samplers.config import SamplerConfig, server_problem, weight_sync_problem
+from ablate.samplers.config import SamplerConfig
+
+__all__ = ["AblateConfig", "ConfigError", "register", "validate"]
 
 
 @dataclass
@@ -117,6 +119,11 @@ class AblateConfig:
     experiment: Optional[str] = None     # the +experiment=NAME preset applied, if any
 
 
+# The backend axes whose entries declare their own config schema (the `<group>=<name>`
+# option selects it; ablate.core.registry.Declaration)
+BACKENDS = {"sampler": SAMPLERS, "learner": LEARNERS}
+
+
 # The names each key accepts: an axis's Registry (ablate.core.registry: live, so names a
 # user's `plugins` module registers count) or, for a fixed choice, a tuple.
 ALLOWED = {
@@ -173,6 +180,14 @@ def register() -> None:
     cs.store(name="ablate_schema", node=AblateConfig)
     for name, cls in ENVIRONMENTS.items():   # conf/env/<name>.yaml: defaults [<name>_schema]
         cs.store(group="env", name=f"{name}_schema", node=cls.config_schema(name=name))
+    for group, registry in BACKENDS.items():
+        for name in registry:
+            # conf/<group>/<name>.yaml: defaults [<name>_schema]; a plugin's backend has no
+            # yaml: `<group>=<name>` selects its schema from the ConfigStore directly
+            node = registry.config(name)
+            cs.store(group=group, name=f"{name}_schema", node=node)
+            if name not in registry.builtin():
+                cs.store(group=group, name=name, node=node)
     if not OmegaConf.has_resolver("ablate_env_reward"):
         OmegaConf.register_new_resolver("ablate_env_reward", env_default_reward)
     if not OmegaConf.has_resolver("ablate_dirname"):
@@ -234,8 +249,40 @@ def _unknown_keys(schema: DictConfig, cfg: DictConfig, prefix: str) -> list[str]
             out.append(prefix + str(key))
         elif isinstance(schema[key], DictConfig) and isinstance(cfg[key], DictConfig) \
                 and f"{prefix}{key}" not in FREE_KEYS:
-            out += _unknown_keys(schema[key], cfg[key], f"{prefix}{key}.")
+            if prefix + str(key) in BACKENDS and cfg[key].get("name") not in \
+                    BACKENDS[prefix + str(key)]:
+                continue      # an unknown backend: ALLOWED names it
+            sub = _backend_schema(prefix + str(key), cfg[key]) or schema[key]
+            out += _unknown_keys(sub, cfg[key], f"{prefix}{key}.")
     return out
+
+
+def _backend_schema(key: str, node: DictConfig) -> Optional[DictConfig]:
+    """A backend axis's node is checked against its selected backend's own schema."""
+    registry = BACKENDS.get(key)
+    name = node.get("name") if registry is not None else None
+    return _backend_node(key, name) if name in (registry or {}) else None
+
+
+@functools.lru_cache(maxsize=32)
+def _backend_node(key: str, name: str) -> DictConfig:
+    return OmegaConf.structured(BACKENDS[key].config(name))
+
+
+def _check_backend_keys(cfg) -> None:
+    """`sampler.name=X` (or learner.name) without `sampler=X` keeps the other backend's
+    keys: refused, naming the option that brings X's own keys."""
+    for group, registry in BACKENDS.items():
+        node, name = cfg[group], cfg[group].name
+        if name not in registry:
+            continue          # ALLOWED names the unknown backend
+        have, own = set(node.keys()), registry.schema_keys(name)
+        missing, foreign = sorted(own - have), sorted(have - own)
+        if missing or foreign:
+            what = (f"lacks its own key(s) {missing}" if missing else
+                    f"does not take {', '.join(f'{group}.{k}' for k in foreign)}")
+            raise ConfigError(f"{group}.name={name!r} {what}: select the backend with "
+                              f"{group}={name} (its keys come with it)")
 
 
 @functools.lru_cache(maxsize=1)
@@ -248,34 +295,25 @@ def _schema() -> DictConfig:
 
 def _validate_async(cfg) -> None:
     k = cfg.trainer.max_async_level
-    _need(k >= 0, "trainer.max_async_level", k, "must be >= 0 (0 = synchronous)")
+    need(k >= 0, "trainer.max_async_level", k, "must be >= 0 (0 = synchronous)")
     if k == 0 or cfg.model.name == "scripted":
         return
-    _need(cfg.sampler.name == "hf", "trainer.max_async_level", k,
-          f"needs sampler=hf (the producer process owns an HF sampler), not {cfg.sampler.name}")
-    _need(not cfg.algo.dynamic_sampling.enable, "trainer.max_async_level", k,
-          "does not refill batches: set algo.dynamic_sampling.enable=false")
-    _need(not cfg.algo.curriculum.enable, "trainer.max_async_level", k,
-          "the producer draws each step's tasks ahead without the curriculum's state: "
-          "set algo.curriculum.enable=false")
-    _need(cfg.algo.rollout_correction != "none", "trainer.max_async_level", k,
-          "trains on stale batches: set algo.rollout_correction=decoupled-ppo (AReaL) or "
-          "token-tis / seq-tis / token-mask / seq-mask")
+    able = [n for n in SAMPLERS if SAMPLERS.declared(n).can("async_producer")]
+    need(cfg.sampler.name in able, "trainer.max_async_level", k,
+         f"needs a sampler the producer process can own ({', '.join(able)}), not "
+         f"{cfg.sampler.name}")
+    need(not cfg.algo.dynamic_sampling.enable, "trainer.max_async_level", k,
+         "does not refill batches: set algo.dynamic_sampling.enable=false")
+    need(not cfg.algo.curriculum.enable, "trainer.max_async_level", k,
+         "the producer draws each step's tasks ahead without the curriculum's state: "
+         "set algo.curriculum.enable=false")
+    need(cfg.algo.rollout_correction != "none", "trainer.max_async_level", k,
+         "trains on stale batches: set algo.rollout_correction=decoupled-ppo (AReaL) or "
+         "token-tis / seq-tis / token-mask / seq-mask")
 
 
 def validate(cfg: DictConfig | Any) -> None:
     """Checks that a schema cannot express. Raises ConfigError naming the key."""
-    missing = sorted(OmegaConf.missing_keys(cfg)) if isinstance(cfg, DictConfig) else []
-    if missing:
-        raise ConfigError(f"missing mandatory value(s): {', '.join(missing)}")
-
-    if isinstance(cfg, DictConfig):  # `+group.key=v` can append keys the schema lacks
-        unknown = _unknown_keys(_schema(), cfg, "")
-        if unknown:
-            raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
-
-    _check_finite(cfg)
-
     def get(key):
         return OmegaConf.select(cfg, key)
 
@@ -286,141 +324,68 @@ def validate(cfg: DictConfig | Any) -> None:
             env_class(cfg.env)
     except (ValueError, EnvError) as e:
         raise ConfigError(str(e)) from None
+    missing = sorted(OmegaConf.missing_keys(cfg)) if isinstance(cfg, DictConfig) else []
+    if missing:
+        raise ConfigError(f"missing mandatory value(s): {', '.join(missing)}")
+
+    if isinstance(cfg, DictConfig):  # `+group.key=v` can append keys the schema lacks
+        _check_backend_keys(cfg)
+        unknown = _unknown_keys(_schema(), cfg, "")
+        if unknown:
+            raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
+
+    _check_finite(cfg)
     for key, allowed in ALLOWED.items():
         value = get(key)
         if value not in allowed:
             raise ConfigError(f"{key}={value!r} is not one of {list(allowed)}")
     REWARDS[cfg.reward.name].check_weights(cfg.reward.weights, cfg.reward.name)
 
-    a = cfg.algo
-    if not 0 <= a.eps_low < 1:
-        raise ConfigError(f"algo.eps_low={a.eps_low} must be in [0, 1)")
-    if a.eps_high < a.eps_low:
-        raise ConfigError(f"algo.eps_high={a.eps_high} must be >= algo.eps_low={a.eps_low}")
-    if a.clip_c is not None and a.clip_c <= 1:
-        raise ConfigError(f"algo.clip_c={a.clip_c} must be > 1 (dual-clip) or null")
-    if a.adv_estimator == "dr_grpo" and a.norm_std:
-        raise ConfigError("algo.adv_estimator=dr_grpo divides by no std: set algo.norm_std=false")
-    if a.std_eps <= 0:
-        raise ConfigError(f"algo.std_eps={a.std_eps} must be > 0")
-    if a.entropy_coef < 0 or a.kl_coef < 0:
-        raise ConfigError("algo.entropy_coef and algo.kl_coef must be >= 0")
-    if a.ppo_epochs < 1:
-        raise ConfigError(f"algo.ppo_epochs={a.ppo_epochs} must be >= 1")
-    o = a.overlong
-    if o.max_len <= 0 or o.cache_len < 0:
-        raise ConfigError(f"algo.overlong.max_len={o.max_len} must be > 0 and "
-                          f"algo.overlong.cache_len={o.cache_len} >= 0")
-    if o.cache_len >= o.max_len:
-        raise ConfigError(f"algo.overlong.cache_len={o.cache_len} must be < "
-                          f"algo.overlong.max_len={o.max_len}")
-    if a.dynamic_sampling.max_batches < 0:
-        raise ConfigError("algo.dynamic_sampling.max_batches must be >= 0")
-
+    check_algo(cfg)
     _check_trainer(cfg)
-    _check_harness(cfg)
+    check_harness(cfg)
     _check_env(cfg)
-    _check_learner(cfg.learner)
-    _check_sampler(cfg)
+    for registry in (LEARNERS, SAMPLERS, ALGORITHMS):   # each backend checks its own keys
+        check = registry.declared(get(registry.key)).check
+        if check is not None:
+            check(cfg)
     _check_run(cfg)
-    check_agent(cfg, _need)
+    check_agent(cfg, need)
 
 
-def _need(ok: bool, key: str, value, allowed: str) -> None:
-    """One check: `key=value` fails unless `ok`; the message says what is allowed."""
-    if not ok:
-        raise ConfigError(f"{key}={value!r} is not allowed; {allowed}")
 
 
 def _check_trainer(cfg) -> None:
     t = cfg.trainer
-    _need(t.max_steps >= 0, "trainer.max_steps", t.max_steps, "must be >= 0")
-    _need(t.tasks_per_step >= 1, "trainer.tasks_per_step", t.tasks_per_step, "must be >= 1")
-    _need(t.group_size >= 1, "trainer.group_size", t.group_size, "must be >= 1")
+    need(t.max_steps >= 0, "trainer.max_steps", t.max_steps, "must be >= 0")
+    need(t.tasks_per_step >= 1, "trainer.tasks_per_step", t.tasks_per_step, "must be >= 1")
+    need(t.group_size >= 1, "trainer.group_size", t.group_size, "must be >= 1")
     # group-relative advantages (GRPO, Shao et al. 2024 eq. 3; Dr. GRPO, Liu et al. 2025
     # eq. 2) subtract the group mean: with one rollout per group every advantage is 0
     learning = cfg.model.name != "scripted" and t.max_steps > 0
-    _need(not learning or t.group_size >= 2, "trainer.group_size", t.group_size,
-          f"algo.adv_estimator={cfg.algo.adv_estimator} is group-relative: a group of one "
-          "has zero advantage; use >= 2")
-    _need(t.lr > 0, "trainer.lr", t.lr, "must be > 0")
+    need(not learning or t.group_size >= 2, "trainer.group_size", t.group_size,
+         f"algo.adv_estimator={cfg.algo.adv_estimator} is group-relative: a group of one "
+         "has zero advantage; use >= 2")
+    need(t.lr > 0, "trainer.lr", t.lr, "must be > 0")
     _validate_async(cfg)
     e = cfg.eval
-    _need(e.every >= 0, "eval.every", e.every, "must be >= 0 (0 = final evaluation only)")
-    _need(e.num_tasks >= 1, "eval.num_tasks", e.num_tasks, "must be >= 1")
-    _need(e.offset >= 0, "eval.offset", e.offset, "must be >= 0")
-    _need(e.samples >= 1, "eval.samples", e.samples, "must be >= 1")
-    _need(e.temperature is None or e.temperature >= 0, "eval.temperature", e.temperature,
-          "must be >= 0 (0 = greedy) or null (= sampler.temperature)")
-
-
-def _check_harness(cfg) -> None:
-    h, m = cfg.harness, cfg.mode
-    for key in ("max_new_tokens_per_turn", "max_tokens_per_episode", "max_masked_keywords"):
-        _need(h[key] >= 1, f"harness.{key}", h[key], "must be >= 1")
-    _need(h.max_malformed >= 0, "harness.max_malformed", h.max_malformed, "must be >= 0")
-    w = cfg.reward.world_model.weight
-    _need(w >= 0, "reward.world_model.weight", w, "must be >= 0")
-    _need(h.masked_keyword_words in (1, 2), "harness.masked_keyword_words",
-          h.masked_keyword_words, "choose 1 (single words) or 2 (also adjacent pairs)")
-    if h.answer_masking and not h.action_masking:
-        raise ConfigError("harness.answer_masking=true needs harness.action_masking=true")
-    if h.keyword_masking and not h.action_masking:
-        raise ConfigError("harness.keyword_masking=true needs harness.action_masking=true")
-    if m.enable_thinking:
-        _need(m.max_think_tokens >= 1, "mode.max_think_tokens", m.max_think_tokens,
-              "must be >= 1 in thinking mode")
+    need(e.every >= 0, "eval.every", e.every, "must be >= 0 (0 = final evaluation only)")
+    need(e.num_tasks >= 1, "eval.num_tasks", e.num_tasks, "must be >= 1")
+    need(e.offset >= 0, "eval.offset", e.offset, "must be >= 0")
+    need(e.samples >= 1, "eval.samples", e.samples, "must be >= 1")
+    need(e.temperature is None or e.temperature >= 0, "eval.temperature", e.temperature,
+         "must be >= 0 (0 = greedy) or null (= sampler.temperature)")
 
 
 def _check_env(cfg) -> None:
     """The keys every environment has; then the environment checks its own."""
     env = cfg.env
-    _need(env.max_turns >= 1, "env.max_turns", env.max_turns, "must be >= 1")
-    _need(bool(env.cache_dir), "env.cache_dir", env.cache_dir, "give a directory")
+    need(env.max_turns >= 1, "env.max_turns", env.max_turns, "must be >= 1")
+    need(bool(env.cache_dir), "env.cache_dir", env.cache_dir, "give a directory")
     try:
         env_class(env).check_config(env)
     except EnvError as e:
         raise ConfigError(str(e)) from None
-
-
-def _check_learner(lc) -> None:
-    _need(lc.micro_batch_tokens >= 1, "learner.micro_batch_tokens", lc.micro_batch_tokens,
-          "must be >= 1")
-    _need(lc.checkpoint_every >= 0, "learner.checkpoint_every", lc.checkpoint_every,
-          "must be >= 0 (0 = only at the end)")
-    _need(lc.keep_checkpoints >= 1, "learner.keep_checkpoints", lc.keep_checkpoints,
-          "must be >= 1")
-    for key in ("weight_decay", "grad_clip", "warmup_steps"):
-        _need(lc[key] >= 0, f"learner.{key}", lc[key], "must be >= 0")
-    betas = list(lc.betas)
-    _need(len(betas) == 2 and all(0 <= b < 1 for b in betas), "learner.betas", betas,
-          "give two values in [0, 1)")
-    if lc.name == "deepspeed" and lc.zero_stage not in (0, 1, 2, 3):
-        raise ConfigError(f"learner.zero_stage={lc.zero_stage} is not allowed; choose 0..3")
-    lo = lc.lora
-    if lo.enable:
-        _need(lo.rank >= 1, "learner.lora.rank", lo.rank, "must be >= 1")
-        _need(lo.alpha > 0, "learner.lora.alpha", lo.alpha, "must be > 0")
-        _need(0 <= lo.dropout < 1, "learner.lora.dropout", lo.dropout, "must be in [0, 1)")
-
-
-def _check_sampler(cfg) -> None:
-    s = cfg.sampler
-    _need(s.temperature > 0, "sampler.temperature", s.temperature,
-          "training samples a group of rollouts per task: must be > 0 "
-          "(eval.temperature=0 is the greedy switch, for evaluation)")
-    _need(s.eval_temperature >= 0, "sampler.eval_temperature", s.eval_temperature,
-          "must be >= 0 (0 = greedy)")
-    _need(0 < s.top_p <= 1, "sampler.top_p", s.top_p, "must be in (0, 1]")
-    if s.name == "vllm_server" and server_problem(s):
-        raise ConfigError(server_problem(s))
-    if weight_sync_problem(s):
-        raise ConfigError(weight_sync_problem(s))
-    if s.name in ("vllm", "vllm_server"):
-        _need(s.tensor_parallel_size >= 1, "sampler.tensor_parallel_size",
-              s.tensor_parallel_size, "must be >= 1")
-        _need(0 < s.gpu_memory_utilization <= 1, "sampler.gpu_memory_utilization",
-              s.gpu_memory_utilization, "must be in (0, 1]")
 
 
 def _threads_ok(value) -> bool:
@@ -433,26 +398,27 @@ def _threads_ok(value) -> bool:
 
 def _check_run(cfg) -> None:
     r = cfg.run
-    _need(r.wandb_mode in WANDB_MODES, "run.wandb_mode", r.wandb_mode,
-          f"choose one of {list(WANDB_MODES)}")
-    _need(_threads_ok(r.num_threads), "run.num_threads", r.num_threads,
-          "must be auto or an integer >= 0 (0 = torch's default)")
-    _need(r.num_trajectories >= 0, "run.num_trajectories", r.num_trajectories, "must be >= 0")
-    _need(r.device == "cpu" or r.device == "cuda" or r.device.startswith("cuda:"),
-          "run.device", r.device, "choose cpu, cuda or cuda:N")
+    need(r.wandb_mode in WANDB_MODES, "run.wandb_mode", r.wandb_mode,
+         f"choose one of {list(WANDB_MODES)}")
+    need(_threads_ok(r.num_threads), "run.num_threads", r.num_threads,
+         "must be auto or an integer >= 0 (0 = torch's default)")
+    need(r.num_trajectories >= 0, "run.num_trajectories", r.num_trajectories, "must be >= 0")
+    need(r.device == "cpu" or r.device == "cuda" or r.device.startswith("cuda:"),
+         "run.device", r.device, "choose cpu, cuda or cuda:N")
     _check_ranks(cfg)
 
 
 def _check_ranks(cfg) -> None:
     """run.world_size is recorded from the launcher (docs/distributed.md)."""
     r, launched = cfg.run, env_world_size()
-    _need(r.world_size in (1, launched), "run.world_size", r.world_size,
-          f"this launch has {launched} rank(s) (the launcher's WORLD_SIZE); leave it unset")
-    _need(r.dist_timeout_s > 0, "run.dist_timeout_s", r.dist_timeout_s, "must be > 0")
-    _need(r.devices_per_cell >= 0, "run.devices_per_cell", r.devices_per_cell, "must be >= 0")
+    need(r.world_size in (1, launched), "run.world_size", r.world_size,
+         f"this launch has {launched} rank(s) (the launcher's WORLD_SIZE); leave it unset")
+    need(r.dist_timeout_s > 0, "run.dist_timeout_s", r.dist_timeout_s, "must be > 0")
+    need(r.devices_per_cell >= 0, "run.devices_per_cell", r.devices_per_cell, "must be >= 0")
     if launched > 1:
-        _need(cfg.learner.name == "deepspeed", "learner.name", cfg.learner.name,
-              f"must be deepspeed with {launched} ranks (one ZeRO engine over the ranks)")
-        _need(cfg.trainer.max_async_level == 0, "trainer.max_async_level",
-              cfg.trainer.max_async_level, f"must be 0 with {launched} ranks (the "
-              "asynchronous producer is single-process)")
+        able = [n for n in LEARNERS if LEARNERS.declared(n).can("multi_rank")]
+        need(cfg.learner.name in able, "learner.name", cfg.learner.name,
+             f"must be one of {able} with {launched} ranks (one engine over the ranks)")
+        need(cfg.trainer.max_async_level == 0, "trainer.max_async_level",
+             cfg.trainer.max_async_level, f"must be 0 with {launched} ranks (the "
+             "asynchronous producer is single-process)")

@@ -13,7 +13,7 @@ from ablate.harness.episode import scripted_episode
 from ablate.protocol.trajectory import baseline_policy
 from ablate.loop.scoring import score
 from ablate.models.loading import load_policy
-from ablate.samplers import make_sampler
+from ablate.samplers import SAMPLERS, make_sampler
 
 # False: the evaluation's greedy episodes in a second rollout after the sampled ones (the
 # engine before issue 31, kept as the benchmarks' baseline: benchmarks/bench_eval.py)
@@ -53,6 +53,7 @@ class ScriptedPolicy:
     """The no-learning baseline row: the environment's scripted baseline acting through
     the real tools."""
     learns = False
+    remote = None   # no asynchronous producer (ModelPolicy.remote)
 
     def __init__(self, env, cfg):
         self.env, self.cfg = env, cfg
@@ -86,7 +87,8 @@ class ModelPolicy:
         # DeepSpeed partitions the learner's model in place: the sampler gets its own copy
         # (vLLM loads from the weights directory instead)
         local_dir = getattr(model, "name_or_path", None)
-        if cfg.sampler.name == "vllm" and local_dir and Path(local_dir).is_dir():
+        from_dir = SAMPLERS.declared(cfg.sampler.name).can("from_weights_dir")
+        if from_dir and local_dir and Path(local_dir).is_dir():
             sampler_model = local_dir
         else:
             sampler_model = copy.deepcopy(model)
@@ -107,7 +109,7 @@ class ModelPolicy:
         """The learner's weights to the sampler; a sampler that records policy versions
         (sampler=vllm_server) is told the learner step they are from (resumes included)."""
         state = self.learner.export_state_dict()
-        if getattr(self.sampler, "versioned", False):
+        if SAMPLERS.declared(self.cfg.sampler.name).can("versioned"):
             self.sampler.load_weights(state, version=step)
         else:
             self.sampler.load_weights(state)

@@ -17,6 +17,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.core.errors import ConfigError
+from ablate.learners import LEARNERS
+from ablate.samplers import SAMPLERS
 
 # keys (or key prefixes ending in ".") whose value a resume may change freely
 ALLOW_CHANGE = ("run.quiet", "run.wandb_mode", "run.wandb_project", "run.num_threads",
@@ -35,6 +37,9 @@ CHANGES_FILE = "config_changes.jsonl"
 # name resumes under the new one (the judge became the email world's env.judge; the
 # curriculum's start names the world's difficulty level)
 RENAMED = {"judge.": "env.judge.", "algo.curriculum.start_hops": "algo.curriculum.start_level"}
+# the axes whose backends have their own keys: a cell stored when every backend's keys
+# sat on one flat schema (sampler.urls on an hf cell) resumes without those it never used
+BACKEND_AXES = {"sampler": SAMPLERS, "learner": LEARNERS}
 
 
 def _flat(node, prefix: str = "") -> dict:
@@ -57,8 +62,25 @@ def config_changes(stored: dict, cfg: DictConfig) -> dict[str, tuple]:
     (a key only one side has counts, with None on the other)."""
     new = _flat(yaml.safe_load(OmegaConf.to_yaml(cfg, resolve=True)) or {})
     old = {_renamed(k): v for k, v in _flat(stored or {}).items()}
+    old = {k: v for k, v in old.items() if k in new or not _unused_default(k, v)}
     return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
             if not _same(old.get(k), new.get(k)) and not _allowed(k)}
+
+
+def _unused_default(key: str, value) -> bool:
+    """`key` is another backend's own key (sampler.urls on an hf cell) holding that
+    backend's default: the flat schema of earlier versions stored it, nothing read it."""
+    group, _, leaf = key.partition(".")
+    registry = BACKEND_AXES.get(group)
+    if registry is None:
+        return False
+    return any(leaf in defaults and _same(defaults[leaf], value)
+               for defaults in (_defaults(registry, n) for n in registry.owners(leaf.split(".")[0])))
+
+
+def _defaults(registry, name: str) -> dict:
+    """The flat defaults of a backend's schema ({"urls": [], "ds_overrides": {}, ...})."""
+    return _flat(OmegaConf.to_container(OmegaConf.structured(registry.config(name))))
 
 
 def _renamed(key: str) -> str:

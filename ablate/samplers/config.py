@@ -1,55 +1,99 @@
-"""Typed configuration of the sampler (`sampler=`): HF generate on CPU, vLLM on GPU, or
-vLLM OpenAI-compatible servers (`sampler=vllm_server`, docs/vllm_server.md)."""
+"""Typed configuration of the sampler (`sampler=`): the keys every sampler has
+(SamplerConfig) and each backend's own (VLLMSamplerConfig for the in-process engine,
+VLLMServerSamplerConfig for OpenAI-compatible servers, docs/vllm_server.md), each with its
+one check beside it, declared where the backend registers (ablate/samplers/__init__.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import List, Optional
+
+from ablate.core.errors import ConfigError, need
 
 
 @dataclass
 class SamplerConfig:
-    name: str = "hf"                     # hf | vllm | vllm_server
+    name: str = "hf"                     # a registered sampler (sampler=NAME selects it)
     temperature: float = 1.0
     top_p: float = 1.0
     eval_temperature: float = 0.0        # 0 = greedy evaluation
-    # vllm and vllm_server
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.5
+
+
+@dataclass
+class VLLMEngineConfig(SamplerConfig):
+    """The keys of every vLLM engine, in this process or behind a server."""
+    tensor_parallel_size: int = 1        # GPUs one engine shards the model over
+    gpu_memory_utilization: float = 0.5  # share of each GPU the engine may take
     enforce_eager: bool = True           # false on a GPU: CUDA graphs for decoding
-    # vllm in-process on a GPU: weights to host memory and KV cache freed during each
-    # learner update (vLLM sleep mode, level 1), so the update has the device's memory
-    sleep_during_update: bool = True
     weight_sync: str = "file"            # file | collective: how weights reach vLLM
-    # vllm_server only (ablate/samplers/vllm_server.py)
+    request_timeout_s: float = 600.0     # longest wait for one generate call or push
+
+
+@dataclass
+class VLLMSamplerConfig(VLLMEngineConfig):
+    """sampler=vllm's own keys (the engine in this process)."""
+    # on a GPU: weights to host memory and KV cache freed during each learner update
+    # (vLLM sleep mode, level 1), so the update has the device's memory
+    sleep_during_update: bool = True
+
+
+@dataclass
+class VLLMServerSamplerConfig(VLLMEngineConfig):
+    """sampler=vllm_server's own keys (ablate/samplers/vllm_server.py)."""
     urls: List[str] = field(default_factory=list)  # running servers; [] = start num_servers
     num_servers: int = 1                 # servers the cell starts (when urls is empty)
     python: Optional[str] = None         # their interpreter (a venv with vllm); null = ours
     devices: List[str] = field(default_factory=list)  # CUDA_VISIBLE_DEVICES per server
     host: str = "127.0.0.1"              # where started servers listen
-    request_timeout_s: float = 600.0     # longest wait for one generate call or push
     startup_timeout_s: float = 900.0     # longest wait for a started server to be ready
     log_dir: Optional[str] = None        # server logs; null = the cell directory
     weights_dir: Optional[str] = None    # pushed safetensors; shared fs for remote servers
-    max_model_len: Optional[int] = None
+    max_model_len: Optional[int] = None  # `vllm serve --max-model-len`; null = the model's
     server_args: List[str] = field(default_factory=list)  # extra `vllm serve` arguments
 
 
 WEIGHT_SYNCS = ("file", "collective")
 
 
-def weight_sync_problem(sc) -> str | None:
-    """sampler.weight_sync's check: the one-line reason, or None."""
-    if sc.weight_sync not in WEIGHT_SYNCS:
-        return f"sampler.weight_sync={sc.weight_sync!r}: expected one of {list(WEIGHT_SYNCS)}"
-    if sc.weight_sync == "collective" and sc.name not in ("vllm", "vllm_server"):
-        return (f"sampler.weight_sync=collective needs sampler=vllm_server or vllm, not "
-                f"{sc.name!r} (its weights are the learner's own)")
-    return None
+def check_sampler(cfg) -> None:
+    """The keys every sampler has (sampler.*)."""
+    s = cfg.sampler
+    need(s.temperature > 0, "sampler.temperature", s.temperature,
+         "training samples a group of rollouts per task: must be > 0 "
+         "(eval.temperature=0 is the greedy switch, for evaluation)")
+    need(s.eval_temperature >= 0, "sampler.eval_temperature", s.eval_temperature,
+         "must be >= 0 (0 = greedy)")
+    need(0 < s.top_p <= 1, "sampler.top_p", s.top_p, "must be in (0, 1]")
+
+
+def check_vllm(cfg) -> None:
+    """sampler=vllm: the common keys, then the engine's."""
+    check_sampler(cfg)
+    _check_engine(cfg.sampler)
+
+
+def _check_engine(s) -> None:
+    need(s.weight_sync in WEIGHT_SYNCS, "sampler.weight_sync", s.weight_sync,
+         f"choose one of {list(WEIGHT_SYNCS)}")
+    need(s.tensor_parallel_size >= 1, "sampler.tensor_parallel_size",
+         s.tensor_parallel_size, "must be >= 1")
+    need(0 < s.gpu_memory_utilization <= 1, "sampler.gpu_memory_utilization",
+         s.gpu_memory_utilization, "must be in (0, 1]")
+    need(s.request_timeout_s > 0, "sampler.request_timeout_s", s.request_timeout_s,
+         "must be > 0 seconds")
+
+
+def check_vllm_server(cfg) -> None:
+    """sampler=vllm_server: the engine's keys, then the servers'."""
+    check_sampler(cfg)
+    problem = server_problem(cfg.sampler)
+    if problem:
+        raise ConfigError(problem)
+    _check_engine(cfg.sampler)
 
 
 def server_problem(sc) -> str | None:
-    """sampler=vllm_server's checks: the one-line reason naming the key, or None."""
-    from pathlib import Path
+    """sampler=vllm_server's own checks: the one-line reason naming the key, or None."""
     if sc.request_timeout_s <= 0 or sc.startup_timeout_s <= 0:
         return (f"sampler.request_timeout_s={sc.request_timeout_s!r} / sampler.startup_"
                 f"timeout_s={sc.startup_timeout_s!r}: both must be > 0 seconds")

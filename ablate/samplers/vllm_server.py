@@ -325,7 +325,6 @@ def wait_ready(server: Server, timeout: float, poll: float = 1.0) -> str:
 
 class VLLMServerSampler(Sampler):
     name = "vllm_server"
-    versioned = True   # the cell passes load_weights the learner step (ModelPolicy.push_weights)
 
     def __init__(self, servers: list[Server], *, request_timeout_s: float,
                  startup_timeout_s: float, log_dir: Path, weights_dir: Path,

@@ -8,7 +8,8 @@ import transformers
 from omegaconf import OmegaConf
 
 from ablate.learners import make_learner
-from ablate.learners.config import LearnerConfig, LoraConfig
+from ablate.learners import LEARNERS
+from ablate.learners.config import LoraConfig
 from test_learners import PARTITION_ALL, clipped_token_mean, make_batch, weights
 
 
@@ -30,7 +31,7 @@ def base_dir(tmp_path_factory):
 
 
 def lora_learner(base_dir, ckpt, name):
-    c = LearnerConfig(name=name, micro_batch_tokens=128, warmup_steps=2)
+    c = LEARNERS.config(name, micro_batch_tokens=128, warmup_steps=2)
     c.lora = LoraConfig(enable=True, rank=16, alpha=32, target_modules=["q_proj", "v_proj"])
     if name == "deepspeed":
         c.ds_overrides = PARTITION_ALL

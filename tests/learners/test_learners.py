@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 from ablate.harness.episode import Segment
 from ablate.learners import LossInputs, build_model_for_learner, make_learner
 from ablate.learners.batching import combine_metrics, pack
-from ablate.learners.config import LearnerConfig, LoraConfig
+from ablate.learners import LEARNERS
+from ablate.learners.config import LoraConfig
 
 VOCAB = 512
 # every parameter really partitioned (the default threshold keeps small ones whole)
@@ -44,7 +45,7 @@ def load(weights_dir, cfg=None):
 
 def lcfg(name, **kw):
     lora = kw.pop("lora", None)
-    c = LearnerConfig(name=name, **kw)
+    c = LEARNERS.config(name, **kw)
     if lora:
         c.lora = LoraConfig(enable=True, rank=4, alpha=8, target_modules=["q_proj", "v_proj"])
     if name == "deepspeed":

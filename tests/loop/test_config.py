@@ -226,8 +226,15 @@ def test_every_axis_is_one_registry_with_a_one_line_error(key):
 
 def test_plugins_register_names_on_any_axis():
     cfg = compose_config(["plugins=[registry_user_plugin]", "harness.parser=strict_copy",
-                          "sampler.name=hf_copy", "learner.name=torch_copy"])
+                          "sampler=hf_copy", "learner=torch_copy"])
     validate(cfg)
+    assert cfg.learner.name == "torch_copy" and "zero_stage" not in cfg.learner
+    # renaming the backend inside another's keys: one line naming the option to use
+    with pytest.raises(ConfigError, match=r"^learner.name='torch_copy' does not take "
+                                          r"learner.ds_overrides, learner.zero_stage: select "
+                                          r"the backend with learner=torch_copy"):
+        validate(compose_config(["plugins=[registry_user_plugin]",
+                                 "learner.name=torch_copy"]))
     from ablate.harness.parser import parse_actions
     assert parse_actions('<tool_call>{"name": "a", "arguments": {}}</tool_call>',
                          "strict_copy")[0].call.name == "a"
@@ -249,3 +256,25 @@ def test_a_cell_stored_under_renamed_keys_resumes_under_the_new_names():
     assert config_changes(stored, cfg) == {}
     stored["judge"]["name"] = "llm"
     assert config_changes(stored, cfg) == {"env.judge.name": ("llm", "exact")}
+
+
+def test_a_cell_stored_with_the_flat_backend_schema_resumes_under_its_backends_keys():
+    """A config.yaml written when every sampler and learner key sat on one flat schema
+    (an hf cell holding sampler.urls=[], a torch cell holding learner.zero_stage=3)
+    resumes without the keys its backend never read; a used key that changed is named,
+    and another backend's key away from its default is a change."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from ablate.loop.resume import config_changes
+    cfg = compose_config(["learner=torch"])
+    stored = yaml.safe_load(OmegaConf.to_yaml(cfg, resolve=True))
+    stored["sampler"].update(urls=[], num_servers=1, tensor_parallel_size=1, weight_sync="file",
+                             gpu_memory_utilization=0.5, sleep_during_update=True,
+                             max_model_len=None, server_args=[])
+    stored["learner"].update(zero_stage=3, ds_overrides={})
+    assert config_changes(stored, cfg) == {}
+    stored["sampler"]["temperature"] = 0.7
+    stored["sampler"]["num_servers"] = 2
+    assert config_changes(stored, cfg) == {"sampler.num_servers": (2, None),
+                                           "sampler.temperature": (0.7, 1.0)}

@@ -310,8 +310,8 @@ def test_world_size_is_recorded_from_the_launcher(monkeypatch):
         validate(cfg)
     monkeypatch.setenv("WORLD_SIZE", "2")
     validate(cfg)
-    with pytest.raises(ConfigError, match="learner.name='torch' is not allowed; must be "
-                                          "deepspeed with 2 ranks"):
+    with pytest.raises(ConfigError, match=r"learner.name='torch' is not allowed; must be one "
+                                          r"of \['deepspeed'\] with 2 ranks"):
         validate(cfg_torch)
 
 

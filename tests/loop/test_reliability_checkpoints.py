@@ -11,7 +11,7 @@ import transformers
 from omegaconf import OmegaConf
 
 from ablate.learners import CheckpointError, make_learner
-from ablate.learners.config import LearnerConfig
+from ablate.learners import LEARNERS
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def weights_dir(tmp_path_factory):
 
 
 def learner(weights_dir, ckpt):
-    cfg = OmegaConf.structured(LearnerConfig(name="torch", keep_checkpoints=3))
+    cfg = OmegaConf.structured(LEARNERS.config("torch", keep_checkpoints=3))
     model = transformers.AutoModelForCausalLM.from_pretrained(weights_dir)
     return make_learner(cfg, model, lr=1e-3, seed=0, temperature=1.0, ckpt_dir=ckpt)
 

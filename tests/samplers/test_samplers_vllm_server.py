@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ablate.core.errors import ConfigError
-from ablate.samplers.config import SamplerConfig
+from ablate.samplers import SAMPLERS
 from ablate.samplers.vllm_server import (Server, VLLMServerError, VLLMServerSampler,
                                          completion_body, parse_choices, plan_requests,
                                          server_command)
@@ -58,11 +58,14 @@ def test_config_validation_names_the_key(override, key):
 
 
 def test_collective_weight_sync_needs_a_vllm_sampler():
-    from ablate.apps.cli import compose_config
+    """weight_sync is a key of the vLLM backends' schemas: on hf it is one line naming
+    them (the command line's composition, ablate.apps.cli.compose_job)."""
+    from ablate.apps.cli import compose_job
     from ablate.loop.config import validate
     validate(_compose("sampler.weight_sync=collective"))
-    with pytest.raises(ConfigError, match=r"^sampler.weight_sync=collective needs sampler="):
-        validate(compose_config(["sampler=hf", "sampler.weight_sync=collective"]))
+    with pytest.raises(ConfigError, match=r"^sampler.weight_sync is a key of sampler=vllm or "
+                                          r"vllm_server, not of sampler=hf: add sampler=vllm"):
+        compose_job(["sampler=hf", "sampler.weight_sync=collective"])
 
 
 def test_config_composes_and_validates():
@@ -115,7 +118,7 @@ def test_parse_choices_orders_by_index_and_checks_lengths():
 
 def test_server_command_carries_extension_masks_and_logprob_mode():
     cmd = server_command("/py", "/m", 8123, host="127.0.0.1", dtype="float32", seed=4,
-                         sc=SamplerConfig(name="vllm_server", max_model_len=512,
+                         sc=SAMPLERS.config("vllm_server", max_model_len=512,
                                           server_args=["--max-num-seqs", "8"]))
     line = " ".join(cmd)
     for part in ("--worker-extension-cls ablate.samplers.vllm.WeightPushExtension",
@@ -293,7 +296,7 @@ def _serve(tmp_path_factory, name, **kw):
     logs = tmp_path_factory.mktemp(name)
     kw = dict(dict(gpu_memory_utilization=0.2, request_timeout_s=120, startup_timeout_s=900,
                    max_model_len=1024), **kw)
-    sc = SamplerConfig(name="vllm_server", log_dir=str(logs), **kw)
+    sc = SAMPLERS.config("vllm_server", log_dir=str(logs), **kw)
     return make_sampler(sc, model, tok, dtype="float32", seed=0), model, tok, logs
 
 
@@ -506,17 +509,18 @@ def test_smollm2_cell_with_vllm_server(tmp_path, weight_sync):
 
 
 def test_the_cell_tells_a_versioned_sampler_the_learner_step():
-    """ModelPolicy.push_weights(step): a versioned sampler (vllm_server) gets the step as
-    its policy version, so a resumed cell's versions are absolute; others get the state."""
+    """ModelPolicy.push_weights(step): a sampler declared `versioned` (vllm_server) gets the
+    step as its policy version, so a resumed cell's versions are absolute; others get the
+    state."""
     from types import SimpleNamespace
 
     from ablate.loop.policy import ModelPolicy
-    from ablate.samplers.vllm_server import VLLMServerSampler
+    from ablate.samplers import SAMPLERS
+    assert SAMPLERS.declared("vllm_server").can("versioned")
+    assert not SAMPLERS.declared("hf").can("versioned")
     got = []
 
     class Versioned:
-        versioned = VLLMServerSampler.versioned
-
         def load_weights(self, state, version=None):
             got.append((state, version))
 
@@ -525,6 +529,8 @@ def test_the_cell_tells_a_versioned_sampler_the_learner_step():
             got.append((state, "plain"))
 
     learner = SimpleNamespace(export_state_dict=lambda: {"w": 1})
-    ModelPolicy.push_weights(SimpleNamespace(sampler=Versioned(), learner=learner), 7)
-    ModelPolicy.push_weights(SimpleNamespace(sampler=Plain(), learner=learner), 7)
+    cfg = lambda name: SimpleNamespace(sampler=SimpleNamespace(name=name))  # noqa: E731
+    ModelPolicy.push_weights(SimpleNamespace(sampler=Versioned(), learner=learner,
+                                             cfg=cfg("vllm_server")), 7)
+    ModelPolicy.push_weights(SimpleNamespace(sampler=Plain(), learner=learner, cfg=cfg("hf")), 7)
     assert got == [({"w": 1}, 7), ({"w": 1}, "plain")]
