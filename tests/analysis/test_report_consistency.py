@@ -117,9 +117,10 @@ def test_penalty_dose_quotes_h1_once():
 
 
 # the names templates may quote a raw .p of: not comparisons (probabilities of the
-# sizing, secondary per-class trend tests, a change's paired test, hk2's own summary)
+# sizing, secondary per-class trend tests, a change's paired test, hk2's own summary, the
+# endpoint's rank test of the seeds without the outcome: a comparison of its own)
 NOT_COMPARISONS = {"hops1", "hops2", "accuracy_hops1", "accuracy_hops2", "submitted",
-                   "submitted_hops1", "submitted_hops2", "dG", "Kv", "Km", "kS"}
+                   "submitted_hops1", "submitted_hops2", "dG", "Kv", "Km", "kS", "subset"}
 
 
 def test_templates_quote_comparisons_only_through_p_quoted():
