@@ -27,7 +27,9 @@ from ablate.learners import CheckpointError
 from ablate.envs import config_keys, env_class, option_keys
 from ablate.loop.config import BACKENDS, ConfigError, register
 from ablate.loop.distributed import RankDied
-from ablate.loop.outputs import COMPLETE, CellBusy, CellDir
+from ablate.loop.outputs import (COMPLETE, CellBusy, CellDir, busy_message, has_work,
+                                 lock_holder)
+from ablate.loop.resume import check_resume
 from ablate.loop.ranks import CellOutcome
 from ablate.apps.devices import assign as assign_devices, export_submitit_ranks
 from ablate.core.dist import env_world_size, is_writer
@@ -237,7 +239,26 @@ def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:
     if complete:
         PLANNED["complete"].append((cell, cfg))
     else:
+        check_resumable(cell, cfg, busy_probe=not multirun)
         check_free_space(key, str(out_dir), cfg)
+
+
+def check_resumable(cell: Path | None, cfg: DictConfig, busy_probe: bool) -> None:
+    """An existing cell that run_cell would refuse (it was started with another config or
+    rank count; another live process runs it) is refused here, before Hydra writes the
+    command's .hydra/config.yaml and overrides.yaml into it (issue 64 item 10). The busy
+    probe is a single run's: a grid goes on past a busy cell and names it at the end
+    (_summarise); under a launcher's ranks, rank 0 may hold the lock already."""
+    if cell is None or not cell.is_dir():
+        return
+    world = env_world_size()
+    holder = lock_holder(cell) if busy_probe and world <= 1 else None
+    if holder is not None and holder != os.getpid():
+        raise ConfigError(busy_message(cell, holder))
+    if world > 1:            # run_cell sets it from the launcher's ranks
+        cfg = cfg.copy()
+        cfg.run.world_size = world
+    check_resume(cell, cfg, has_work(cell))
 
 
 def job_cell_dir(cfg: DictConfig, multirun: bool) -> Path | None:

@@ -142,6 +142,23 @@ class CellBusy(RuntimeError):
     """Another live process is running this cell (e.g. a worker of a killed grid)."""
 
 
+def busy_message(path: Path, holder) -> str:
+    """CellBusy's line: the process holding the cell's lock and its command."""
+    return (f"cell {path} is being run by process {holder}{holder_command(holder)}: wait "
+            "for it, or kill it and re-run to resume")
+
+
+def has_work(path: Path) -> bool:
+    """Any work of an earlier run on disk (rows or a checkpoint), the test run_cell's
+    _started makes (ablate/loop/cell.py) before it refuses a changed config; the CLI asks
+    it before Hydra writes into the cell (issue 64 item 10)."""
+    path = Path(path)
+    rows = any((path / n).is_file() and (path / n).stat().st_size > 0
+               for n in ("metrics.jsonl", "eval.jsonl"))
+    ckpt = path / "ckpt"
+    return rows or (ckpt.is_dir() and any(ckpt.glob("step_*")))
+
+
 class CellDir:
     """`writer=False` (ranks > 0 of a multi-rank cell): every write is skipped, reads
     see rank 0's files (a shared filesystem across nodes; docs/distributed.md)."""
@@ -173,9 +190,7 @@ class CellDir:
                 fh.seek(0)
                 holder = fh.read().strip() or "?"
             fh.close()
-            raise CellBusy(f"cell {self.path} is being run by process {holder}"
-                           f"{holder_command(holder)}: wait for it, or kill it and re-run "
-                           f"to resume") from None
+            raise CellBusy(busy_message(self.path, holder)) from None
         fh.seek(0)
         fh.truncate()
         fh.write(str(os.getpid()))
