@@ -2,8 +2,9 @@
 line before Hydra makes a cell directory: model weights present, optional packages
 importable, device and dtype usable, output and cache paths writable, token budgets
 within the model's context (the environment's own prompt text), and the environment
-itself: built from its config (its data validated) and one episode of its baseline
-played through the protocol (ablate.envs.conformance), and the memory plan
+itself: built from its config (its data validated), built again (the same splits),
+and one episode of its baseline played through the protocol (ablate.envs.conformance),
+reward weights that sum to zero (a warning), and the memory plan
 (ablate.apps.memory_plan: a cell whose bytes cannot fit on its device is refused).
 
 Each failure is one ConfigError naming the key, the value and what is allowed.
@@ -12,10 +13,12 @@ Each failure is one ConfigError naming the key, the value and what is allowed.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import logging
 import math
 import numbers
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,10 +27,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.apps.memory_plan import checkpoint_terms, memory_plan, shape_of_dir
-from ablate.envs import (EnvError, check_reward_for, declared, env_class, make_env,
-                         split_tasks)
-from ablate.envs.conformance import (check_class, check_splits, check_tools, play_one,
-                                     protocol)
+from ablate.envs import (EnvError, check_reward_for, config_keys, declared, env_class,
+                         make_env, split_tasks)
+from ablate.envs.conformance import (check_class, check_rebuilt, check_seeded, check_splits,
+                                     check_tools, mask_watch, play_one, protocol)
 from ablate.harness.episode import scripted_episode
 from ablate.agents.skills import SkillWorld
 from ablate.algos.registry import ALGORITHMS
@@ -38,6 +41,7 @@ from ablate.loop.scoring import eval_subset
 from ablate.loop.config import ConfigError, validate
 from ablate.loop.outputs import JSONL_FILES, OutputFileError, read_jsonl
 from ablate.models.budget import check_weights, question_budget
+from ablate.protocol.rubric import weights_of
 from ablate.rewards import REWARDS
 
 log = logging.getLogger("ablate")
@@ -55,6 +59,7 @@ def preflight(cfg: DictConfig, *, data: bool = True) -> None:
     (cached, but file-reading) data validation."""
     validate(cfg)
     check_env_reward(cfg)
+    warn_zero_weights(cfg)
     check_features(cfg)
     check_packages(cfg)
     check_device(cfg)
@@ -102,12 +107,18 @@ def env_errors(cfg: DictConfig):
 
 def check_env(cfg: DictConfig) -> None:
     """Build the environment as the cell will (its data validated: a bad record names
-    file:line) and play one episode through the protocol (ablate.envs.conformance)."""
-    env = build(cfg)
+    file:line), again (the same splits; another seed_key, other ones), and play one
+    episode through the protocol, its masks read on every turn (ablate.envs.conformance)."""
+    env, label, h = build(cfg), cfg.env.name, cfg.harness
     try:
-        check_tools(env, cfg.env.name)
-        check_splits(env, cfg.env.name)
-        traj, state = play_one(env, cfg.env.name, cfg.env.max_turns)
+        check_tools(env, label)
+        check_splits(env, label)
+        check_rebuilt(env, lambda: build(cfg), label)
+        check_seed(cfg, env)
+        watch = mask_watch(env, label, answer_masking=h.answer_masking,
+                           keyword_masking=h.keyword_masking,
+                           keyword_words=h.masked_keyword_words)
+        traj, state = play_one(env, label, cfg.env.max_turns, watch)
         check_reward_scoring(cfg, env, traj)
         warn_unmasked(cfg, env, state)
         check_task_counts(cfg, env)
@@ -115,16 +126,63 @@ def check_env(cfg: DictConfig) -> None:
         env.close()
 
 
-def build(cfg: DictConfig):
+def build(cfg: DictConfig, env_cfg=None):
     """make_env as at preflight (an answer judge sends no request); a crash of the
     environment's own code is one EnvError line."""
+    env_cfg = cfg.env if env_cfg is None else env_cfg
     try:
-        return make_env(cfg.env, cfg=cfg, preflight=True)
+        return make_env(env_cfg, cfg=cfg, preflight=True)
     except (EnvError, *declared(env_class(cfg.env)).config_errors):
         raise
     except Exception as exc:
         raise EnvError(f"env={cfg.env.name}: building it raised {type(exc).__name__}: "
                        f"{exc}") from None
+
+
+def check_seed(cfg: DictConfig, env) -> None:
+    """A world that declares a seed_key (ablate/envs/registry.py) is built at the next
+    seed too: the same tasks there mean the seed is ignored."""
+    key = declared(env).seed_key
+    if not key:
+        return
+    path = key if key in config_keys(type(env)) else f"options.{key}"
+    value = OmegaConf.select(cfg.env, path)
+    if value is None:                 # unset: the constructor's default
+        param = inspect.signature(type(env).__init__).parameters.get(key)
+        value = None if param is None else param.default
+    if isinstance(value, bool) or not isinstance(value, int):
+        return
+    other_cfg = OmegaConf.create(OmegaConf.to_container(cfg.env, resolve=True))
+    OmegaConf.update(other_cfg, path, value + 1, force_add=True)
+    other = build(cfg, other_cfg)
+    try:
+        check_seeded(env, other, cfg.env.name, f"env.{path}", (value, value + 1))
+    finally:
+        other.close()
+
+
+_WARNED: set = set()      # the weights warned of in this process (a grid: once)
+
+
+def warn_zero_weights(cfg: DictConfig) -> None:
+    """A Rubric's weights (reward.weights.<component>, 1.0 unless given) that sum to 0:
+    one warning per command."""
+    scheme = REWARDS.get(cfg.reward.name)
+    parts = getattr(scheme, "components", None)
+    weights = weights_of(cfg.reward)
+    try:
+        eff = {n: float(weights.get(n, 1.0)) for n in parts or ()}
+    except (TypeError, ValueError):   # refused by the scoring check, in one line
+        return
+    if not eff or sum(eff.values()) != 0 or (cfg.reward.name, str(eff)) in _WARNED:
+        return
+    _WARNED.add((cfg.reward.name, str(eff)))
+    shown = ", ".join(f"{n}={w:g}" for n, w in eff.items())
+    why = ("every component is off: every reward is 0 and nothing is learnt"
+           if not any(eff.values()) else "an episode scoring 1 on every component earns 0; "
+           "check the signs")
+    log.warning("reward.weights of reward.name=%s sum to 0 (%s): %s (reward.weights.<name>, "
+                "docs/rewards.md)", cfg.reward.name, shown, why)
 
 
 def check_reward_scoring(cfg: DictConfig, env, traj) -> None:
@@ -324,17 +382,35 @@ def checkpoint_bytes(cfg: DictConfig, model_dir) -> int:
     return int(trained * 12 + extra) + CKPT_OVERHEAD
 
 
-def check_free_space(key: str, path: str, cfg: DictConfig) -> None:
-    """The output directory's file system has room for the cell's expected output
-    (checked before any work; a full disk otherwise fails mid-run)."""
-    import shutil
+def check_free_space(key: str, path: str, cfg: DictConfig, cell: str | None = None) -> None:
+    """The output directory's file system has room for what the cell has still to write:
+    its expected output less what its directory already holds (a resumed cell's rows and
+    checkpoints are part of that output; counting them again refused a cell on the disk
+    that accepted it). `cell`: the job's own directory, `path` itself for hydra.run.dir;
+    a sweep directory holds other cells too, so it is credited only through `cell`."""
     probe = Path(os.path.expanduser(path)).absolute()
     while not probe.exists():
         probe = probe.parent
     free = shutil.disk_usage(probe).free
-    need = expected_output_bytes(cfg)
+    expected = expected_output_bytes(cfg)
+    cell = cell or (path if key == "hydra.run.dir" else None)
+    held = min(bytes_under(Path(os.path.expanduser(cell))), expected) if cell else 0
+    need = expected - held
     if free < need:
         raise ConfigError(f"{key}={path!r}: {free / 2**20:.1f} MiB free on its file system "
-                          f"({probe}), the cell writes about {need / 2**20:.1f} MiB "
-                          "(rows and learner.keep_checkpoints+1 checkpoints): free space "
-                          "or give another output directory")
+                          f"({probe}), the cell writes about {need / 2**20:.1f} MiB more "
+                          f"({expected / 2**20:.1f} MiB of rows and learner.keep_checkpoints+1 "
+                          f"checkpoints, {held / 2**20:.1f} MiB of them already there): free "
+                          "space or give another output directory")
+
+
+def bytes_under(path: Path) -> int:
+    """The bytes of the files under `path` (0 if it does not exist); links not followed."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:          # removed meanwhile
+                continue
+    return total

@@ -25,6 +25,7 @@ class Declared:
     breakdown_label: str = "difficulty"   # what Task.difficulty counts: its eval-row column
     behaviour_labels: Mapping[str, str] = field(default_factory=dict)  # behaviour() columns
     config_errors: tuple[type, ...] = ()  # exceptions of from_config that mean bad input
+    seed_key: str = ""                    # the env key (or env.options key) seeding its tasks
 
 
 _DECLARED: dict[type, Declared] = {}
@@ -36,11 +37,13 @@ ROW_KEYS = ("step", "task_id", "sample", "correct", "reward", "decoding")
 def register_env(name: str, *, rewards: Optional[Mapping[str, Rubric]] = None,
                  default_reward: str = "outcome", breakdown_label: str = "difficulty",
                  behaviour_labels: Optional[Mapping[str, str]] = None,
-                 config_errors: tuple[type, ...] = ()
+                 config_errors: tuple[type, ...] = (), seed_key: str = ""
                  ) -> Callable[[type[Environment]], type[Environment]]:
     """Class decorator: `@register_env("name", rewards={"mine": Rubric(...)},
     default_reward="mine")` registers the class in ENVIRONMENTS, its own reward schemes in
-    REWARDS (offered only to the worlds that declare them) and what Declared lists."""
+    REWARDS (offered only to the worlds that declare them) and what Declared lists;
+    `seed_key` names the `env.<key>` (or `env.options.<key>`) its task generator is seeded
+    by: preflight refuses splits that do not change with it."""
     own = dict(rewards or {})
     if not breakdown_label.isidentifier() or breakdown_label in ROW_KEYS:
         raise ValueError(f"register_env({name!r}): breakdown_label={breakdown_label!r} names "
@@ -50,7 +53,7 @@ def register_env(name: str, *, rewards: Optional[Mapping[str, Rubric]] = None,
         raise ValueError(f"register_env({name!r}): default_reward={default_reward!r} is "
                          f"neither its own scheme nor a registered one: {sorted(REWARDS)}")
     declared = Declared(tuple(own), default_reward, breakdown_label,
-                        dict(behaviour_labels or {}), tuple(config_errors))
+                        dict(behaviour_labels or {}), tuple(config_errors), seed_key)
 
     def add(cls: type[Environment]) -> type[Environment]:
         if name not in ENVIRONMENTS and not cls.__dict__.get("name"):

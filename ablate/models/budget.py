@@ -40,11 +40,51 @@ def check_weights(cfg: DictConfig) -> Path | None:
         if not (path / "config.json").is_file():
             raise ConfigError(f"model.path={m.path!r}: no tiny checkpoint (config.json) in "
                               f"{path}; rebuild it with `python -m ablate.recipes.tiny build`")
-        return path
-    try:
-        return Path(resolve_weights(m))
-    except ModelNotFoundError as exc:     # its messages name model.path / model=NAME
-        raise ConfigError(str(exc)) from None
+    else:
+        try:
+            path = Path(resolve_weights(m))
+        except ModelNotFoundError as exc:     # its messages name model.path / model=NAME
+            raise ConfigError(str(exc)) from None
+    check_model_files(path, f"model.path={m.path!r}" if m.path else f"model={m.name}")
+    return path
+
+
+# what transformers loads a model's weights from (modeling_utils: SAFE_WEIGHTS_NAME,
+# WEIGHTS_NAME and their sharded *.index.json) and its tokenizer from (tokenization_utils_base:
+# tokenizer.json, or a slow tokenizer's vocabulary files)
+WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin")
+INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"),
+                   ("vocab.txt",))
+
+
+def check_model_files(path: Path, key: str) -> None:
+    """ConfigError (one line) for a model directory without weights (or a shard its index
+    names) or without a tokenizer: config.json alone sizes the memory plan, not a cell."""
+    missing = missing_shard(path)
+    weights = any(any(path.glob(g)) for g in WEIGHT_GLOBS)
+    if missing or not weights:
+        what = f"the shard {missing} its index names" if missing else \
+            "no weights (*.safetensors or pytorch_model*.bin)"
+        raise ConfigError(f"{key}: {path} holds {what}; copy the model's weight files "
+                          "there beside config.json (docs/models.md)")
+    if not any(all((path / f).is_file() for f in files) for files in TOKENIZER_FILES):
+        raise ConfigError(f"{key}: {path} holds no tokenizer (tokenizer.json, tokenizer.model "
+                          "or vocab.json with merges.txt); copy the model's tokenizer files "
+                          "there beside config.json (docs/models.md)")
+
+
+def missing_shard(path: Path) -> str | None:
+    """The first weight file a sharded checkpoint's index names that is not there."""
+    for index in INDEXES:
+        try:
+            shards = json.loads((path / index).read_text()).get("weight_map", {}).values()
+        except (OSError, ValueError, AttributeError):
+            continue
+        for shard in sorted(set(shards)):
+            if not (path / str(shard)).is_file():
+                return str(shard)
+    return None
 
 
 def context_length(model_dir: Path) -> int | None:

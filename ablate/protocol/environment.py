@@ -248,7 +248,8 @@ def check_result(env: Environment, tool: str, result: Any) -> None:
     the environment, not of the model's input."""
     label = f"env={env.name or type(env).__name__}: tool {tool}"
     if not isinstance(result, ToolResult):
-        raise EnvError(f"{label} returned a {type(result).__name__}; expected an "
+        raise EnvError(f"env={env.name or type(env).__name__}: step() returned a "
+                       f"{type(result).__name__} for tool {tool}; expected an "
                        "ablate.envs.ToolResult")
     if not isinstance(result.observation, str):
         raise EnvError(f"{label} returned a {type(result.observation).__name__} "

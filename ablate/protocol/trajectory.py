@@ -46,12 +46,16 @@ class Trajectory:
                 "end_reason": self.end_reason, "steps": [r.to_json() for r in self.results]}
 
 
-def run_episode(env: Environment, task: Task, policy: Policy, max_turns: int) -> Trajectory:
-    """Drive `policy` on a fresh state of `task` for at most `max_turns` calls."""
+def run_episode(env: Environment, task: Task, policy: Policy, max_turns: int,
+                on_turn: Optional[Callable[[Any, int], None]] = None) -> Trajectory:
+    """Drive `policy` on a fresh state of `task` for at most `max_turns` calls;
+    `on_turn(state, turn)` (turn from 0) before each (preflight reads the masks there)."""
     state = env.reset(task)
     results: list[ToolResult] = []
     answer, reason = None, "max_turns"
-    for _ in range(max_turns):
+    for turn in range(max_turns):
+        if on_turn is not None:
+            on_turn(state, turn)
         action = policy(results)
         if action is None:
             break

@@ -37,7 +37,7 @@ CASES = {
                             "env=noanswer: answer_tool is not set; expected the name of the "
                             "tool that ends the episode, one of look, answer"),
     "tool returns a str": (target("StrTool", "strtool"),
-                           "env=strtool: tool look returned a str; expected an "
+                           "env=strtool: step() returned a str for tool look; expected an "
                            "ablate.envs.ToolResult"),
     "dict observation": (target("DictObservation", "dictobs"),
                          "env=dictobs: tool look returned a dict observation; expected a str"),
@@ -73,6 +73,36 @@ CASES = {
     "_target_ names a missing module": (["env=broken", "env._target_=envs_external.brokn.X"],
                                         "env._target_='envs_external.brokn.X': cannot import "
                                         "it: package 'envs_external' has no module 'brokn'"),
+    # issue 63: a newcomer's world
+    "a mask allowing no tool": (target("EmptyMask", "emptymask"),
+                                "env=emptymask: mask_candidates() allows no tool on turn 2 of "
+                                "the conformance episode (tool_names: []); expected at least "
+                                "one of its tools"),
+    "schema arguments the method does not take": (
+        target("SchemaMismatch", "schemamis"),
+        "env=schemamis: tool look's schema names argument(s) 'place', which "
+        "SchemaMismatch.look(state, where) does not take; expected the schema's properties to be the method's parameters"),
+    "schema arguments a dispatched function does not take": (
+        target("DispatchMismatch", "dispatchmis"),
+        "env=dispatchmis: tool look raised on the conformance episode's call {\"place\": "
+        "\"shelf\"} (TypeError: _look_where() got an unexpected keyword argument 'place'); "
+        "expected step() to return a ToolResult"),
+    "two tasks of one id": (target("DuplicateIds", "dupids"),
+                            "env=dupids: tasks('train') holds the id 'train-0' twice (tasks 0 "
+                            "and 1); expected each task id once in a split"),
+    "a generator on the global random": (target("Unseeded", "unseeded"),
+                                         "env=unseeded: tasks('train') differs when the world "
+                                         "is built twice from one config (task 'train-0': "),
+    "a declared seed that changes nothing": (target("IgnoresSeed", "ignoresseed"),
+                                             "env=ignoresseed: its tasks are the same under "
+                                             "env.options.seed=0 and 1; expected its declared "
+                                             "seed_key='seed' to draw the tasks"),
+    "reset returns a str": (target("ResetStr", "resetstr"),
+                            "env=resetstr: reset() returned a str (\"Look at lamp train-0, "
+                            "then answer ok.\"); expected the episode's state"),
+    "reset returns None": (target("ResetNone", "resetnone"),
+                           "env=resetnone: reset() returned None; expected the episode's "
+                           "state"),
     "unknown key": (["env=broken", "env.size=3"],
                     "env=broken has no key env.size; allowed: name, _target_, options, "
                     "max_turns, cache_dir and env.options.<size>"),
@@ -158,3 +188,52 @@ def test_finite_components_pass(tmp_path):
         return len(episode.results)            # an int is a number too
     _scored_with(Rubric(correct, turns), tmp_path)
     _scored_with(lambda ep, cfg=None: (1.0, {"a": 1.0}), tmp_path)
+
+
+def test_reset_str_is_named_as_reset_with_the_tiny_model_too(tmp_path):
+    """The mask warning of model=tiny used to read the state first and name
+    mask_candidates; reset's type is checked before anything reads it (issue 63)."""
+    proc = run_cli(target("ResetStr", "resetstr"), tmp_path)             # model=tiny
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "env=resetstr: reset() returned a str" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout and not (tmp_path / "cell").exists()
+
+
+@pytest.mark.parametrize("cls,name", [("MethodTools", "methodtools"), ("UsesSeed", "usesseed"),
+                                      ("Good", "good")])
+def test_a_world_without_those_mistakes_passes(cls, name):
+    """The checks of issue 63 refuse the mistakes only: tools as methods whose parameters
+    are their schema's, and a declared seed that draws the tasks, pass."""
+    from ablate.apps.cli import compose_config
+    from ablate.apps.preflight import check_env
+    check_env(compose_config([f"hydra.searchpath=[file://{CONF}]", *target(cls, name),
+                              "model=scripted"]))
+
+
+@pytest.mark.parametrize("env", ["counter", "kvlookup", "synthetic", "coderepair"])
+def test_the_shipped_worlds_pass_the_new_checks(env, tmp_path):
+    from ablate.apps.cli import compose_config
+    from ablate.apps.preflight import check_env
+    check_env(compose_config([f"hydra.searchpath=[file://{CONF}]", f"env={env}",
+                              f"env.cache_dir={tmp_path}"]))
+
+
+def test_weights_summing_to_zero_warn_once(caplog):
+    from ablate.apps import preflight
+    from ablate.apps.cli import compose_config
+    cfg = compose_config([f"hydra.searchpath=[file://{CONF}]", "env=kvlookup",
+                          "+reward.weights.correct=0", "+reward.weights.looked_up=0"])
+    preflight._WARNED.clear()
+    with caplog.at_level(logging.WARNING, logger="ablate"):
+        preflight.warn_zero_weights(cfg)
+        preflight.warn_zero_weights(cfg)            # a grid's second job: said once
+    said = [r.getMessage() for r in caplog.records if "sum to 0" in r.getMessage()]
+    assert said == ["reward.weights of reward.name=kv_lookup sum to 0 (correct=0, "
+                    "looked_up=0): every component is off: every reward is 0 and nothing is "
+                    "learnt (reward.weights.<name>, docs/rewards.md)"]
+    cfg.reward.weights.looked_up = 0.5
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ablate"):
+        preflight.warn_zero_weights(cfg)
+    assert not [r for r in caplog.records if "sum to 0" in r.getMessage()]

@@ -3,6 +3,7 @@ protocol conformance): each must stop `python -m ablate` with one line and exit 
 a cell directory exists (tests/envs/test_envs_preflight.py)."""
 from __future__ import annotations
 
+import random
 from typing import Optional
 
 from ablate.envs import Environment, Task, ToolResult, register_env
@@ -121,3 +122,108 @@ class RewardNone(Good):
     "broken_str": Rubric(correct, looked_str, doc="a component returning a str")})
 class RewardStr(Good):
     """Its default reward's component `looked_str` returns a str."""
+
+
+# --- issue 63: the mistakes of a newcomer's world, each stopped by preflight -----------
+
+class EmptyMask(Good):
+    """A mask that allows no tool on the turn after `look` (`tool_names: []`)."""
+    def mask_candidates(self, state, **options) -> dict:
+        return {"tool_names": [] if state.get("looked") else ["look"]}
+
+    def step(self, state, name: str, arguments: dict) -> ToolResult:
+        state["looked"] = True
+        return super().step(state, name, arguments)
+
+
+class MethodTools(Good):
+    """Tools as methods of the world: step() calls `getattr(self, name)(state, **args)`."""
+    def tool_schemas(self) -> list[dict]:
+        look, answer = super().tool_schemas()
+        props = {"where": {"type": "string"}}
+        return [{**look, "function": {**look["function"], "parameters": {
+            "type": "object", "properties": props, "required": ["where"]}}}, answer]
+
+    def step(self, state, name: str, arguments: dict) -> ToolResult:
+        return getattr(self, name)(state, **arguments)
+
+    def look(self, state, where: str) -> ToolResult:
+        return ToolResult("look", {"where": where}, observation=f"You see: ok at {where}.")
+
+    def answer(self, state, value: str) -> ToolResult:
+        return ToolResult("answer", {"value": value}, observation="", done=True,
+                          answer=value)
+
+    def baseline(self, task: Task, seed: int = 0):
+        return lambda results: ("look", {"where": "shelf"}) if not results else \
+            ("answer", {"value": "ok"})
+
+
+class SchemaMismatch(MethodTools):
+    """The schema says `place`, the method takes `where`: every call is a TypeError."""
+    def tool_schemas(self) -> list[dict]:
+        look, answer = super().tool_schemas()
+        params = {"type": "object", "properties": {"place": {"type": "string"}},
+                  "required": ["place"]}
+        return [{**look, "function": {**look["function"], "parameters": params}}, answer]
+
+    def baseline(self, task: Task, seed: int = 0):
+        return lambda results: ("look", {"place": "shelf"}) if not results else \
+            ("answer", {"value": "ok"})
+
+
+class DispatchMismatch(SchemaMismatch):
+    """The same mistake behind a dispatch table (no method of the tool's name): only the
+    conformance episode's internal error shows it."""
+    def step(self, state, name: str, arguments: dict) -> ToolResult:
+        return {"look": _look_where, "answer": MethodTools.answer}[name](
+            self, state, **arguments)
+
+    look = None
+
+
+def _look_where(env, state, where: str) -> ToolResult:
+    return ToolResult("look", {"where": where}, observation=f"You see: ok at {where}.")
+
+
+class DuplicateIds(Good):
+    """Two train tasks under one id (an id built from a counter that restarts)."""
+    def tasks(self, split: str) -> list[Task]:
+        out = super().tasks(split)
+        return [Task(id=f"{split}-0", prompt=t.prompt, answer=t.answer) for t in out]
+
+
+class Unseeded(Good):
+    """A task generator on the global random module: each build asks other questions
+    (each seed of a grid, too, under the same ids)."""
+    def tasks(self, split: str) -> list[Task]:     # the global generator: the mistake
+        return [Task(id=f"{split}-{i}", prompt=f"Look at lamp {random.randrange(10**9)}, "
+                     f"then answer ok ({split}).", answer="ok") for i in range(self.size)]
+
+
+@register_env("ignoresseed", seed_key="seed")
+class IgnoresSeed(Good):
+    """Declares `seed` as what seeds its tasks, and never reads it."""
+    def __init__(self, size: int = 2, seed: int = 0):
+        super().__init__(size)
+        self.seed = seed
+
+
+@register_env("usesseed", seed_key="seed")
+class UsesSeed(IgnoresSeed):
+    """The same, its tasks drawn from its seed."""
+    def tasks(self, split: str) -> list[Task]:
+        return [Task(id=f"{split}-{i}", prompt=f"Look at lamp {self.seed}-{split}-{i}, then "
+                     "answer ok.", answer="ok") for i in range(self.size)]
+
+
+class ResetStr(Good):
+    """reset() returns the task's prompt instead of a state."""
+    def reset(self, task: Task):
+        return task.prompt
+
+
+class ResetNone(Good):
+    """reset() builds a state and forgets to return it."""
+    def reset(self, task: Task):
+        """The state {"looked": False} was meant (no return: None)."""
