@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from analysis import endpoint, figures as figs, hypotheses, report, tables, trend
+from analysis import trend_figure
 from analysis import labels as lb
 from analysis.deviations import deviations
 from analysis.collect import (REPO, AnalysisError, collect, parse_assignments, read_config,
@@ -166,6 +167,7 @@ def write_outputs(summary: dict, out: Path, figures: bool = True) -> None:
     tables.write_all(summary, out)
     if figures:
         figs.write_all(summary, out)
+        trend_figure.write(summary, out)    # the `trend:` test's figure (issue 65)
 
 
 def main(argv=None) -> int:

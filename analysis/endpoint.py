@@ -156,11 +156,39 @@ def _ranks(summary: dict, c: dict, base: dict, keep_outcome: bool) -> dict | Non
             "p_a_higher": r["p_increasing"]}
 
 
+def endpoint_table(summary: dict) -> list[str]:
+    """The binary per-seed endpoint (analysis.endpoint): per cell the seeds with the
+    outcome, the rate with its exact interval, and Fisher's exact p against the baseline
+    (Holm over the cells); marked when it was added after the results."""
+    from analysis.labels import cell_words, level
+    from analysis.tables import fmt, fmt_ci, fmt_p
+    e = summary.get("endpoint")
+    if not e:
+        return []
+    lv = level(summary["alpha"])
+    vs = {c["label"]: c for c in e["comparisons"]}
+    added = f" Added {e['added']}." if e.get("added") else " Pre-registered."
+    side = {"two-sided": "two-sided", "less": "one-sided, rate below the baseline's",
+            "greater": "one-sided, rate above the baseline's"}[e["expect"]]
+    L = ["", f"A seed counts as **{e['name']}** when {e['words']}. Per cell: the seeds "
+         f"that did, their rate with its exact (Clopper-Pearson) {lv} interval, and "
+         f"Fisher's exact test against the baseline ({side}; Holm over the cells)."
+         f"{added}", "",
+         f"| cell | {e['name']} seeds | rate (%) [exact {lv}] | seeds | p |",
+         "|---|---:|---:|---|---:|"]
+    for c in e["cells"]:
+        cmp = vs.get(c["label"])
+        L.append(f"| {cell_words(summary, c)} | {c['k']} of {c['n']} | "
+                 f"{fmt(c['rate'], True)} {fmt_ci(c['ci'], True)} | "
+                 f"{', '.join(map(str, c['seeds'])) or '–'} | "
+                 f"{fmt_p(cmp['p_quoted']) if cmp else 'baseline'} |")
+    return L
+
+
 def endpoint_lines(summary: dict) -> list[str]:
     """report.md's section on the binary endpoint (the README's table, analysis.publish)."""
     if not summary.get("endpoint"):
         return []
-    from analysis.publish import endpoint_table
     e = summary["endpoint"]
     head = f"## Binary endpoint: {e['name']}" + (" (added after the results)"
                                                  if e.get("added") else "")

@@ -833,7 +833,7 @@ def write_all(summary: dict, out: Path, workers: int | None = None) -> dict:
     figs = {"finding": finding, "learning_curves": learning_curves, "change": change, "forest": forest,
             "seeds": seeds, "hops": hops, "behaviour": behaviour,
             "factor_intervals": factor_intervals, "training": training,
-            "lifelong": lifelong, "trend": _trend_figure}
+            "lifelong": lifelong}
     skip = not_drawn(summary)       # the report says why (analysis.tables.not_drawn)
     figs = {name: (_skipped(name) if name in skip else fn) for name, fn in figs.items()}
     if workers is None:
@@ -849,11 +849,6 @@ def write_all(summary: dict, out: Path, workers: int | None = None) -> dict:
             drawn = {name: f.result() for name, f in futures.items()}
     write_captions(summary, out, drawn)
     return drawn
-
-
-def _trend_figure(summary: dict, out: Path) -> dict:
-    from analysis.trend_figure import trend     # a module of its own (files <= 600 lines)
-    return trend(summary, out)
 
 
 def _skipped(name: str):
@@ -919,13 +914,8 @@ def caption(summary: dict, name: str) -> str:
                     "questions, no test.",
         "lifelong": "Skill-library quantities over training steps: thin lines one seed "
                     "each, thick the mean over seeds; descriptive, no interval.",
-    }.get(name) or _trend_caption(summary)
+    }[name]
     return f"{text} {design[:1].upper()}{design[1:]}."
-
-
-def _trend_caption(summary: dict) -> str:
-    from analysis.trend_figure import caption as trend_caption
-    return trend_caption(summary)
 
 
 BUILTIN = ("finding", "learning_curves", "change", "forest", "seeds", "hops", "behaviour",

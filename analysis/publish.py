@@ -26,6 +26,7 @@ from analysis import figures as figs
 from analysis.collect import AnalysisError, read_config
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis import hygiene
+from analysis.endpoint import endpoint_table
 from analysis.export import export
 from analysis.labels import behaviour_words, cell_words, in_words, level
 from analysis.tables import (baseline_comparisons, fmt, fmt_ci, fmt_est, fmt_p, has_change,
@@ -152,33 +153,6 @@ def headline(summary: dict, report_rel: str,
                        f"forgetting]({report_rel}/lifelong.png)")
     L += ([""] + figures) if figures else []
     return "\n".join(L)
-
-
-def endpoint_table(summary: dict) -> list[str]:
-    """The binary per-seed endpoint (analysis.endpoint): per cell the seeds with the
-    outcome, the rate with its exact interval, and Fisher's exact p against the baseline
-    (Holm over the cells); marked when it was added after the results."""
-    e = summary.get("endpoint")
-    if not e:
-        return []
-    lv = level(summary["alpha"])
-    vs = {c["label"]: c for c in e["comparisons"]}
-    added = f" Added {e['added']}." if e.get("added") else " Pre-registered."
-    side = {"two-sided": "two-sided", "less": "one-sided, rate below the baseline's",
-            "greater": "one-sided, rate above the baseline's"}[e["expect"]]
-    L = ["", f"A seed counts as **{e['name']}** when {e['words']}. Per cell: the seeds "
-         f"that did, their rate with its exact (Clopper-Pearson) {lv} interval, and "
-         f"Fisher's exact test against the baseline ({side}; Holm over the cells)."
-         f"{added}", "",
-         f"| cell | {e['name']} seeds | rate (%) [exact {lv}] | seeds | p |",
-         "|---|---:|---:|---|---:|"]
-    for c in e["cells"]:
-        cmp = vs.get(c["label"])
-        L.append(f"| {cell_words(summary, c)} | {c['k']} of {c['n']} | "
-                 f"{fmt(c['rate'], True)} {fmt_ci(c['ci'], True)} | "
-                 f"{', '.join(map(str, c['seeds'])) or '–'} | "
-                 f"{fmt_p(cmp['p_quoted']) if cmp else 'baseline'} |")
-    return L
 
 
 def rewrite_readme(readme: Path, block: str) -> None:

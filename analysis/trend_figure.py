@@ -2,8 +2,8 @@
 left, each seed's mean per level of the factor with the level's median; right, the exact
 null distribution of the Jonckheere-Terpstra count with the observed count marked and the
 one p its tables quote (issue 65: no figure showed the headline test). Kept out of
-analysis/figures.py (house rule: files <= 600 lines); analysis.figures.write_all calls
-`trend`."""
+analysis/figures.py (house rule: files <= 600 lines); analysis.cli calls `write` after
+analysis.figures.write_all."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -56,6 +56,20 @@ def trend(summary: dict, out: Path) -> dict:
         nx.legend(loc="center left")
         F.note(nx, None, [float(vals.min())], [float(vals.max())], interval=False)
         return {"_axes": F._save(fig, out, "trend"), "p": t["p_decision"]}
+
+
+def write(summary: dict, out: Path) -> dict:
+    """Draw the figure, write its LaTeX snippet and append its caption to captions.md."""
+    from analysis import figures as F
+    drawn = trend(summary, out)
+    if drawn:
+        text = f"{caption(summary)} {F._design(summary)[:1].upper()}{F._design(summary)[1:]}."
+        F._snippet(out, "trend", text, wide=True)
+        with open(out / "captions.md", "a") as f:
+            f.write(f"**trend** (trend.png, trend.pdf, figure_trend.tex): {text}\n\n")
+    else:
+        (out / "figure_trend.tex").unlink(missing_ok=True)
+    return drawn
 
 
 def caption(summary: dict) -> str:

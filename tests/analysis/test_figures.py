@@ -51,8 +51,10 @@ def check(summary: dict, drawn: dict) -> list[str]:
 
 @pytest.mark.parametrize("path", PUBLISHED, ids=[p.parents[2].name for p in PUBLISHED])
 def test_published_figures_are_paper_ready(path, tmp_path):
+    from analysis import trend_figure
     summary = json.loads(path.read_text())
     drawn = figures.write_all(summary, tmp_path, workers=1)
+    drawn["trend"] = trend_figure.write(summary, tmp_path)    # analysis.cli draws it too
     assert check(summary, drawn) == []
     made = {p.stem for p in tmp_path.glob("*.png")}
     assert made == {p.stem for p in tmp_path.glob("*.pdf")}          # PDF beside PNG
