@@ -122,6 +122,36 @@ def local_files(conv: Conversion, overrides: list[Override], strict: bool) -> li
 
 
 # ------------------------------------------------------------------ --write
+# The groups whose keys a group choice owns: `env=synthetic` after the file drops the
+# file's env.* keys (kept); so must it after `+experiment=NAME`. Hydra replaces a group's
+# whole option, never keys merged beside it, so --write puts a group's keys in an option
+# of that group, <config dir>/<group>/prime/NAME.yaml, which the experiment selects.
+GROUPS = ("env", "model")
+
+
+def group_options(overrides: list[Override], name: str
+                  ) -> tuple[list[Override], dict[str, tuple[object, list[Override]]]]:
+    """(the experiment's overrides, {group: (the option it extends or None, its keys)})
+    for each group the overrides select and set keys in."""
+    chosen = {o.key.lstrip("~"): o.value for o in overrides
+              if "." not in o.key and o.key.lstrip("~") in GROUPS}
+    owned = {g: [o for o in overrides if o.key.startswith(g + ".")] for g in chosen}
+    owned = {g: keys for g, keys in owned.items() if keys}
+    mine = [o for o in overrides if o.key.lstrip("~").split(".")[0] not in owned]
+    return (mine + [Override(g, f"prime/{name}") for g in owned],
+            {g: (chosen[g], keys) for g, keys in owned.items()})
+
+
+def group_option(conv: Conversion, group: str, base, keys: list[Override], name: str) -> str:
+    """The group's option: the option the file chose (none for `~model`), its keys."""
+    body: dict = {"defaults": [f"/{group}/{base}@_here_", "_self_"]} if base else {}
+    for o in keys:
+        _nest(body, o.key.split(".")[1:], o.value)
+    return (f"# The {group} of experiment {name}, converted from {conv.source.path} by "
+            f"python -m ablate.prime\n# (docs/prime.md): {group}=OTHER after "
+            f"+experiment={name} replaces it whole.\n" + yaml.safe_dump(body, sort_keys=False))
+
+
 def experiment(conv: Conversion, overrides: list[Override], name: str) -> str:
     """The overrides as a conf/experiment yaml (`+experiment=NAME`)."""
     defaults, body = [], {"experiment": name}
@@ -157,22 +187,40 @@ def _user_overrides(rest: list[str]) -> list[Override]:
     return out
 
 
+def written_files(conv: Conversion, overrides: list[Override], path: str
+                  ) -> dict[Path, str]:
+    """{path: text}: the experiment and its groups' options beside it (a group's keys
+    need the experiment in <config dir>/experiment/, where Hydra finds both)."""
+    target = Path(path)
+    mine, groups = group_options(overrides, target.stem)
+    if groups and target.parent.name != "experiment":
+        raise PrimeError("--write", "", f"the file's {' and '.join(groups)} keys are written "
+                         f"as <config dir>/<group>/prime/{target.stem}.yaml beside the "
+                         f"experiment: give a path <config dir>/experiment/{target.stem}.yaml"
+                         " (conf/experiment/ or a --config-dir's)")
+    root = target.parent.parent
+    files = {root / g / "prime" / f"{target.stem}.yaml": group_option(conv, g, base, keys,
+                                                                      target.stem)
+             for g, (base, keys) in groups.items()}
+    files[target] = experiment(conv, mine, target.stem)
+    return files
+
+
 def write_experiment(conv: Conversion, ours: list[Override], rest: list[str],
                      path: str) -> None:
     for key in local_files(conv, ours, strict=False):
         print(f"ablate.prime: note: {key} stays an hf:// file (not in the local Hugging "
               f"Face cache): give {key}=/local/path when you run it", file=sys.stderr)
     ours = [Override(o.key, _yaml_literal(o.value), o.origin) for o in ours]
-    text = experiment(conv, ours + _user_overrides(rest), Path(path).stem)
-    target = Path(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-    except OSError as exc:   # read-only, a directory of that name, a file as its folder
-        raise PrimeError("--write", "", f"cannot write {target} ({exc.strerror}): give "
-                         "a writable path ending .yaml") from None
-    print(f"ablate.prime: wrote {target} (python -m ablate +experiment={target.stem})",
-          file=sys.stderr)
+    for target, text in written_files(conv, ours + _user_overrides(rest), path).items():
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        except OSError as exc:   # read-only, a directory of that name, a file as its folder
+            raise PrimeError("--write", "", f"cannot write {target} ({exc.strerror}): give "
+                             "a writable path ending .yaml") from None
+        run = f" (python -m ablate +experiment={target.stem})" if target == Path(path) else ""
+        print(f"ablate.prime: wrote {target}{run}", file=sys.stderr)
 
 
 # ------------------------------------------------------------------ main

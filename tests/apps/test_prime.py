@@ -216,8 +216,10 @@ def test_write_gives_an_experiment_that_composes(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     exp = yaml.safe_load(target.read_text())
     assert exp["experiment"] == "enronhop_lab"
-    assert {"override /env": "enronhop"} in exp["defaults"]
-    assert exp["trainer"]["tasks_per_step"] == 16 and exp["env"]["judge"]["model"] == "gpt-5-nano"
+    assert {"override /env": "prime/enronhop_lab"} in exp["defaults"]   # the env's keys:
+    env_option = yaml.safe_load((tmp_path / "env" / "prime" / "enronhop_lab.yaml").read_text())
+    assert env_option["defaults"] == ["/env/enronhop@_here_", "_self_"]     # its own option
+    assert exp["trainer"]["tasks_per_step"] == 16 and env_option["judge"]["model"] == "gpt-5-nano"
     run = subprocess.run([sys.executable, "-m", "ablate", "--config-dir", str(tmp_path),
                           "+experiment=enronhop_lab", "--cfg", "job"], cwd=tmp_path,
                          env=env(tmp_path), capture_output=True, text=True, timeout=300)
@@ -225,6 +227,7 @@ def test_write_gives_an_experiment_that_composes(tmp_path):
     cfg = yaml.safe_load(run.stdout)
     assert (cfg["trainer"]["max_steps"], cfg["eval"]["every"], cfg["model"]["name"]) == \
         (300, 100, "qwen3_4b")
+    assert (cfg["env"]["name"], cfg["env"]["judge"]["model"]) == ("enronhop", "gpt-5-nano")
 
 
 def test_docs_table_names_every_key():
