@@ -9,6 +9,7 @@ EnvError line naming the environment, the method or tool, and what was expected.
 from __future__ import annotations
 
 import inspect
+import logging
 import random
 from contextlib import contextmanager
 from typing import Any, Callable, Optional
@@ -189,7 +190,29 @@ def mask_watch(env: Environment, label: str, **options) -> Optional[Callable[[An
             raise EnvError(f"env={label}: mask_candidates() allows {unknown[0]!r} on turn "
                            f"{turn + 1}, none of its tools; expected names among "
                            f"{', '.join(names)}")
+        warn_free_value(env, label, ctx, allowed, turn)
     return watch
+
+
+_WARNED: set = set()      # (world, tool, key) warned of in this process
+
+
+def warn_free_value(env: Environment, label: str, ctx: dict, allowed, turn: int) -> None:
+    """A tool allowed on this turn whose argument takes the `ids` (or `answers`) while
+    that list is empty: an empty list constrains nothing (ablate/harness/masking.py,
+    ActionMask), so the model writes that value free. Said once per (world, tool, key)."""
+    grammar = ctx.get("grammar") or {}
+    for kind, key in (("ids", grammar.get("id_key")), ("answers", grammar.get("answer_key"))):
+        if not key or ctx.get(kind) != []:
+            continue
+        for tool in allowed:
+            if key in env._params(tool) and (label, tool, key) not in _WARNED:
+                _WARNED.add((label, tool, key))
+                logging.getLogger("ablate").warning(
+                    "env=%s: mask_candidates() allows %s on turn %d with %s: [], so its "
+                    "argument %r is not masked (an empty list constrains nothing); leave %s "
+                    "out of tool_names until there are %s (docs/environments.md, \"Action "
+                    "masking\")", label, tool, turn + 1, kind, key, tool, kind)
 
 
 def check_splits(env: Environment, label: str) -> None:

@@ -237,3 +237,22 @@ def test_weights_summing_to_zero_warn_once(caplog):
     with caplog.at_level(logging.WARNING, logger="ablate"):
         preflight.warn_zero_weights(cfg)
     assert not [r for r in caplog.records if "sum to 0" in r.getMessage()]
+
+
+def test_a_value_mask_with_no_candidates_is_warned_once(caplog):
+    """An empty `answers` list constrains nothing: the answer tool allowed beside it
+    writes its value free, the leak of issue 63; warned once per world and tool."""
+    from ablate.apps.cli import compose_config
+    from ablate.apps.preflight import check_env
+    from ablate.envs import conformance
+    conformance._WARNED.clear()
+    cfg = compose_config([f"hydra.searchpath=[file://{CONF}]",
+                          *target("EmptyAnswers", "emptyanswers"), "model=scripted"])
+    with caplog.at_level(logging.WARNING, logger="ablate"):
+        check_env(cfg)
+        check_env(cfg)
+    said = [r.getMessage() for r in caplog.records if "is not masked" in r.getMessage()]
+    assert said == ["env=emptyanswers: mask_candidates() allows answer on turn 1 with "
+                    "answers: [], so its argument 'value' is not masked (an empty list "
+                    "constrains nothing); leave answer out of tool_names until there are "
+                    "answers (docs/environments.md, \"Action masking\")"]

@@ -227,3 +227,11 @@ class ResetNone(Good):
     """reset() builds a state and forgets to return it."""
     def reset(self, task: Task):
         """The state {"looked": False} was meant (no return: None)."""
+
+
+class EmptyAnswers(Good):
+    """Masks that offer `answer` before any value was read, with `answers: []`: its value
+    is written free (a leak of the value mask)."""
+    def mask_candidates(self, state, answer_masking: bool = True, **options) -> dict:
+        return {"tool_names": ["look", "answer"], "ids": None, "answers": [],
+                "grammar": {"id_key": "where", "answer_key": "value"}}
