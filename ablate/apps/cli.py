@@ -178,7 +178,10 @@ def import_cli_plugins(overrides: list[str]) -> None:
 def compose_config(overrides: list[str], *, hydra_node: bool = False) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
-    import_cli_plugins(overrides)
+    try:
+        import_cli_plugins(overrides)
+    except ConfigError:
+        pass          # validate names the module that cannot be imported, in one line
     register()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         return compose("config", overrides=overrides, return_hydra_config=hydra_node)
