@@ -253,9 +253,13 @@ def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
 def p_words(summary: dict) -> str:
     """How the table's p were made: one phrase per distinct kind (a comparison that is a
     pre-registered hypothesis is quoted with the hypothesis' p: analysis.hypotheses.quote)."""
-    kinds = dict.fromkeys(c.get("p_quoted_words") for c in baseline_comparisons(summary).values()
-                          if c.get("p_quoted_words"))
-    return "; ".join(kinds) if kinds else "Holm-adjusted p"
+    kinds: dict = {}                       # words -> the hypotheses quoted with them
+    for c in baseline_comparisons(summary).values():
+        if c.get("p_quoted_words"):
+            words = c["p_quoted_words"].split(": ", 1)[-1]
+            kinds.setdefault(words, []).extend([c["hypothesis"]] if c.get("hypothesis") else [])
+    return "; ".join(f"{w} ({', '.join(sorted(h))})" if h else w
+                     for w, h in kinds.items()) or "Holm-adjusted p"
 
 
 def _interval_words(summary: dict) -> str:
