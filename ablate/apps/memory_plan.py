@@ -11,9 +11,12 @@ Two phases share the device: the rollout (the learner's resident state beside th
 sampler's memory) and the update (the resident state plus activations and logits; an
 in-process vLLM sleeps through it when sampler.sleep_during_update). The peak of the two
 is compared with the device's memory: run.device_memory_gb (a planning override, GB =
-1e9 bytes), else the CUDA device's total memory, else (run.device=cpu) the host's RAM,
-where the plan is only reported, never a refusal (a CPU cell swaps or is killed; it
-does not corrupt anything, and the tiny CPU cells are far from any limit).
+1e9 bytes; enforced on any device, and on run.device=cuda where no GPU is visible the
+plan is made and its verdict named in the refusal of the missing device: without_gpu),
+else the CUDA device's total memory, else (run.device=cpu) the host's RAM, where the
+plan is only reported, never a refusal (a CPU cell swaps or is killed; it does not
+corrupt anything, and the tiny CPU cells are far from any limit). config.json alone
+sizes the plan (model_dir).
 
 This module composes the terms and gives the verdict; the terms are declared by their
 owners where they register (ablate.core.registry.Declaration.memory): the learner
@@ -25,18 +28,22 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ablate.core.dist import env_world_size
+from ablate.core.errors import ConfigError
 from ablate.core.plan import GB, PlanContext, Shape, Term, sel
-from ablate.models.budget import check_weights
+from ablate.models.loading import ModelNotFoundError, resolve_weights
 from ablate.models.measure import shape_of, shape_of_dir
+from ablate.models.tiny import tiny_path
 
 __all__ = ["GB", "MemoryPlan", "Shape", "Term", "memory_plan", "shape_of", "shape_of_dir"]
 WARN_FRACTION = 0.9   # a plan above 90% of the device leaves little for fragmentation
+OVERRIDE = "run.device_memory_gb"   # the device memory a user states (GB = 1e9 bytes)
 
 
 @dataclass
@@ -68,7 +75,9 @@ class MemoryPlan:
 
     @property
     def enforced(self) -> bool:
-        return self.device != "cpu"
+        """On a GPU; on CPU only against a memory the user gave (run.device_memory_gb):
+        host RAM is reported, a stated budget is kept (issue 64 item 13)."""
+        return self.device != "cpu" or self.device_source == OVERRIDE
 
     def biggest(self, n: int = 3) -> list[Term]:
         on = [t for t in self.terms if t.phase in ("resident", self.peak_phase) and t.bytes]
@@ -84,9 +93,11 @@ class MemoryPlan:
         fix = ("fits with: " + "; ".join(self.suggestions) if self.suggestions else
                "no single change fits: combine learner.lora.enable=true, offload, more "
                "ranks, a lower learner.micro_batch_tokens, sampler=vllm_server")
+        cpu = ("; or drop run.device_memory_gb (on CPU a plan against host RAM is only "
+               "reported)" if self.device == "cpu" else "")
         return (f"memory plan: {why}{self.peak / GB:.1f} GB per device at the "
                 f"{self.peak_phase} > {self.device_bytes / GB:.1f} GB on {self.device} "
-                f"({self.device_source}); biggest: {big} GB; {fix}")
+                f"({self.device_source}); biggest: {big} GB; {fix}{cpu}")
 
     def table(self) -> str:
         s = self.shape
@@ -152,7 +163,7 @@ def device_memory(cfg) -> tuple[str, float, str]:
     override = sel(cfg, "run.device_memory_gb")
     kind = "cpu" if device == "cpu" else "cuda"
     if override is not None:
-        return kind, float(override) * GB, "run.device_memory_gb"
+        return kind, float(override) * GB, OVERRIDE
     if kind == "cuda" and torch.cuda.is_available():
         index = torch.device(device).index
         if index is None:
@@ -193,11 +204,45 @@ def memory_plan(cfg: DictConfig, *, model_config=None, world_size: Optional[int]
 def _shape(cfg, model_config) -> Optional[Shape]:
     if model_config is not None:
         return shape_of(model_config)
-    if str(cfg.model.name) == "scripted":
+    path = model_dir(cfg)
+    return None if path is None else shape_of_dir(str(path), bool(cfg.model.trust_remote_code))
+
+
+def model_dir(cfg) -> Optional[Path]:
+    """The directory whose config.json the plan reads (None: model=scripted). config.json
+    alone sizes a plan (docs/gpu.md); the weights and tokenizer a cell needs are
+    preflight's (ablate/models/budget.py, check_weights)."""
+    m = cfg.model
+    if str(m.name) == "scripted":
         return None
-    model_dir = check_weights(cfg)
-    return None if model_dir is None else shape_of_dir(
-        str(model_dir), bool(cfg.model.trust_remote_code))
+    try:
+        path = tiny_path(m) if str(m.name) == "tiny" else Path(resolve_weights(m))
+    except ModelNotFoundError as exc:     # its messages name model.path / model=NAME
+        raise ConfigError(str(exc)) from None
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"model.path={m.path!r}: no config.json in {path}, which the "
+                          "memory plan reads the model's shape from")
+    return path
+
+
+def without_gpu(cfg) -> str:
+    """The refusal of run.device=cuda where no CUDA device is visible. With
+    run.device_memory_gb the cell is planned first (its table printed unless run.quiet)
+    and the line gives the plan's verdict: what to change, or that it fits, so a GPU
+    cell is sized on a machine without one (docs/gpu.md, "Memory plan")."""
+    head = f"run.device={cfg.run.device!r}: no CUDA device is visible here"
+    if sel(cfg, OVERRIDE) is None:
+        return (f"{head}; use run.device=cpu, or give {OVERRIDE}=GB to plan the cell's "
+                "memory for that GPU without one")
+    plan = memory_plan(cfg)
+    if plan is None:
+        return f"{head} (model={cfg.model.name} has no memory plan); use run.device=cpu"
+    if not cfg.run.quiet:
+        print(plan.table())
+    verdict = plan.refusal() or (
+        f"the memory plan fits: {plan.peak / GB:.1f} GB at the {plan.peak_phase} of "
+        f"{plan.device_bytes / GB:.1f} GB ({OVERRIDE}); run it where that GPU is")
+    return f"{head}, so the cell was only planned: {verdict}"
 
 
 def suggestions(cfg, shape, world, device, have, source) -> list[str]:

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.apps.memory_plan import checkpoint_terms, memory_plan, shape_of_dir
+from ablate.apps.memory_plan import checkpoint_terms, memory_plan, shape_of_dir, without_gpu
 from ablate.envs import (EnvError, check_reward_for, config_keys, declared, env_class,
                          make_env, split_tasks)
 from ablate.envs.conformance import (check_class, check_rebuilt, check_seeded, check_splits,
@@ -296,7 +296,7 @@ def check_device(cfg: DictConfig) -> None:
     if not device.startswith("cuda"):
         return
     if not torch.cuda.is_available():
-        raise ConfigError(f"run.device={device!r}: no CUDA device is visible; use run.device=cpu")
+        raise ConfigError(without_gpu(cfg))   # with run.device_memory_gb: planned first
     if "bfloat16" in (cfg.model.dtype, cfg.learner.dtype) and not torch.cuda.is_bf16_supported():
         raise ConfigError(f"model.dtype={cfg.model.dtype!r} / learner.dtype="
                           f"{cfg.learner.dtype!r}: this GPU has no bfloat16; use float32")

@@ -405,6 +405,9 @@ def _check_run(cfg) -> None:
     need(r.num_trajectories >= 0, "run.num_trajectories", r.num_trajectories, "must be >= 0")
     need(r.device == "cpu" or r.device == "cuda" or r.device.startswith("cuda:"),
          "run.device", r.device, "choose cpu, cuda or cuda:N")
+    need(r.device_memory_gb is None or r.device_memory_gb > 0, "run.device_memory_gb",
+         r.device_memory_gb, "must be > 0 (the device's memory in GB, for the memory plan) "
+         "or null (what the device reports)")
     _check_ranks(cfg)
 
 

@@ -1,16 +1,21 @@
 """The memory plan (ablate/apps/memory_plan.py): parameter counts of the paper's models
 from configs written here (no download, meta device), each term's bytes by its formula,
-refusal in one line on a GPU, report-only on CPU, and a verdict for every paper cell."""
+refusal in one line on a GPU (or against a memory stated for CPU), report-only against
+host RAM, a GPU cell planned without a GPU, and a verdict for every paper cell."""
 from __future__ import annotations
 
 import pytest
+import torch
 import transformers
 from omegaconf import open_dict
 
+from ablate.apps import cli
+from ablate.apps import memory_plan as mp
 from ablate.apps.cli import compose_config, expand_jobs
 from ablate.apps.memory_plan import GB, memory_plan, shape_of_dir
-from ablate.apps.preflight import check_memory
+from ablate.apps.preflight import check_device, check_memory
 from ablate.loop.config import ConfigError
+from ablate.models.budget import check_weights
 
 # Qwen/Qwen3-4B and Qwen/Qwen3-30B-A3B config.json (Hugging Face), the fields that size them
 QWEN3_4B = dict(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32,
@@ -98,22 +103,77 @@ def test_activations_and_logits_follow_the_learner_keys(dirs):
     assert terms["logits"] == 4096 * 151936 * 4 + 256 * 151936 * 8
 
 
-def test_cpu_plan_reports_and_never_refuses(dirs, capsys):
-    cfg = gpu_cell(dirs, "run.device=cpu", "sampler=hf")
-    with open_dict(cfg.run):
-        cfg.run.device_memory_gb = 1.0
-    plan = check_memory(cfg)
+def test_cpu_plan_against_host_ram_reports_and_never_refuses(dirs, capsys, monkeypatch):
+    monkeypatch.setattr(mp, "device_memory", lambda cfg: ("cpu", 1 * GB, "host RAM"))
+    plan = check_memory(gpu_cell(dirs, "run.device=cpu", "sampler=hf"))
     assert plan.device_bytes == 1 * GB and not plan.fits and plan.refusal() is None
     assert "exceeds (CPU: reported only)" in capsys.readouterr().out
 
 
+def test_a_memory_stated_for_cpu_is_enforced(dirs, capsys):
+    """run.device_memory_gb on run.device=cpu: the stated budget is kept (issue 64 item
+    13; it was reported only: 103.4 GB > 1.0 GB, no refusal)."""
+    cfg = gpu_cell(dirs, "run.device=cpu", "sampler=hf", "run.device_memory_gb=1.0")
+    with pytest.raises(ConfigError) as err:
+        check_memory(cfg)
+    line = str(err.value)
+    assert "> 1.0 GB on cpu (run.device_memory_gb)" in line and "\n" not in line
+    assert line.endswith("or drop run.device_memory_gb (on CPU a plan against host RAM is "
+                         "only reported)")
+    assert "DOES NOT FIT" in capsys.readouterr().out
+
+
 def test_preflight_refuses_on_the_planning_override(dirs, capsys):
-    cfg = gpu_cell(dirs, "run.quiet=true")
-    with open_dict(cfg.run):
-        cfg.run.device_memory_gb = 80
+    cfg = gpu_cell(dirs, "run.quiet=true", "run.device_memory_gb=80")
     with pytest.raises(ConfigError, match=r"> 80.0 GB on cuda \(run.device_memory_gb\)"):
         check_memory(cfg)
     assert capsys.readouterr().out == ""   # run.quiet: no table
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_a_gpu_cell_is_planned_on_a_machine_without_one(dirs, no_gpu, capsys):
+    """run.device=cuda with run.device_memory_gb where no GPU is visible: the plan is made
+    and enforced, and the refusal of the missing device gives its verdict (issue 64 item
+    13: it was refused before any plan)."""
+    with pytest.raises(ConfigError) as err:
+        check_device(gpu_cell(dirs, "run.device_memory_gb=80"))
+    line = str(err.value)
+    assert line.startswith("run.device='cuda': no CUDA device is visible here, so the cell "
+                           "was only planned: memory plan: ")
+    assert "> 80.0 GB on cuda (run.device_memory_gb)" in line and "fits with: " in line
+    assert "DOES NOT FIT" in capsys.readouterr().out          # the table, as on a GPU
+    with pytest.raises(ConfigError) as err:
+        check_device(gpu_cell(dirs, "run.device_memory_gb=80", "learner.lora.enable=true",
+                              "sampler=vllm_server", "run.quiet=true"))
+    assert str(err.value).startswith("run.device='cuda': no CUDA device is visible here, so "
+                                     "the cell was only planned: the memory plan fits: ")
+    assert str(err.value).endswith(" of 80.0 GB (run.device_memory_gb); run it where that "
+                                   "GPU is")
+    with pytest.raises(ConfigError, match=r"use run.device=cpu, or give "
+                                          r"run.device_memory_gb=GB to plan"):
+        check_device(gpu_cell(dirs))
+
+
+def test_config_json_alone_sizes_the_plan(dirs):
+    """The plan reads config.json only (docs/gpu.md); the weights and tokenizer a cell
+    needs are preflight's check_weights, which refuses the same folder."""
+    cfg = gpu_cell(dirs)
+    assert memory_plan(cfg, device_bytes=80 * GB).shape.params > 4e9
+    with pytest.raises(ConfigError, match="holds no weights"):
+        check_weights(cfg)
+
+
+@pytest.mark.parametrize("value", ["-1", "0"])
+def test_device_memory_gb_must_be_positive(value, capsys):
+    assert cli.preflight([f"run.device_memory_gb={value}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"ablate: error: run.device_memory_gb={float(value)!r} is not allowed; "
+                   "must be > 0 (the device's memory in GB, for the memory plan) or null "
+                   "(what the device reports)"]
 
 
 def test_every_paper_cell_gets_a_verdict(dirs):
