@@ -47,10 +47,13 @@ def _refused(capsys, cell, *extra) -> str:
     return err[0]
 
 
-def test_a_refused_resume_leaves_the_cells_files_untouched(started, capsys):
+@pytest.mark.parametrize("change,says", [
+    ("trainer.lr=0.01", "trainer.lr 0.0001 -> 0.01"),                     # resume refusal
+    ("trainer.lr=-1", "trainer.lr=-1.0 is not allowed")])                 # preflight's
+def test_a_refused_command_leaves_the_cells_files_untouched(started, capsys, change, says):
     before = _files(started)
-    err = _refused(capsys, started, "trainer.lr=0.01")
-    assert "trainer.lr 0.0001 -> 0.01" in err and "run.allow_config_change=true" in err
+    err = _refused(capsys, started, change)
+    assert says in err
     assert _files(started) == before          # .hydra/ and every other file as they were
 
 
