@@ -113,7 +113,7 @@ def check_env(cfg: DictConfig) -> None:
     try:
         check_tools(env, label)
         check_splits(env, label)
-        check_rebuilt(env, lambda: build(cfg), label)
+        check_rebuilt(env, lambda: build(next_seed(cfg)), label)
         check_seed(cfg, env)
         watch = mask_watch(env, label, answer_masking=h.answer_masking,
                            keyword_masking=h.keyword_masking,
@@ -137,6 +137,11 @@ def build(cfg: DictConfig, env_cfg=None):
     except Exception as exc:
         raise EnvError(f"env={cfg.env.name}: building it raised {type(exc).__name__}: "
                        f"{exc}") from None
+
+
+def next_seed(cfg: DictConfig) -> DictConfig:
+    """The run config of the grid's next seed (`seed` + 1)."""
+    return OmegaConf.merge(cfg, {"seed": int(cfg.get("seed") or 0) + 1})
 
 
 def check_seed(cfg: DictConfig, env) -> None:

@@ -263,9 +263,10 @@ def check_ids(tasks: list[Task], split: str, label: str) -> None:
 
 
 def check_rebuilt(env: Environment, build: Callable[[], Environment], label: str) -> None:
-    """The world built again from its config, the global random generators moved (as
-    each seed of a grid moves them), has the same splits: a generator on the global
-    `random` asks each seed other questions under the same ids."""
+    """The world built again, as another seed of a grid builds it (`build`: the run's
+    seed changed; the global random generators moved, as the cell's seed_everything
+    moves them), has the same splits: the analysis pairs seeds by task id, and a
+    generator on the global `random` asks each seed other questions under the same ids."""
     with other_global_rng(1):
         again = protocol(label, "building it again", build)
     try:
@@ -275,9 +276,10 @@ def check_rebuilt(env: Environment, build: Callable[[], Environment], label: str
             diff = difference(split_tasks(env, split), b)
             if diff:
                 raise EnvError(f"env={label}: tasks({split!r}) differs when the world is built "
-                               f"twice from one config ({diff}); expected splits drawn from "
-                               "the config alone: a generator of its own, random.Random(seed), "
-                               "not the global random module")
+                               f"again for another seed ({diff}); expected the same splits "
+                               "for every seed (seeds are paired by task id): draw them from "
+                               "a generator of its own, random.Random(<an env key>), not the "
+                               "global random module or the run's seed")
     finally:
         again.close()
 

@@ -92,7 +92,11 @@ CASES = {
                             "and 1); expected each task id once in a split"),
     "a generator on the global random": (target("Unseeded", "unseeded"),
                                          "env=unseeded: tasks('train') differs when the world "
-                                         "is built twice from one config (task 'train-0': "),
+                                         "is built again for another seed (task 'train-0': "),
+    "a generator on the run's seed": (target("RunSeeded", "runseeded"),
+                                      "env=runseeded: tasks('train') differs when the world is "
+                                      "built again for another seed (task 'train-0': \"Look at "
+                                      "lamp 0-train-0"),
     "a declared seed that changes nothing": (target("IgnoresSeed", "ignoresseed"),
                                              "env=ignoresseed: its tasks are the same under "
                                              "env.options.seed=0 and 1; expected its declared "

@@ -235,3 +235,15 @@ class EmptyAnswers(Good):
     def mask_candidates(self, state, answer_masking: bool = True, **options) -> dict:
         return {"tool_names": ["look", "answer"], "ids": None, "answers": [],
                 "grammar": {"id_key": "where", "answer_key": "value"}}
+
+
+class RunSeeded(Good):
+    """Draws its tasks from the run's seed (`cfg=` the whole config): each seed of a grid
+    asks other questions under the same ids."""
+    def __init__(self, size: int = 2, cfg=None):
+        super().__init__(size)
+        self.run_seed = cfg.seed if cfg is not None else 0
+
+    def tasks(self, split: str) -> list[Task]:
+        return [Task(id=f"{split}-{i}", prompt=f"Look at lamp {self.run_seed}-{split}-{i}, "
+                     "then answer ok.", answer="ok") for i in range(self.size)]
