@@ -25,6 +25,7 @@ import dataclasses
 from ablate.core.seeding import derived_seed
 from ablate.agents.base import Agent, conventions, run_rollout, stop_ids
 from ablate.agents.registry import AGENTS
+from ablate.agents.retry import retry_loop
 from ablate.harness import chat
 
 REFLECTION_SYSTEM = ("You review a failed attempt of an agent that used tools to "
@@ -98,41 +99,38 @@ class Reflexion(Agent):
                    transcript_chars=r.transcript_chars)
 
     def act(self, policy, tasks, group_size, *, temperature, seed, score):
-        slots = [(i, s) for i in range(len(tasks)) for s in range(group_size)]
-        memory = {k: [] for k in slots}
-        final, solved, tokens = {}, {}, {k: 0 for k in slots}
-        todo = slots
-        for attempt in range(1, self.max_attempts + 1):
-            if attempt == 1:
-                eps = run_rollout(policy, tasks, group_size, temperature=temperature,
-                                  seed=seed)
-            else:
-                eps = run_rollout(policy, [with_memory(tasks[i], memory[(i, s)])
-                                           for i, s in todo], 1, temperature=temperature,
-                                  seed=derived_seed(seed, attempt))
-            for (i, s), e in zip(todo, eps):   # judged and recorded as the original task
-                e.task, e.group, e.sample = tasks[i], i, s
-            score(eps)
-            failed = []
-            for k, e in zip(todo, eps):
-                final[k], tokens[k] = e, tokens[k] + e.response_tokens
+        memory, solved = {}, {}
+
+        def rollout(ts, n, s):
+            return run_rollout(policy, ts, n, temperature=temperature, seed=s)
+
+        def retry(judged, attempt):
+            """The failed attempts' reflections join their slot's memory (Ω newest)."""
+            for k, e in judged:
                 if e.correct:
-                    solved[k] = attempt
-                elif attempt < self.max_attempts:
-                    failed.append((k, e))
+                    solved[k] = attempt + 1
+            failed = [(k, e) for k, e in judged if not e.correct]
             if not failed:
-                break
+                return {}
             texts, spent = self.reflect(policy, [e for _, e in failed], temperature,
-                                        derived_seed(seed, attempt, 1))
+                                        derived_seed(seed, attempt + 1, 1))
             for (k, _), text, n in zip(failed, texts, spent):
-                memory[k] = (memory[k] + [text])[-self.memory_size:] if text else memory[k]
-                tokens[k] += n
-            todo = [k for k, _ in failed]
-        for k in slots:
-            final[k].env_metrics.update({
-                "agent_tokens": tokens[k], "reflexion_solved_at": solved.get(k, 0),
+                kept = memory.get(k, []) + [text] if text else memory.get(k, [])
+                memory[k] = kept[-self.memory_size:]
+                out_tokens[k] = out_tokens.get(k, 0) + n
+            return {k: with_memory(tasks[k[0]], memory[k]) for k, _ in failed}
+
+        out_tokens: dict = {}
+        got = retry_loop(tasks, group_size, attempts=self.max_attempts, seed=seed,
+                         rollout=rollout, score=score, retry=retry, retry_seed_offset=1)
+        for k, e in got.final.items():
+            if e.correct:
+                solved.setdefault(k, got.taken[k])
+            e.env_metrics.update({
+                "agent_tokens": got.tokens[k] + out_tokens.get(k, 0),
+                "reflexion_solved_at": solved.get(k, 0),
                 "reflexion_max_attempts": self.max_attempts})
-        return [final[k] for k in slots]
+        return list(got.final.values())
 
     def reflect(self, policy, episodes, temperature, seed) -> tuple[list[str], list[int]]:
         """One batched generation: a reflection per failed episode (text, tokens)."""

@@ -38,6 +38,7 @@ from ablate.agents.base import Agent, run_rollout
 from ablate.agents.embedding import Embedder
 from ablate.agents.library import RRF_K, SkillLibrary
 from ablate.agents.registry import AGENTS
+from ablate.agents.retry import retry_loop
 from ablate.algos.curriculum import Curriculum, Experience
 from ablate.core.seeding import derived_seed
 from ablate.agents.skills import SkillWorld, replay, skill_query, verify
@@ -255,40 +256,33 @@ class Voyager(Agent):
         offers = self.offers(policy.env, tasks)
         if not self.training:
             return self.evaluate(policy, tasks, group_size, offers, temperature, seed, score)
-        slots = [(i, s) for i in range(len(tasks)) for s in range(group_size)]
-        final, tokens, attempts, added = {}, {k: 0 for k in slots}, {}, {}
-        todo, feedback = slots, {}
-        for attempt in range(self.max_retries + 1):
-            if attempt == 0:
-                eps = self.rollout(policy, tasks, group_size, offers,
-                                   temperature=temperature, seed=seed)
-            else:
-                eps = self.rollout(policy, [with_text(tasks[k[0]], feedback[k]) for k in todo],
-                                   1, offers, temperature=temperature,
-                                   seed=derived_seed(seed, attempt))
-            for (i, s), e in zip(todo, eps):     # judged and recorded as the original task
-                e.task, e.group, e.sample = tasks[i], i, s
-            score(eps)
-            failed = []
-            for k, e in zip(todo, eps):
-                final[k], attempts[k] = e, attempt + 1
-                tokens[k] += e.response_tokens
-                stored, text = self.learn(policy.env, e)
-                added[k] = stored
-                if text is not None and attempt < self.max_retries:
-                    failed.append(k)
-                    feedback[k] = text
-            self.counts["voyager/retries"] = self.counts.get("voyager/retries", 0) + \
-                (len(todo) if attempt else 0)
-            todo = failed
-            if not todo:
-                break
-        for k in slots:
-            final[k].env_metrics.update({
-                "agent_tokens": tokens[k], "voyager_attempts": attempts[k],
+        added = {}
+
+        def rollout(ts, n, s):
+            return self.rollout(policy, ts, n, offers, temperature=temperature, seed=s)
+
+        def retry(judged, attempt):
+            """Each attempt's skill is verified (and stored); a failed one is retried
+            with its execution feedback (Voyager §2.3)."""
+            again = {}
+            for k, e in judged:
+                added[k], text = self.learn(policy.env, e)
+                if text is not None:
+                    again[k] = with_text(tasks[k[0]], text)
+            return again
+
+        got = retry_loop(tasks, group_size, attempts=self.max_retries + 1, seed=seed,
+                         rollout=rollout, score=score, retry=retry)
+        self.counts["voyager/retries"] = self.counts.get("voyager/retries", 0) + got.retried
+        final = got.final
+        for k, e in final.items():
+            if got.taken[k] == self.max_retries + 1:   # the last attempt: no retry asked
+                added[k], _ = self.learn(policy.env, e)
+            e.env_metrics.update({
+                "agent_tokens": got.tokens[k], "voyager_attempts": got.taken[k],
                 "voyager_skill_added": int(added[k] is not None),
                 "voyager_library_size": len(self.library)})
-        out = [final[k] for k in slots]
+        out = list(final.values())
         self._count(out)
         return out
 

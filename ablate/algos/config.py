@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES,
+                                   ROLLOUT_CORRECTIONS)
 from ablate.core.errors import ConfigError
 
 
@@ -131,9 +133,6 @@ def check_algo(cfg) -> None:
         raise ConfigError(f"algo.eps_high={a.eps_high} must be >= algo.eps_low={a.eps_low}")
     if a.clip_c is not None and a.clip_c <= 1:
         raise ConfigError(f"algo.clip_c={a.clip_c} must be > 1 (dual-clip) or null")
-    # Dr. GRPO (Liu et al. 2025, eq. 2) removes GRPO's division by the group's std
-    if a.adv_estimator == "dr_grpo" and a.norm_std:
-        raise ConfigError("algo.adv_estimator=dr_grpo divides by no std: set algo.norm_std=false")
     if a.std_eps <= 0:
         raise ConfigError(f"algo.std_eps={a.std_eps} must be > 0")
     if a.entropy_coef < 0 or a.kl_coef < 0:
@@ -149,3 +148,21 @@ def check_algo(cfg) -> None:
                           f"algo.overlong.max_len={o.max_len}")
     if a.dynamic_sampling.max_batches < 0:
         raise ConfigError("algo.dynamic_sampling.max_batches must be >= 0")
+    check_objective(a, cfg.harness.max_tokens_per_episode)
+
+
+def check_objective(a, max_len) -> None:
+    """The loss knobs' joint rules: validate (above) and Objective (a directly built one)
+    both call this one check."""
+    ADVANTAGE_ESTIMATORS.get_checked(a.adv_estimator)
+    POLICY_LOSSES.get_checked(a.policy_loss)
+    ROLLOUT_CORRECTIONS.get_checked(a.rollout_correction)
+    LOSS_AGGREGATIONS.get_checked(a.loss_agg)
+    if a.rollout_correction != "none" and a.correction_cap <= 1:
+        raise ConfigError(f"algo.correction_cap={a.correction_cap} must be > 1")
+    # Dr. GRPO (Liu et al. 2025, eq. 2) removes GRPO's division by the group's std
+    if a.adv_estimator == "dr_grpo" and a.norm_std:
+        raise ConfigError("algo.adv_estimator=dr_grpo needs algo.norm_std=false "
+                          "(Dr.GRPO never divides by the group std)")
+    if a.loss_agg == "seq-mean-token-sum-norm" and not (max_len and max_len > 0):
+        raise ConfigError("algo.loss_agg=seq-mean-token-sum-norm needs a max_len > 0")

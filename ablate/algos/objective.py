@@ -12,50 +12,40 @@ algorithm of ablate.algos.protocol wraps it; names resolve through the registrie
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
+from omegaconf import OmegaConf
 
+from ablate.algos.config import AlgoConfig, check_objective
 from ablate.algos.losses import LOG_RATIO_CLAMP, aggregate, kl_k3
 from ablate.algos.overlong import overlong_penalty
-from ablate.algos.registry import (ADVANTAGE_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES,
-                                   ROLLOUT_CORRECTIONS)
+from ablate.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
+
+# the algo.* knobs objective.json records, in its order (max_len after loss_agg)
+DESCRIBED = ("adv_estimator", "policy_loss", "rollout_correction", "correction_cap",
+             "norm_std", "std_eps", "eps_low", "eps_high", "clip_c", "loss_agg",
+             "entropy_coef", "kl_coef")
 
 
 @dataclass(frozen=True)
 class Objective:
-    adv_estimator: str = "grpo"
-    policy_loss: str = "clip"
-    rollout_correction: str = "none"
-    correction_cap: float = 2.0          # C of the rollout correction (TIS cap / mask bound)
-    norm_std: bool = True
-    std_eps: float = 1e-6
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    clip_c: Optional[float] = None
-    loss_agg: str = "seq-mean-token-mean"
-    max_len: Optional[int] = None        # Dr.GRPO constant normaliser (generation budget)
-    entropy_coef: float = 0.0
-    kl_coef: float = 0.0
-    overlong_enable: bool = False
-    overlong_max_len: int = 1024
-    overlong_cache_len: int = 256
-    overlong_factor: float = 1.0
+    """The loss of the typed `algo` config (AlgoConfig: its fields and defaults are the
+    only ones); `max_len` is Dr.GRPO's constant normaliser (default algo.overlong.max_len)."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    max_len: Optional[int] = None
 
     def __post_init__(self):
-        ADVANTAGE_ESTIMATORS.get_checked(self.adv_estimator)
-        POLICY_LOSSES.get_checked(self.policy_loss)
-        ROLLOUT_CORRECTIONS.get_checked(self.rollout_correction)
-        if self.rollout_correction != "none":
-            if self.correction_cap <= 1:
-                raise ValueError(f"algo.correction_cap={self.correction_cap} must be > 1")
-        if self.adv_estimator == "dr_grpo" and self.norm_std:
-            raise ValueError("algo.adv_estimator=dr_grpo needs algo.norm_std=false "
-                             "(Dr.GRPO never divides by the group std)")
-        LOSS_AGGREGATIONS.get_checked(self.loss_agg)
-        if self.loss_agg == "seq-mean-token-sum-norm" and not (self.max_len and self.max_len > 0):
-            raise ValueError("algo.loss_agg=seq-mean-token-sum-norm needs a max_len > 0")
+        if self.max_len is None:
+            object.__setattr__(self, "max_len", int(self.algo.overlong.max_len))
+        check_objective(self.algo, self.max_len)
+
+    def __getattr__(self, name: str):
+        """algo's own knobs read through (obj.eps_high is obj.algo.eps_high)."""
+        if name.startswith("_") or name == "algo":
+            raise AttributeError(name)
+        return getattr(self.algo, name)
 
     # --- what the cell loop needs to know before it loads anything ---------------------
     @property
@@ -75,9 +65,15 @@ class Objective:
 
     def describe(self) -> dict[str, Any]:
         """Every setting, including the implicit ones, for the run's metadata."""
-        correction = ("ppo-ratio-vs-sampler" if self.rollout_correction == "none" else
-                      f"ppo-ratio-vs-learner-old x {self.rollout_correction}")
-        return {**asdict(self), "importance_correction": correction,
+        a, o = self.algo, self.algo.overlong
+        correction = ("ppo-ratio-vs-sampler" if a.rollout_correction == "none" else
+                      f"ppo-ratio-vs-learner-old x {a.rollout_correction}")
+        knobs = {k: getattr(a, k) for k in DESCRIBED}
+        knobs = {**dict(list(knobs.items())[:10]), "max_len": self.max_len,
+                 **dict(list(knobs.items())[10:])}
+        return {**knobs, "overlong_enable": o.enable, "overlong_max_len": o.max_len,
+                "overlong_cache_len": o.cache_len, "overlong_factor": o.factor,
+                "importance_correction": correction,
                 "log_ratio_clamp": LOG_RATIO_CLAMP, "kl_estimator": "k3",
                 "std": "unbiased"}
 
@@ -85,10 +81,10 @@ class Objective:
     def shape_rewards(self, rewards, lengths) -> torch.Tensor:
         """Rewards plus DAPO's overlong penalty when algo.overlong.enable (else unchanged)."""
         r = torch.as_tensor(rewards, dtype=torch.float32).flatten()
-        if not self.overlong_enable:
+        o = self.algo.overlong
+        if not o.enable:
             return r
-        return r + overlong_penalty(lengths, self.overlong_max_len, self.overlong_cache_len,
-                                    self.overlong_factor)
+        return r + overlong_penalty(lengths, o.max_len, o.cache_len, o.factor)
 
     def advantages(self, rewards, group_ids) -> torch.Tensor:
         estimator = ADVANTAGE_ESTIMATORS[self.adv_estimator]
@@ -133,20 +129,8 @@ class Objective:
 
 
 def build_objective(algo_cfg: Any, *, max_len: Optional[int] = None) -> Objective:
-    """Objective from an AlgoConfig (dataclass or DictConfig). `max_len` is the Dr.GRPO
-    normaliser; by default algo.overlong.max_len (L_max, generated tokens per episode)."""
-    o = algo_cfg.overlong
-    return Objective(
-        adv_estimator=algo_cfg.adv_estimator,
-        policy_loss=str(getattr(algo_cfg, "policy_loss", "clip")),
-        rollout_correction=str(getattr(algo_cfg, "rollout_correction", "none")),
-        correction_cap=float(getattr(algo_cfg, "correction_cap", 2.0)),
-        norm_std=bool(algo_cfg.norm_std),
-        std_eps=float(algo_cfg.std_eps), eps_low=float(algo_cfg.eps_low),
-        eps_high=float(algo_cfg.eps_high),
-        clip_c=None if algo_cfg.clip_c is None else float(algo_cfg.clip_c),
-        loss_agg=algo_cfg.loss_agg,
-        max_len=int(max_len if max_len is not None else o.max_len),
-        entropy_coef=float(algo_cfg.entropy_coef), kl_coef=float(algo_cfg.kl_coef),
-        overlong_enable=bool(o.enable), overlong_max_len=int(o.max_len),
-        overlong_cache_len=int(o.cache_len), overlong_factor=float(o.factor))
+    """Objective from an AlgoConfig (the dataclass, or the cell's typed DictConfig node).
+    `max_len` is the Dr.GRPO normaliser; by default algo.overlong.max_len (L_max)."""
+    algo = algo_cfg if isinstance(algo_cfg, AlgoConfig) else OmegaConf.to_object(
+        OmegaConf.merge(OmegaConf.structured(AlgoConfig), algo_cfg))
+    return Objective(algo, max_len=None if max_len is None else int(max_len))

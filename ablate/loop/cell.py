@@ -16,7 +16,9 @@ import json
 import logging
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import DictConfig
@@ -331,7 +333,7 @@ def _train(cfg, cell: CellDir, policy, env, algorithm, tracker, evaluate, start:
     try:
         for step in range(start + 1, max_steps + 1):
             at_step(step)
-            row = train_step(cfg, policy, env, env, algorithm, step)   # judge: the env
+            row = train_step(Step(cfg, policy, env, algorithm, step))
             change_note = _annotate(cfg, policy, row, step, max_steps, change_note)
             cell.append("metrics.jsonl", row)
             tracker.log(row, step)
@@ -381,12 +383,22 @@ def load_algorithm_state(algorithm, learner, legacy_dir: Path, step: int) -> Non
 # ---------------------------------------------------------------------------------------
 # one training step: collect, then update
 # ---------------------------------------------------------------------------------------
-def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
+@dataclass(frozen=True)
+class Step:
+    """What one training step works with, passed whole instead of by position."""
+    cfg: DictConfig
+    policy: Any          # ScriptedPolicy | ModelPolicy (ablate.loop.policy)
+    env: Any             # the world: its training tasks, and the judge of its episodes
+    algorithm: Any       # ablate.algos.protocol.Algorithm
+    step: int
+
+
+def train_step(s: Step) -> dict:
     """One optimizer step: `collect` the scored rollouts (with dynamic-sampling refills),
     then `update` the policy on them (ablate.algos.protocol); the step's metrics row."""
     ts, tc = time.time(), time.process_time()   # wall, and this process's CPU (all threads)
-    kept, row = collect(cfg, policy, env, judge, algorithm, step)
-    update(cfg, policy, judge, algorithm, step, kept, row)
+    kept, row = collect(s)
+    update(s, kept, row)
     row["step_s"] = time.time() - ts
     # CPU seconds the step cost, the async producer's rollout included: a cost that
     # neighbours on a shared machine do not inflate, unlike step_s (a vLLM engine's own
@@ -395,39 +407,40 @@ def train_step(cfg, policy, env, judge, algorithm, step: int) -> dict:
     return row
 
 
-def collect(cfg, policy, env, judge, algorithm, step: int) -> tuple[Refilled, dict]:
+def collect(s: Step) -> tuple[Refilled, dict]:
     """The step's rollouts, scored and shaped, over DAPO's refill rounds when enabled
     (ablate.algos.dynamic_sampling.refill): (the batch kept for training, the step's row
     of reward / accuracy / token figures over every episode rolled out)."""
+    cfg = s.cfg
     t, ds = cfg.trainer, cfg.algo.dynamic_sampling
     tally, ts = Tally(), time.time()
 
     def rollout_round(round_: int, need: int) -> tuple[list, torch.Tensor, list]:
-        tasks = sample_step_tasks(split_tasks(env, "train"), need, cfg.seed, step, round_,
-                                  algorithm.experience)   # curriculum / buffer, or None
-        episodes, scored, staleness = rollout(cfg, policy, judge, tasks, step, round_)
+        tasks = sample_step_tasks(split_tasks(s.env, "train"), need, cfg.seed, s.step, round_,
+                                  s.algorithm.experience)   # curriculum / buffer, or None
+        episodes, scored, staleness = rollout(s, tasks, round_)
         tally.add(episodes, scored, staleness)
         # DAPO eq. 13 overlong penalty joins the task reward (a no-op unless enabled)
-        rewards = algorithm.shape_rewards([r for r, _ in scored], episodes)
+        rewards = s.algorithm.shape_rewards([r for r, _ in scored], episodes)
         return episodes, rewards, [e.group for e in episodes]
 
     kept = refill(t.tasks_per_step, ds.max_batches, ds.enable, rollout_round)
-    row = tally.row(step, torch.cat(kept.seen), time.time() - ts, bool(cfg.harness.predict))
+    row = tally.row(s.step, torch.cat(kept.seen), time.time() - ts, bool(cfg.harness.predict))
     row.update(kept.metrics)
     row["mixed_groups"] = mixed_groups(torch.cat(kept.seen), t.group_size)
     return kept, row
 
 
-def rollout(cfg, policy, judge, tasks: list, step: int, round_: int):
+def rollout(s: Step, tasks: list, round_: int):
     """(episodes, [(reward, components)], {"async/staleness": ...}) of one round."""
-    remote = policy.remote   # asynchronous rollouts (max_async_level > 0)
+    cfg, remote = s.cfg, s.policy.remote   # asynchronous rollouts (max_async_level > 0)
     if remote is not None:           # rolled out ahead, by older weights
-        episodes, staleness = remote.take(step, tasks)
-        return episodes, score(episodes, judge, cfg.reward), staleness
+        episodes, staleness = remote.take(s.step, tasks)
+        return episodes, score(episodes, s.env, cfg.reward), staleness
     # (with several ranks: the tasks shared out, scored, gathered; ranks.py)
-    episodes, scored = act_scored(policy, tasks, cfg.trainer.group_size, judge, cfg.reward,
+    episodes, scored = act_scored(s.policy, tasks, cfg.trainer.group_size, s.env, cfg.reward,
                                   temperature=cfg.sampler.temperature,
-                                  seed=derived_seed(cfg.seed, step, round_))
+                                  seed=derived_seed(cfg.seed, s.step, round_))
     return episodes, scored, {"async/staleness": 0}
 
 
@@ -471,40 +484,42 @@ def mixed_groups(rewards: torch.Tensor, group_size: int) -> float:
     return len(mixed) / max(len(rewards) // group_size, 1)
 
 
-def update(cfg, policy, judge, algorithm, step: int, kept: Refilled, row: dict) -> None:
+def update(s: Step, kept: Refilled, row: dict) -> None:
     """The algorithm's hooks on the kept batch (experience, then augment), its training
     batch and loss, the learner's update, the new weights pushed; metrics into `row`."""
     eps, rewards, groups = kept.items, kept.rewards, kept.groups
-    if algorithm.experience is not None:   # curriculum / trajectory buffer
-        eps, rewards, groups = algorithm.experience.after_rollout(step, eps, rewards,
-                                                                  groups, row)
+    if s.algorithm.experience is not None:   # curriculum / trajectory buffer
+        eps, rewards, groups = s.algorithm.experience.after_rollout(s.step, eps, rewards,
+                                                                    groups, row)
     if eps:   # RFT/STaR filter, DPO pairs (ablate.algos); AlgorithmBase's changes nothing
-        eps, rewards, groups = augment(cfg, policy, judge, algorithm, step, eps, rewards,
-                                       groups, row)
+        eps, rewards, groups = augment(s, eps, rewards, groups, row)
     tu = time.time()
     if eps:
-        learn(cfg, policy, algorithm, step, eps, rewards, groups, row)
+        learn(s, eps, rewards, groups, row)
     else:
         row["update/skipped"] = 1.0  # no group with differing rewards: no signal this step
     row["update_s"] = time.time() - tu
 
 
-def augment(cfg, policy, judge, algorithm, step, eps, rewards, groups, row):
+def augment(s: Step, eps, rewards, groups, row):
     """The algorithm's hook between scoring and `prepare` (ablate.algos.protocol)."""
-    ctx = StepContext(step, cfg.trainer.group_size, score=lambda e: score(e, judge, cfg.reward),
+    cfg, policy = s.cfg, s.policy
+    ctx = StepContext(s.step, cfg.trainer.group_size,
+                      score=lambda e: score(e, s.env, cfg.reward),
                       act=lambda tasks, n: policy.act(
                           tasks, n, temperature=cfg.sampler.temperature,
-                          seed=derived_seed(cfg.seed, step, 7919)),
-                      cfg=cfg, tokenizer=getattr(policy, "tokenizer", None), env=judge)
-    eps, rewards, groups, metrics = algorithm.augment(eps, rewards, groups, ctx)
+                          seed=derived_seed(cfg.seed, s.step, 7919)),
+                      cfg=cfg, tokenizer=getattr(policy, "tokenizer", None), env=s.env)
+    eps, rewards, groups, metrics = s.algorithm.augment(eps, rewards, groups, ctx)
     row["generated_tokens"] += int(metrics.pop("generated_tokens", 0))
     row.update(metrics)
     return eps, rewards, groups
 
 
-def learn(cfg, policy, algorithm, step, eps, rewards, groups, row: dict) -> None:
+def learn(s: Step, eps, rewards, groups, row: dict) -> None:
     """algorithm.prepare -> loss_fn, `algo.ppo_epochs` passes of learner.update over the
     batch, then the new weights to the sampler."""
+    cfg, policy, algorithm = s.cfg, s.policy, s.algorithm
     batch = algorithm.prepare(eps, rewards, groups, policy.learner)
     row.update(batch.metrics)
     loss_fn = algorithm.loss_fn(batch)
@@ -513,7 +528,7 @@ def learn(cfg, policy, algorithm, step, eps, rewards, groups, row: dict) -> None
         stats = policy.learner.update(batch.segments, batch.advantages, loss_fn,
                                       **learner_rows(batch, loss_fn))
     row.update({f"update/{k}": v for k, v in stats.items()})
-    policy.push_weights(step)
+    policy.push_weights(s.step)
 
 
 def write_trajectories(cell: CellDir, step: int, episodes, rewards, limit: int) -> None:

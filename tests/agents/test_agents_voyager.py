@@ -278,9 +278,9 @@ def test_killed_cell_resumes_with_the_uninterrupted_library(tmp_path, monkeypatc
     cell_mod.run_cell(cfg, tmp_path / "ref")
     real = cell_mod.train_step
 
-    def killed(cfg, policy, env, judge, algorithm, step):
-        row = real(cfg, policy, env, judge, algorithm, step)
-        if step == 2:
+    def killed(s):
+        row = real(s)
+        if s.step == 2:
             raise KeyboardInterrupt("killed")
         return row
     monkeypatch.setattr(cell_mod, "train_step", killed)

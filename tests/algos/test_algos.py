@@ -383,12 +383,12 @@ def test_presets_build_the_published_recipes():
     grpo, dapo, dr, tcr = (build_objective(preset(n)) for n in
                            ("grpo", "dapo", "dr_grpo", "grpo_tcr"))
     assert (grpo.norm_std, grpo.eps_high, grpo.loss_agg) == (True, 0.2, "seq-mean-token-mean")
-    assert (dapo.eps_low, dapo.eps_high, dapo.loss_agg, dapo.overlong_enable) == \
+    assert (dapo.eps_low, dapo.eps_high, dapo.loss_agg, dapo.overlong.enable) == \
         (0.2, 0.28, "token-mean", True)
     assert preset("dapo").dynamic_sampling.enable is True
     assert (dr.adv_estimator, dr.norm_std, dr.loss_agg) == \
         ("dr_grpo", False, "seq-mean-token-sum-norm")
-    assert (tcr.eps_high, tcr.loss_agg, tcr.overlong_enable) == (0.315, "token-mean", True)
+    assert (tcr.eps_high, tcr.loss_agg, tcr.overlong.enable) == (0.315, "token-mean", True)
     assert not any(o.needs_reference for o in (grpo, dapo, dr, tcr))
     assert dr.describe()["std_eps"] == 1e-6
 

@@ -40,10 +40,10 @@ def cells(tmp_path_factory):
     run_cell(cfg_of(root), done)
     step = cell_mod.train_step
 
-    def dies_at_2(cfg, policy, env, judge, algorithm, s):
-        if s == 2:
+    def dies_at_2(s):
+        if s.step == 2:
             raise Killed()
-        return step(cfg, policy, env, judge, algorithm, s)
+        return step(s)
     cell_mod.train_step = dies_at_2
     try:
         with pytest.raises(Killed):
