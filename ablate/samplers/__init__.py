@@ -8,6 +8,7 @@ Register your own with `@SAMPLERS.register("name", schema=..., ...)` in a module
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import tempfile
@@ -41,6 +42,20 @@ def make_sampler(sampler_cfg, model, tokenizer, *, device: str = "cpu", dtype: s
     return factory(sampler_cfg, model, tokenizer, device=device, dtype=dtype, seed=seed)
 
 
+def tied_in(model_dir) -> bool | None:
+    """Whether the weights in `model_dir` tie lm_head to the embeddings (its config.json;
+    transformers' default, tied, when the key is absent); None without a config.json. An
+    untied model's trained head must reach the engine (samplers/vllm.py pushes lm_head
+    unless tied)."""
+    path = os.path.join(str(model_dir), "config.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        config = json.load(fh)
+    text = config.get("text_config") or {}
+    return bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", True)))
+
+
 @SAMPLERS.register("hf", schema=SamplerConfig, check=check_sampler, memory=hf_terms,
                    capabilities=("in_process", "async_producer"))
 def hf_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampler:
@@ -60,7 +75,7 @@ def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampl
     from ablate.samplers.vllm import VLLMSampler, _import_vllm
     _import_vllm()                       # fail before any saving, with the hint
     if isinstance(model, (str, os.PathLike)):
-        path, tied = str(model), None
+        path, tied = str(model), tied_in(model)
     else:
         path = tempfile.mkdtemp(prefix="ablate-vllm-")
         atexit.register(shutil.rmtree, path, ignore_errors=True)  # the engine's copy
@@ -73,6 +88,7 @@ def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampl
                        enforce_eager=sampler_cfg.enforce_eager, seed=seed,
                        tie_word_embeddings=tied, weight_sync=sampler_cfg.weight_sync,
                        timeout_s=sampler_cfg.request_timeout_s,
+                       max_model_len=sampler_cfg.max_model_len,
                        sleep_during_update=sampler_cfg.sleep_during_update)
 
 
@@ -82,7 +98,7 @@ def vllm_server_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -
     """OpenAI-compatible vLLM servers, started by the cell or given by `sampler.urls`
     (docs/vllm_server.md). An in-memory model is saved to a temporary directory first."""
     if isinstance(model, (str, os.PathLike)):
-        path, tied = str(model), None
+        path, tied = str(model), tied_in(model)
     else:
         tied = bool(getattr(model.config, "tie_word_embeddings", False))
         path = tempfile.mkdtemp(prefix="ablate-vllm-server-model-")

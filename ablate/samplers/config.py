@@ -27,6 +27,9 @@ class VLLMEngineConfig(SamplerConfig):
     enforce_eager: bool = True           # false on a GPU: CUDA graphs for decoding
     weight_sync: str = "file"            # file | collective: how weights reach vLLM
     request_timeout_s: float = 600.0     # longest wait for one generate call or push
+    # positions one sequence may hold (the engine sizes its KV cache for at least one);
+    # null = the model's own (Qwen3-4B-Instruct-2507: 262,144, ~36 GiB of KV at bf16)
+    max_model_len: Optional[int] = None
 
 
 @dataclass
@@ -48,7 +51,6 @@ class VLLMServerSamplerConfig(VLLMEngineConfig):
     startup_timeout_s: float = 900.0     # longest wait for a started server to be ready
     log_dir: Optional[str] = None        # server logs; null = the cell directory
     weights_dir: Optional[str] = None    # pushed safetensors; shared fs for remote servers
-    max_model_len: Optional[int] = None  # `vllm serve --max-model-len`; null = the model's
     server_args: List[str] = field(default_factory=list)  # extra `vllm serve` arguments
 
 
@@ -81,6 +83,8 @@ def _check_engine(s) -> None:
          s.gpu_memory_utilization, "must be in (0, 1]")
     need(s.request_timeout_s > 0, "sampler.request_timeout_s", s.request_timeout_s,
          "must be > 0 seconds")
+    need(s.max_model_len is None or s.max_model_len >= 1, "sampler.max_model_len",
+         s.max_model_len, "must be >= 1 positions or null (the model's own)")
 
 
 def check_vllm_server(cfg) -> None:

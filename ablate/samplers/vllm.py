@@ -49,6 +49,8 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+import torch
+
 from ablate.harness.masking import ActionMask, TokenBytes
 from ablate.samplers.base import Completion, Sampler, per_prompt
 from ablate.samplers.weight_sync import Sender, abort, open_group, receive, run_all
@@ -266,6 +268,11 @@ class VLLMSampler(Sampler):
 
     def _wake(self, tags: list[str]) -> None:
         if self.asleep:
+            # the learner's update left its freed blocks reserved in torch's caching
+            # allocator; vLLM's wake_up allocates outside it (CuMemAllocator), so hand
+            # them back to the device first or the wake runs out of memory
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
             self.llm.wake_up(tags=tags)
 
     def load_weights(self, state_dict) -> None:
