@@ -243,7 +243,8 @@ def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:
         PLANNED["complete"].append((cell, cfg))
     else:
         check_resumable(cell, cfg, busy_probe=not multirun)
-        check_free_space(key, str(out_dir), cfg)
+        # a grid's cell is credited with what its own directory already holds (issue 64)
+        check_free_space(key, str(out_dir), cfg, cell=None if cell is None else str(cell))
 
 
 def check_resumable(cell: Path | None, cfg: DictConfig, busy_probe: bool) -> None:

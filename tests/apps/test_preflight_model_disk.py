@@ -85,3 +85,15 @@ def test_a_resumed_cell_fits_on_the_disk_that_accepted_it(tmp_path, monkeypatch)
     with pytest.raises(ConfigError):
         preflight.check_free_space("hydra.sweep.dir", str(tmp_path), cfg)
     preflight.check_free_space("hydra.sweep.dir", str(tmp_path), cfg, cell=str(cell))
+
+
+def test_a_grid_cell_is_credited_with_its_own_directory(tmp_path, monkeypatch):
+    """python -m ablate -m: each job's free-space check gets its own cell directory."""
+    from ablate.apps import cli
+    seen = []
+    monkeypatch.setattr(cli, "check_free_space", lambda *a, **kw: seen.append(kw.get("cell")))
+    monkeypatch.setattr(cli, "check_cfg", lambda cfg, data=True: None)   # the rest of preflight
+    cli.PLANNED.clear()
+    cli.PLANNED.update(jobs=1, sweep_dir=None, complete=[])
+    cli.check_job(["seed=1", f"hydra.sweep.dir={tmp_path}"], True, set())
+    assert seen == [str(tmp_path / "seed=1")]
