@@ -44,7 +44,9 @@ class Declaration:
     ask this, never the entry's name.
 
     schema: its config dataclass (the axis's base config, or a subclass adding the
-        backend's own keys; stored in Hydra's ConfigStore as `<group>/<name>`).
+        backend's own keys; stored in Hydra's ConfigStore as `<group>/<name>_schema`,
+        which conf/<group>/<name>.yaml lists first, and as `<group>/<name>` for a
+        plugin's backend, which has no yaml).
     packages: importable modules it needs (preflight names the missing one).
     capabilities: the names of what it can do (each axis lists its vocabulary).
     check: check(cfg) raising ConfigError naming the key (its own keys' checks).
