@@ -89,7 +89,8 @@ def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampl
                        tie_word_embeddings=tied, weight_sync=sampler_cfg.weight_sync,
                        timeout_s=sampler_cfg.request_timeout_s,
                        max_model_len=sampler_cfg.max_model_len,
-                       sleep_during_update=sampler_cfg.sleep_during_update)
+                       sleep_during_update=sampler_cfg.sleep_during_update,
+                       push_cap_mb=sampler_cfg.push_cap_mb)
 
 
 @SAMPLERS.register("vllm_server", schema=VLLMServerSamplerConfig, check=check_vllm_server,

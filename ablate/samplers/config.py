@@ -38,6 +38,9 @@ class VLLMSamplerConfig(VLLMEngineConfig):
     # on a GPU: weights to host memory and KV cache freed during each learner update
     # (vLLM sleep mode, level 1), so the update has the device's memory
     sleep_during_update: bool = True
+    # weight_sync=file: a push of at most this many MiB goes in the engine call's message,
+    # a larger one through a file in /dev/shm (one message is refused past 4 GiB)
+    push_cap_mb: float = 1024.0
 
 
 @dataclass
@@ -72,6 +75,8 @@ def check_vllm(cfg) -> None:
     """sampler=vllm: the common keys, then the engine's."""
     check_sampler(cfg)
     _check_engine(cfg.sampler)
+    need(0 < cfg.sampler.push_cap_mb < 4096, "sampler.push_cap_mb", cfg.sampler.push_cap_mb,
+         "must be in (0, 4096): one message carries at most 4 GiB")
 
 
 def _check_engine(s) -> None:

