@@ -300,8 +300,8 @@ def _validate_async(cfg) -> None:
         return
     able = [n for n in SAMPLERS if SAMPLERS.declared(n).can("async_producer")]
     need(cfg.sampler.name in able, "trainer.max_async_level", k,
-         f"needs a sampler the producer process can own ({', '.join(able)}), not "
-         f"{cfg.sampler.name}")
+         f"needs {' or '.join(f'sampler={n}' for n in able)} (a sampler the producer "
+         f"process can own), not {cfg.sampler.name}")
     need(not cfg.algo.dynamic_sampling.enable, "trainer.max_async_level", k,
          "does not refill batches: set algo.dynamic_sampling.enable=false")
     need(not cfg.algo.curriculum.enable, "trainer.max_async_level", k,

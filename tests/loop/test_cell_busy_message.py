@@ -32,7 +32,10 @@ def _busy(cell) -> str:
 
 
 def test_a_plain_second_command_is_not_called_a_grid_worker(tmp_path):
-    proc = _holder(tmp_path / "cell", "trainer.max_steps=3")
+    # a plain command's environment: no grid's ABLATE_GRID_PID (an earlier in-process
+    # `python -m ablate` test of this session may have set it in os.environ)
+    env = {k: v for k, v in os.environ.items() if k != "ABLATE_GRID_PID"}
+    proc = _holder(tmp_path / "cell", "trainer.max_steps=3", env=env)
     try:
         msg = _busy(tmp_path / "cell")
         assert f"being run by process {proc.pid} (" in msg

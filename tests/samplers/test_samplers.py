@@ -339,7 +339,7 @@ def test_vllm_sleeps_during_the_update_and_wakes_weights_before_the_cache():
             calls.append(("reset",))
 
     s = VLLMSampler.__new__(VLLMSampler)
-    s.llm, s.tied, s.weight_sync = FakeLLM(), True, "file"
+    s.llm, s.tied, s.weight_sync, s.push_cap = FakeLLM(), True, "file", 2.0**30
     s.sleeps, s.asleep = True, False
     s.yield_memory()
     s.yield_memory()                                   # already asleep: once
