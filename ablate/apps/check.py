@@ -10,21 +10,11 @@ from __future__ import annotations
 
 import sys
 
-from ablate.apps.cli import (PLANNED, flags_first, import_cli_plugins, launcher_args,
-                             normalise_overrides, one_line, preflight)
-from ablate.loop.config import ConfigError, register
+from ablate.apps.cli import PLANNED, checked
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = launcher_args(list(sys.argv[1:] if argv is None else argv))
-    args = flags_first(normalise_overrides(args))
-    try:
-        import_cli_plugins(args)
-    except ConfigError as exc:
-        print(f"ablate: error: {one_line(exc)}", file=sys.stderr)
-        return 2
-    register()   # the plugins' backends' schemas join the ConfigStore (as cli.main)
-    code = preflight(args)
+    _, code = checked(argv)
     if code == 0:
         jobs = PLANNED.get("jobs", 0)
         print(f"ablate: preflight passed: {jobs} job(s) composed and checked; nothing was "

@@ -499,16 +499,23 @@ def launcher_args(args: list[str]) -> list[str]:
     return [a for a in args if not re.fullmatch(r"--local[_-]rank=\d+", a)]
 
 
-def main(argv: list[str] | None = None) -> None:
+def checked(argv: list[str] | None = None) -> tuple[list[str], int]:
+    """The command line normalised, its plugins imported and every job preflighted:
+    (args, 0), or (args, 2) after the one-line error (python -m ablate and
+    python -m ablate.apps.check)."""
     args = launcher_args(list(sys.argv[1:] if argv is None else argv))
     args = flags_first(normalise_overrides(args))
     try:
         import_cli_plugins(args)
     except ConfigError as exc:
         print(f"ablate: error: {one_line(exc)}", file=sys.stderr)
-        sys.exit(2)
+        return args, 2
     register()   # the plugins' backends' schemas join the ConfigStore
-    code = preflight(args)
+    return args, preflight(args)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, code = checked(argv)
     if code:
         sys.exit(code)
     if PLANNED.get("archived"):
