@@ -22,7 +22,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ablate.core.errors import OutputWriteError
-from ablate.core.registry import import_plugins
 from ablate.learners import CheckpointError
 from ablate.envs import config_keys, env_class, option_keys
 from ablate.loop.config import BACKENDS, ConfigError, register
@@ -34,6 +33,9 @@ from ablate.loop.ranks import CellOutcome
 from ablate.apps.devices import assign as assign_devices, export_submitit_ranks
 from ablate.core.dist import env_world_size, is_writer
 from ablate.core.threads import available_cpus, grid_threads
+from ablate.apps.argv import (  # noqa: F401  (re-exported: tests and apps import them here)
+    MOVED, compose_config, conf_dir, expand_jobs, flags_first,
+    import_cli_plugins, normalise_overrides, _split_cli, align_sweep_keys)
 from ablate.apps.preflight import (check_free_space, check_output_dir, preflight as check_cfg,
                                     writable_dir)
 from ablate.loop import cell as loop_cell   # run_cell read when called (tests replace it)
@@ -48,144 +50,6 @@ PLANNED: dict = {}             # what preflight learnt of a -m grid: jobs, sweep
 # a cell's known failure modes: one line for a single run, no traceback
 CELL_ERRORS = (ConfigError, CheckpointError, OutputWriteError, RankDied)
 _watching: list[threading.Thread] = []
-
-# Groups whose default comes from the schema (not the defaults list), so that the design
-# card's `+reward=shaped` is legal; `reward=shaped` is rewritten to it.
-APPEND_GROUPS = ("reward", "algo", "experiment")
-# `reward.weights.<component>=w` is rewritten to `++...`: the schema's weights are empty
-# (every component 1.0) and a conf/reward yaml lists its own, so the key may be new.
-WEIGHTS = "reward.weights."
-# `env.options.<arg>=v` likewise: an environment's options are free-form (its own
-# check_config validates them), so a key its yaml does not list may be new.
-OPTIONS = "env.options."
-# Groups in the defaults list: `+model=x` is rewritten to `model=x`.
-DEFAULT_GROUPS = ("env", "mode", "model", "sampler", "learner")
-# keys that moved: the old spelling is one line naming the new one
-MOVED = {"judge": "the answer judge is the email world's own key now: env.judge.name=exact|llm "
-                  "and env.judge.<base_url|model|api_key_env|timeout_s|max_retries|cache_dir>"}
-
-
-def conf_dir() -> Path:
-    """conf/ beside the package in a checkout or editable install, else the copy shipped
-    inside the wheel as ablate/conf."""
-    here = Path(__file__).resolve().parents[1]   # the ablate package
-    for candidate in (here.parent / "conf", here / "conf"):
-        if (candidate / "config.yaml").is_file():
-            return candidate
-    raise FileNotFoundError(f"ablate: cannot find conf/config.yaml near {here}")
-
-
-def normalise_overrides(args: list[str]) -> list[str]:
-    out = []
-    for arg in args:
-        if arg.startswith("-") or "=" not in arg:
-            out.append(arg)
-            continue
-        key = arg.split("=", 1)[0]
-        bare = key.lstrip("+~")
-        if bare in APPEND_GROUPS and not key.startswith(("+", "~")):
-            arg = "+" + arg
-        elif bare.startswith((WEIGHTS, OPTIONS)) and not key.startswith(("+", "~")):
-            arg = "++" + arg         # a component's weight: set, or added to the scheme's
-        elif bare in DEFAULT_GROUPS and key.startswith("+") and not key.startswith("++"):
-            arg = arg[1:]
-        out.append(arg)
-    return out
-
-
-# Hydra flags that take a value (the next argument)
-VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
-               "-cn", "--config-dir", "-cd", "--info", "-i", "--experimental-rerun")
-INFO_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--version",
-              "--shell-completion", "-sc", "--experimental-rerun", "--cfg", "-c",
-              "--resolve")
-
-
-def _split_cli(args: list[str]) -> tuple[list[str], bool, bool]:
-    """(overrides, multirun, skip_preflight) from raw argv. `--cfg job` and the other
-    information flags print without running anything: no preflight needed."""
-    overrides, multirun, skip = [], False, False
-    it = iter(args)
-    for arg in it:
-        if arg in ("-m", "--multirun"):
-            multirun = True
-        elif arg in INFO_FLAGS:
-            skip = True
-            if arg in VALUE_FLAGS and arg not in ("--info", "-i"):
-                next(it, None)
-        elif arg in VALUE_FLAGS:
-            next(it, None)
-        elif arg in ("--run", "-r"):
-            pass
-        elif arg.startswith("-") and "=" not in arg:
-            raise ConfigError(f"unknown option {arg!r}; python -m ablate takes overrides "
-                              "key=value, -m/--multirun, --cfg job|hydra|all, --help")
-        else:
-            overrides.append(arg)
-    return overrides, multirun, skip
-
-
-def flags_first(args: list[str]) -> list[str]:
-    """Hydra's argument parser takes its flags (-m, --cfg job, ...) only before the
-    overrides; move them there, so `-m` may stand anywhere as users expect."""
-    flags, overrides = [], []
-    it = iter(args)
-    for arg in it:
-        if arg.startswith("-") and "=" not in arg:
-            flags.append(arg)
-            if arg in VALUE_FLAGS and arg not in ("--info", "-i"):
-                value = next(it, None)
-                if value is not None:
-                    flags.append(value)
-        else:
-            overrides.append(arg)
-    return flags + overrides
-
-
-def expand_jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
-    """The override list of every job Hydra's basic sweeper would launch."""
-    if not multirun:
-        return [overrides]
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        base = compose("config", overrides=[o for o in overrides if not _is_sweep(o)],
-                       return_hydra_config=True)
-    params = base.hydra.sweeper.get("params") or {}
-    sweep_args = [f"{k}={v}" for k, v in params.items()] + overrides
-    parsed = OverridesParser.create().parse_overrides(sweep_args)
-    batches = BasicSweeper.split_arguments(parsed, None)
-    return [job for batch in batches for job in batch]
-
-
-def _is_sweep(override: str) -> bool:
-    value = override.split("=", 1)[1] if "=" in override else ""
-    return "," in value or value.startswith(("range(", "choice(", "glob("))
-
-
-def import_cli_plugins(overrides: list[str]) -> None:
-    """The `plugins=[...]` of the command line imported before Hydra composes: a plugin's
-    backend (`sampler=NAME`) is an option of its group only once it has registered."""
-    for arg in overrides:
-        key, _, value = arg.partition("=")
-        if key.lstrip("+~") in ("plugins", "algo.plugins") and value:
-            mods = [m.strip().strip("'\"") for m in value.strip().strip("[]").split(",")]
-            import_plugins([m for m in mods if m], key=key.lstrip("+~"))
-
-
-def compose_config(overrides: list[str], *, hydra_node: bool = False) -> DictConfig:
-    from hydra import compose, initialize_config_dir
-
-    try:
-        import_cli_plugins(overrides)
-    except ConfigError:
-        pass          # validate names the module that cannot be imported, in one line
-    register()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose("config", overrides=overrides, return_hydra_config=hydra_node)
-
 
 def preflight(args: list[str]) -> int:
     """Compose and check every job before Hydra makes any directory; print one line
@@ -511,6 +375,7 @@ def checked(argv: list[str] | None = None) -> tuple[list[str], int]:
         print(f"ablate: error: {one_line(exc)}", file=sys.stderr)
         return args, 2
     register()   # the plugins' backends' schemas join the ConfigStore
+    args = align_sweep_keys(args)
     return args, preflight(args)
 
 

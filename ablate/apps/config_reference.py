@@ -16,7 +16,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ablate.apps.cli import APPEND_GROUPS, compose_config, conf_dir
+from ablate.apps.argv import APPEND_GROUPS, compose_config, conf_dir
 from ablate.core.registry import Registry
 from ablate.envs import ENVIRONMENTS, declared
 from ablate.protocol.config import EnvConfig

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from ablate.apps.cli import compose_config, expand_jobs, main, normalise_overrides
+from ablate.apps.cli import (align_sweep_keys, compose_config, expand_jobs, main,
+                             normalise_overrides)
 from ablate.loop.config import ConfigError, validate
 
 
@@ -61,6 +62,24 @@ def test_grid_expansion_counts_every_cell():
                                             "seed=0,1,2"]), multirun=True)
     assert len(jobs) == 18
     assert len({tuple(j) for j in jobs}) == 18
+
+
+@pytest.mark.parametrize("wrong", ["0.0", "0.25"])
+def test_a_command_line_value_replaces_the_presets_sweep_of_that_key(wrong):
+    # experiments/collapse_rate's command: normalise_overrides writes `++reward.weights.
+    # wrong=...`, which Hydra's sweeper would have run beside the preset's four values
+    args = ["-m", "+experiment=penalty_dose", "env.gen_seed=4", "trainer.max_steps=16",
+            f"reward.weights.wrong={wrong}", "seed=range(200,230)"]
+    args = align_sweep_keys(normalise_overrides(args))
+    jobs = expand_jobs([a for a in args if a != "-m"], multirun=True)
+    assert len(jobs) == 30 and len({tuple(j) for j in jobs}) == 30
+    wrongs = {o for j in jobs for o in j if "reward.weights.wrong" in o}
+    assert wrongs == {f"reward.weights.wrong={wrong}"}
+    assert {o for j in jobs for o in j if o.startswith("seed=")} == \
+        {f"seed={s}" for s in range(200, 230)}
+    # without a preset's sweep of the key, the `++` form stays (it may add a component)
+    plain = align_sweep_keys(normalise_overrides(["-m", "reward.weights.wrong=0.5", "seed=0,1"]))
+    assert "++reward.weights.wrong=0.5" in plain
 
 
 # (overrides, text that the error must contain)
