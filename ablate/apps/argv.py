@@ -136,7 +136,10 @@ def align_sweep_keys(args: list[str]) -> list[str]:
     whatever prefix normalise_overrides gave it. Hydra's basic sweeper keys its product
     by the override's text, prefix included (hydra/_internal/core_plugins/
     basic_sweeper.py `split_arguments`), so `++reward.weights.wrong=0.25` beside a
-    preset's `reward.weights.wrong: 0.0,1.0` would run every value of both."""
+    preset's `reward.weights.wrong: 0.0,1.0` would run every value of both. A single
+    value becomes `choice(value)`: Hydra composes a multirun's base config from the
+    non-sweep overrides, before the preset's sweep has selected the group the key
+    needs (hydra/_internal/config_loader_impl.py)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -152,6 +155,8 @@ def align_sweep_keys(args: list[str]) -> list[str]:
     for arg in args:
         key, sep, value = arg.partition("=")
         own = preset.get(key.lstrip("+~")) if sep and not key.startswith(("-", "~")) else None
+        if own and not _is_sweep(arg):
+            value = f"choice({value})"   # a sweep: Hydra's base compose leaves it out
         out.append(f"{own}={value}" if own else arg)
     return out
 

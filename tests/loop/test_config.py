@@ -70,16 +70,29 @@ def test_a_command_line_value_replaces_the_presets_sweep_of_that_key(wrong):
     # wrong=...`, which Hydra's sweeper would have run beside the preset's four values
     args = ["-m", "+experiment=penalty_dose", "env.gen_seed=4", "trainer.max_steps=16",
             f"reward.weights.wrong={wrong}", "seed=range(200,230)"]
-    args = align_sweep_keys(normalise_overrides(args))
-    jobs = expand_jobs([a for a in args if a != "-m"], multirun=True)
+    args = [a for a in align_sweep_keys(normalise_overrides(args)) if a != "-m"]
+    _hydra_base_composes(args)
+    jobs = expand_jobs(args, multirun=True)
     assert len(jobs) == 30 and len({tuple(j) for j in jobs}) == 30
     wrongs = {o for j in jobs for o in j if "reward.weights.wrong" in o}
-    assert wrongs == {f"reward.weights.wrong={wrong}"}
+    assert wrongs == {f"reward.weights.wrong={wrong}"}, wrongs
     assert {o for j in jobs for o in j if o.startswith("seed=")} == \
         {f"seed={s}" for s in range(200, 230)}
     # without a preset's sweep of the key, the `++` form stays (it may add a component)
     plain = align_sweep_keys(normalise_overrides(["-m", "reward.weights.wrong=0.5", "seed=0,1"]))
     assert "++reward.weights.wrong=0.5" in plain
+
+
+def _hydra_base_composes(overrides):
+    """What Hydra itself composes before it sweeps (run_mode MULTIRUN)."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from ablate.apps.cli import conf_dir
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        GlobalHydra.instance().config_loader().load_configuration(
+            "config", overrides, run_mode=RunMode.MULTIRUN)
 
 
 # (overrides, text that the error must contain)
