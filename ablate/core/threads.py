@@ -1,6 +1,7 @@
 """How many torch CPU threads a cell uses (`run.num_threads`).
 
     cell_threads(requested, *, cpus, local_ranks, async_level, in_process_sampler) -> int
+    update_threads(requested, *, process, cpus, local_ranks, engine_rule, host_optimizer)
 
 `auto` gives a process every core it does not share: the cores this process may run on
 (os.sched_getaffinity) divided among the ranks of the cell on this machine, less one
@@ -11,6 +12,12 @@ Measured on the 2-core host (docs/cpu.md, issue 31): the synchronous default cel
 units on two threads against 8.3 on one, with evaluation rows identical; two threads
 on a core another process also uses are several times slower than one, so a shared
 machine should set `run.num_threads=1`.
+
+The learner's update is exempt from the one-thread rule (issue 61 fault 10): the engine
+does not generate while the learner updates, and under optimizer offload the step itself
+runs on the host (DeepSpeedCPUAdam's `#pragma omp parallel for`,
+deepspeed/ops/csrc/adam/cpu_adam_impl.cpp, on the OpenMP threads torch.set_num_threads
+sets), so `update_threads` gives update() the cell's share of the cores there.
 """
 from __future__ import annotations
 
@@ -55,3 +62,19 @@ def grid_threads(requested, *, cpus: int, parallel_cells: int) -> int | str:
     if value != AUTO or parallel_cells <= 1:
         return value
     return max(1, cpus // parallel_cells)
+
+
+def update_threads(requested: int, *, process: int, cpus: int, local_ranks: int = 1,
+                   engine_rule: bool = False, host_optimizer: bool = False) -> int:
+    """learner.update_threads resolved (0: update() runs on the process's `process`
+    threads). A value > 0 stays. Otherwise update() gets the cell's share of the cores
+    (cpus / local ranks) where the one-thread rule of an engine sampler set the process
+    to 1 (`engine_rule`: run.num_threads=auto beside vLLM) or where the optimizer steps on
+    the host (`host_optimizer`: ZeRO offload, whatever run.num_threads says); 0 where that
+    share is no more than the process already has."""
+    if int(requested) > 0:
+        return int(requested)
+    share = max(1, cpus // max(1, local_ranks))
+    if (engine_rule or host_optimizer) and share > process:
+        return share
+    return 0

@@ -34,8 +34,9 @@ class LearnerConfig:
     # presets, where a 16k-token micro-batch of Qwen3-4B would hold ~70-100 GB otherwise
     activation_checkpointing: bool = False
     # threads for update() alone (0: the process's, run.num_threads, which `auto` already
-    # sets to the unshared cores); on a loaded machine two threads were 2x slower than one
-    # (docs/cpu.md)
+    # sets to the unshared cores, or the cell's cores where an engine's rule set the process
+    # to 1 or the optimizer is offloaded: ablate/core/threads.py); on a loaded machine two
+    # threads were 2x slower than one (docs/cpu.md)
     update_threads: int = 0
     weight_decay: float = 0.0
     betas: list = field(default_factory=lambda: [0.9, 0.999])
@@ -54,9 +55,21 @@ class DeepSpeedLearnerConfig(LearnerConfig):
     ds_overrides: dict[str, Any] = field(default_factory=dict)
 
 
+def offloaded(lc, what: str) -> bool:
+    """learner.ds_overrides moves `what` (offload_optimizer / offload_param) off the
+    device (ZeRO-Offload / ZeRO-Infinity: device cpu or nvme)."""
+    over = getattr(lc, "ds_overrides", None) or {}
+    zero = over.get("zero_optimization") or {}
+    dev = (zero.get(what) or {}).get("device", "none")
+    return str(dev).lower() in ("cpu", "nvme")
+
+
 def check_learner(cfg) -> None:
     """The keys every learner has (learner.*)."""
     lc = cfg.learner
+    need(lc.update_threads >= 0, "learner.update_threads", lc.update_threads,
+         "must be >= 0 (0: the process's threads, or the cell's cores beside vLLM / "
+         "under optimizer offload)")
     need(lc.micro_batch_tokens >= 1, "learner.micro_batch_tokens", lc.micro_batch_tokens,
          "must be >= 1")
     need(lc.checkpoint_every >= 0, "learner.checkpoint_every", lc.checkpoint_every,

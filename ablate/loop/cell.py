@@ -28,7 +28,8 @@ from ablate.core.dist import local_world_size
 from ablate.core.errors import ConfigError
 from ablate.core.seeding import derived_seed, seed_everything
 from ablate.core.memory import reuse_freed_memory
-from ablate.core.threads import available_cpus, cell_threads
+from ablate.core.threads import (AUTO, available_cpus, cell_threads, parse_threads,
+                                 update_threads)
 from ablate.envs import (check_reward_for, declared, describe as describe_env, env_class,
                          make_env, split_tasks)
 from ablate.loop.tracking import Tracker
@@ -51,6 +52,7 @@ from ablate.loop.policy import with_agent_state
 from ablate.loop.scoring import (eval_history, eval_rows, eval_subset, eval_summary,
                                  sample_step_tasks, score)
 from ablate.harness.parser import outcome_labels, step_metrics as harness_step_metrics
+from ablate.learners.config import offloaded
 from ablate.samplers import SAMPLERS
 
 log = logging.getLogger("ablate.loop.cell")
@@ -213,18 +215,25 @@ def _run_locked(cfg: DictConfig, cell: CellDir, on_eval) -> dict:
 
 
 def _set_threads(cfg: DictConfig) -> None:
-    """torch's CPU threads for this process (ablate.core.threads) and malloc's reuse."""
-    threads = cell_threads(cfg.run.num_threads, cpus=available_cpus(),
-                           local_ranks=local_world_size(),
+    """torch's CPU threads for this process (ablate.core.threads) and malloc's reuse; the
+    learner's update is exempt from an engine's one-thread rule and gets the cell's cores
+    under optimizer offload (learner.update_threads resolved, issue 61 fault 10)."""
+    in_process = SAMPLERS.declared(cfg.sampler.name).can("in_process")
+    cpus, ranks = available_cpus(), local_world_size()
+    threads = cell_threads(cfg.run.num_threads, cpus=cpus, local_ranks=ranks,
                            async_level=cfg.trainer.max_async_level,
-                           in_process_sampler=SAMPLERS.declared(
-                               cfg.sampler.name).can("in_process"))
+                           in_process_sampler=in_process)
     if threads > 0:
         torch.set_num_threads(threads)
+    lc = cfg.learner
+    lc.update_threads = update_threads(
+        lc.update_threads, process=torch.get_num_threads(), cpus=cpus, local_ranks=ranks,
+        engine_rule=parse_threads(cfg.run.num_threads) == AUTO and not in_process,
+        host_optimizer=offloaded(lc, "offload_optimizer"))
     if cfg.run.malloc_reuse:
         reuse_freed_memory()
-    log.info("torch threads: %d (run.num_threads=%s)", torch.get_num_threads(),
-             cfg.run.num_threads)
+    log.info("torch threads: %d, update %s (run.num_threads=%s)", torch.get_num_threads(),
+             lc.update_threads or "the same", cfg.run.num_threads)
 
 
 def _open_env(cfg: DictConfig, cell: CellDir):
