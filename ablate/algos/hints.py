@@ -94,13 +94,13 @@ def remask(episode, tokenizer, harness_cfg, mode_cfg, env,
     out: list[dict] = [{} for _ in episode.segments]
     vocab, any_mask = None, False
     state = env.reset(episode.task)
-    for turn, (j, start, end) in zip(episode.turns, turn_spans(episode)):
+    for k, (turn, (j, start, end)) in enumerate(zip(episode.turns, turn_spans(episode))):
         if j >= 0:
             ids = episode.segments[j].ids
             if vocab is None and (harness_cfg.action_masking or mode_cfg.enable_thinking):
                 vocab = _vocab(tokenizer)
             live = SimpleNamespace(context=list(ids[:start]), state=state)
-            mask = _mask_for(live, env, harness_cfg, mode_cfg, vocab, conv)
+            mask = _mask_for(live, env, harness_cfg, mode_cfg, vocab, conv, turn=k)
             if mask is not None:
                 any_mask = True
                 out[j].update({start + p: a for p, a in mask.replay(ids[start:end]).items()})

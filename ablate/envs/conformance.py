@@ -177,7 +177,7 @@ def mask_watch(env: Environment, label: str, **options) -> Optional[Callable[[An
     names = tool_names(env)
 
     def watch(state: Any, turn: int) -> None:
-        ctx = protocol(label, "mask_candidates", lambda: mask_context(env, state, **options))
+        ctx = protocol(label, "mask_candidates", lambda: mask_context(env, state, turn, **options))
         allowed = ctx.get("tool_names")
         if allowed is None:
             return

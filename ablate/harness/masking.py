@@ -54,11 +54,15 @@ Residual hole, documented rather than hidden: a single token that completes a tr
 already carries a non-candidate continuation (e.g. `"<id_key>": ` followed by the
 token `"xyz`) cannot be undone; it is counted in `escaped` and the tool then answers
 with its normal error. With Qwen-style pre-tokenization such tokens arise only from
-non-canonical token sequences.
+non-canonical token sequences; the mask does not forbid those: where a forced text ends
+at a value's opening quote, a token that ends it and runs on (the tiny vocabulary's `",`
+after `"value": `) is allowed unchecked (docs/environments.md, "When a value mask leaks").
 """
 from __future__ import annotations
 
 import bisect
+import functools
+import inspect
 import itertools
 import json
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
@@ -75,14 +79,30 @@ MAX_KEYWORD_CHARS = 200     # keyword candidates longer than this are not offere
 class Maskable(Protocol):
     """A world whose calls can be constrained (action masking, docs/environments.md):
     context parts for the mask (ids seen so far, `tool_names` allowed next, answers,
-    grammar, tails); `options` are the harness's masking switches."""
+    grammar, tails); `options` are the harness's masking switches and, for a callback
+    that takes it (a `turn` parameter or **options), `turn`: the episode's turn, from 0."""
 
     def mask_candidates(self, state: Any, **options) -> dict: ...
 
 
-def mask_context(env: Any, state: Any, **options) -> dict:
-    """The world's mask candidates; {} (no masking) for a world that is not Maskable."""
-    return dict(env.mask_candidates(state, **options)) if isinstance(env, Maskable) else {}
+@functools.lru_cache(maxsize=None)
+def takes_turn(fn: Any) -> bool:
+    """Does this mask_candidates take `turn` (a parameter so named, or **options)? Decided
+    once per function: one with named switches only (ablate/envs/email/env.py) keeps working."""
+    params = inspect.signature(fn).parameters.values()
+    return any(p.name == "turn" and p.kind != p.POSITIONAL_ONLY or p.kind == p.VAR_KEYWORD
+               for p in params)
+
+
+def mask_context(env: Any, state: Any, turn: int = 0, **options) -> dict:
+    """The world's mask candidates on the episode's `turn` (from 0: a state fresh from
+    reset); {} (no masking) for a world that is not Maskable."""
+    if not isinstance(env, Maskable):
+        return {}
+    method = env.mask_candidates
+    if takes_turn(getattr(method, "__func__", method)):
+        options["turn"] = turn
+    return dict(method(state, **options))
 
 
 class TokenBytes:

@@ -87,7 +87,9 @@ class _Live:
 
 
 def _mask_for(s: _Live, env: Environment, harness_cfg, mode_cfg, vocab,
-              conv: ChatConventions) -> ActionMask | None:
+              conv: ChatConventions, *, turn: int) -> ActionMask | None:
+    """This turn's logits processor (None: nothing constrained); the world's
+    mask_candidates is asked with the episode's `turn` (from 0) when it takes one."""
     think = getattr(mode_cfg, "max_think_tokens", None) if mode_cfg.enable_thinking else None
     if not harness_cfg.action_masking and not think:
         return None
@@ -95,7 +97,7 @@ def _mask_for(s: _Live, env: Environment, harness_cfg, mode_cfg, vocab,
     if not harness_cfg.action_masking:
         return ActionMask(vocab, max_think_tokens=think, think_open=opened)
     kw = bool(getattr(harness_cfg, "keyword_masking", False))
-    ctx = mask_context(env, s.state, answer_masking=harness_cfg.answer_masking,
+    ctx = mask_context(env, s.state, turn, answer_masking=harness_cfg.answer_masking,
                        keyword_masking=kw,
                        keyword_words=getattr(harness_cfg, "masked_keyword_words", 1))
     extra = dict(keywords=ctx["keywords"], max_keywords=harness_cfg.max_masked_keywords) \
@@ -238,7 +240,8 @@ def _turn(run: _Run, live: list[_Live], turn: int, max_turns: int, seed: int) ->
     """One batched generation over the live episodes, then each one's calls, end rules
     and next prompt."""
     h, temp = run.harness_cfg, run.temperature
-    masks = [_mask_for(s, run.env, h, run.mode_cfg, run.vocab, run.conv) for s in live]
+    masks = [_mask_for(s, run.env, h, run.mode_cfg, run.vocab, run.conv, turn=turn)
+             for s in live]
     outs = run.sampler.generate(
         [s.context for s in live], max_new_tokens=[_budget(s, h, run.cap) for s in live],
         temperature=[temp[s.ep.sample] for s in live] if isinstance(temp, (list, tuple))

@@ -95,3 +95,28 @@ def test_a_string_after_id_still_applies_to_every_tool(tok):
                       answers=["monday"])
     written = forced_path(tok, mask, tok.encode(OPEN, add_special_tokens=False))
     assert written == 'book", "arguments": {"room": "r7"}}'
+
+
+def test_the_leak_issue_63_met_is_a_token_run_past_the_forced_text(tok):
+    """docs/environments.md, "When a value mask leaks", cause (3): the text a tool name
+    forces ends at the value's opening quote, and the mask allows there any token that
+    ends it and runs on (the tiny vocabulary's `",`), without checking the run-on against
+    the value's candidates; the value is then free: `"value": ", "capacity"]}}`."""
+    vb = token_bytes(tok)
+    grammar = {"answer_key": "value", "after_name": {"answer": ', "arguments": {"value": "'},
+               "after_answer": "}}"}
+    mask = ActionMask(vb, grammar=grammar, tool_names=["answer"], answers=["417"])
+    ids = tok.encode(OPEN + 'answer", "arguments": {"value', add_special_tokens=False)
+    ids += [vb.by_bytes[b][0] for b in (b'":', b' ')]     # a lone space before the quote
+    mask.replay(ids)
+    offered = {vb.bytes[i] for i in mask.allowed_next()}
+    assert {b'"', b'",', b'"]', b'"}}'} <= offered       # the quote, and tokens past it
+    ids += [vb.by_bytes[b'",'][0]] + tok.encode(' "capacity"]}}', add_special_tokens=False)
+    mask.replay(ids)
+    assert mask.violations == 0 and mask.escaped == 1
+    assert tok.decode(ids).endswith('{"name": "answer", "arguments": {"value": ", '
+                                    '"capacity"]}}')
+    # the canonical path (`":` then ` "`) ends exactly at the quote: the value is masked
+    mask = ActionMask(vb, grammar=grammar, tool_names=["answer"], answers=["417"])
+    mask.replay(tok.encode(OPEN + 'answer", "arguments": {"value": "', add_special_tokens=False))
+    assert {vb.bytes[i] for i in mask.allowed_next()} == {b"4"}
