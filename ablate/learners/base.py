@@ -148,6 +148,7 @@ class Learner:
     def _save_state(self, path: Path, extra: dict) -> None: ...
     def _load_state(self, path: Path) -> dict: ...
     def _gathered_state_dict(self) -> dict[str, torch.Tensor]: ...
+    def _gathered_trained(self) -> dict[str, torch.Tensor]: ...   # trainable params, cpu
     def _all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
         return t
     def _barrier(self) -> None: ...
@@ -357,6 +358,17 @@ class Learner:
         from ablate.learners.lora import merged_state_dict
         sd = self._gathered_state_dict()
         return merged_state_dict(self.model, sd) if _is_peft(self.model) else sd
+
+    def export_adapter(self):
+        """The LoRA adapter alone on cpu (ablate.core.adapter.LoraAdapter: peft's saved
+        format), for a sampler that loads adapters; None without LoRA. Only the trainable
+        parameters are gathered: the base never leaves the learner."""
+        if not _is_peft(self.model):
+            return None
+        # deferred: lora.py imports peft (14 s measured on the 2-core host), which a cell
+        # without learner.lora.enable never loads
+        from ablate.learners.lora import adapter_of
+        return adapter_of(self.model, self._gathered_trained())
 
     # --- checkpoints ---------------------------------------------------------------------
     def save(self, step: int, client_state: dict,

@@ -212,6 +212,14 @@ class DeepSpeedLearner(Learner):
                 out[name] = b.detach().cpu().clone()
         return {k: out[k] for k in self.model.state_dict().keys() if k in out}
 
+    def _gathered_trained(self):
+        """The trainable parameters only (LoRA: the adapters), gathered together: a
+        collective on every rank, megabytes under LoRA."""
+        import deepspeed
+        params = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        with deepspeed.zero.GatheredParameters([p for _, p in params], modifier_rank=None):
+            return {n: p.detach().cpu().clone() for n, p in params}
+
     def _save_state(self, path: Path, extra: dict):
         # LoRA: the frozen base is not saved (it is reloaded from model.path on resume)
         self.engine.save_checkpoint(str(path), tag=CKPT_TAG, client_state={"ablate": extra},

@@ -1,4 +1,5 @@
-"""peft LoRA for both learners: wrap a model, and merge gathered weights for export.
+"""peft LoRA for both learners: wrap a model, export its adapter alone (adapter-native
+sync), and merge gathered weights for a sampler that cannot load adapters.
 
 The merge runs on a plain (never ZeRO-partitioned) copy built on the meta device and
 filled by assignment, so exporting costs no random init and works the same whether the
@@ -10,6 +11,8 @@ import copy
 
 import peft
 import torch
+
+from ablate.core.adapter import LoraAdapter, json_config
 
 
 def lora_config(cfg) -> peft.LoraConfig:
@@ -55,3 +58,12 @@ def merged_state_dict(peft_model, gathered: dict[str, torch.Tensor]) -> dict[str
         plain.get_base_model().tie_weights()
     merged = plain.merge_and_unload()
     return {k: v.detach().clone() for k, v in merged.state_dict().items()}
+
+
+def adapter_of(peft_model, trained: dict[str, torch.Tensor]) -> LoraAdapter:
+    """The active adapter of `peft_model` in peft's saved format, from `trained` (its
+    trainable parameters under the model's own keys, gathered on cpu)."""
+    name = peft_model.active_adapter
+    tensors = peft.get_peft_model_state_dict(peft_model, state_dict=trained, adapter_name=name)
+    return LoraAdapter(json_config(peft_model.peft_config[name]),
+                       {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()})

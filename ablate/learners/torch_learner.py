@@ -71,6 +71,10 @@ class TorchLearner(Learner):
     def _gathered_state_dict(self):
         return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
 
+    def _gathered_trained(self):
+        return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters()
+                if p.requires_grad}
+
     def _trained_state(self) -> dict:
         """The state dict without frozen parameters (all of it without LoRA)."""
         frozen = {n for n, p in self.model.named_parameters(remove_duplicate=False)

@@ -537,7 +537,7 @@ def learn(s: Step, eps, rewards, groups, row: dict) -> None:
         stats = policy.learner.update(batch.segments, batch.advantages, loss_fn,
                                       **learner_rows(batch, loss_fn))
     row.update({f"update/{k}": v for k, v in stats.items()})
-    policy.push_weights(s.step)
+    row.update(policy.push_weights(s.step))
 
 
 def write_trajectories(cell: CellDir, step: int, episodes, rewards, limit: int) -> None:

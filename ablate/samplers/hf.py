@@ -96,6 +96,7 @@ class HFSampler(Sampler):
         self._dtype = next(self.model.parameters()).dtype
         self._entries: list[_Entry] = []        # rows of the last call
         self._pinned: _Entry | None = None      # the shared prefix (share_prefix)
+        self._lora: dict[str, torch.Tensor] = {}   # injected LoRA weights (load_adapter)
         self.stats = {"encoded_tokens": 0, "reused_tokens": 0, "prompt_tokens": 0,
                       "cascade_rows": 0}      # rows that read the prefix from one copy
 
@@ -115,6 +116,27 @@ class HFSampler(Sampler):
             raise ValueError(f"load_weights: missing {missing[:5]}, unexpected "
                              f"{unexpected[:5]}")
         self.clear_cache()                      # kept keys/values are of the old weights
+
+    @torch.no_grad()
+    def load_adapter(self, adapter) -> None:
+        """Adapter-native sync: the base stays as loaded and the LoRA layers sit in it
+        unmerged (peft `inject_adapter_in_model`, injected at the first push), so a push
+        copies the adapter's tensors only (ablate.core.adapter.LoraAdapter)."""
+        import peft   # deferred: peft costs 14 s to import (2-core host); LoRA cells only
+        if not self._lora:
+            keep = set(peft.LoraConfig.__dataclass_fields__)
+            config = peft.LoraConfig(**{k: v for k, v in adapter.config.items() if k in keep})
+            peft.inject_adapter_in_model(config, self.model)
+            self.model.eval()             # the injected layers start in training mode
+            self._lora = {n: p for n, p in self.model.named_parameters() if "lora_" in n}
+        new = adapter.module_keys()
+        if set(new) != set(self._lora):
+            raise ValueError(f"load_adapter: adapter keys {sorted(set(new) - set(self._lora))[:3]}"
+                             f" not in the sampler's LoRA layers "
+                             f"{sorted(set(self._lora) - set(new))[:3]}")
+        for name, t in new.items():
+            self._lora[name].copy_(t)
+        self.clear_cache()                      # kept keys/values are of the old adapter
 
     def clear_cache(self) -> None:
         self._entries, self._pinned = [], None

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Sequence
@@ -151,6 +152,24 @@ SHM = "/dev/shm"                          # a file there is memory, never the di
 HEADER_BYTES_PER_TENSOR = 256
 
 
+# the ranks vLLM's engine accepts as max_lora_rank (vllm/config/lora.py MaxLoRARanks)
+LORA_SLOTS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_slot(rank: int) -> int:
+    """The smallest max_lora_rank vLLM accepts that holds an adapter of `rank`."""
+    for slot in LORA_SLOTS:
+        if slot >= int(rank):
+            return slot
+    raise ValueError(f"learner.lora.rank={rank}: vLLM serves LoRA ranks up to "
+                     f"{LORA_SLOTS[-1]}")
+
+
+def _shm() -> str | None:
+    """/dev/shm where it is writable (a file there is memory, never the disk)."""
+    return SHM if os.path.isdir(SHM) and os.access(SHM, os.W_OK) else None
+
+
 def push_bytes(state) -> int:
     """An upper bound of the safetensors blob of `state` (tensor bytes plus header)."""
     return 8 + sum(t.numel() * t.element_size() + HEADER_BYTES_PER_TENSOR
@@ -242,7 +261,8 @@ class VLLMSampler(Sampler):
                  enforce_eager: bool = True, max_model_len: int | None = None,
                  seed: int = 0, tie_word_embeddings: bool | None = None,
                  weight_sync: str = "file", timeout_s: float = 600.0,
-                 sleep_during_update: bool = False, push_cap_mb: float = 1024.0):
+                 sleep_during_update: bool = False, push_cap_mb: float = 1024.0,
+                 lora_rank: int | None = None):
         os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")   # V1 logits-processor API
         vllm = _import_vllm()
         self.tokenizer = tokenizer
@@ -258,6 +278,9 @@ class VLLMSampler(Sampler):
                       worker_extension_cls="ablate.samplers.vllm.WeightPushExtension")
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
+        self.lora, self._adapter, self._adapters = bool(lora_rank), None, 0
+        if lora_rank:   # adapter-native sync: the base stays, each push loads an adapter
+            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=lora_slot(lora_rank))
         # sleep mode exists on CUDA/ROCm only (docs.vllm.ai/en/latest/features/sleep_mode)
         self.sleeps, self.asleep = bool(sleep_during_update and _on_gpu()), False
         if self.sleeps:
@@ -304,6 +327,29 @@ class VLLMSampler(Sampler):
         self._wake(["kv_cache"])
         self.asleep = False
 
+    def load_adapter(self, adapter) -> None:
+        """Adapter-native sync: the adapter (ablate.core.adapter.LoraAdapter) is written as
+        a peft folder in shared memory and added under a new adapter id; the previous one
+        is removed. The engine's base is never touched; prefix-cache entries are keyed by
+        adapter id, so none of the old adapter's is served (vllm/v1/core/kv_cache_utils.py
+        hashes a block with its request's LoRA)."""
+        if not self.lora:
+            raise ValueError("load_adapter: this engine was started without LoRA "
+                             "(VLLMSampler(lora_rank=...))")
+        from vllm.lora.request import LoRARequest
+        self._wake(["weights"])
+        self._adapters += 1
+        folder = adapter.save(Path(tempfile.mkdtemp(prefix="ablate-lora-", dir=_shm())))
+        request = LoRARequest(f"ablate-{self._adapters}", self._adapters, str(folder))
+        self.llm.llm_engine.add_lora(request)     # loaded now, not by the next request
+        old, self._adapter = self._adapter, (request, folder)
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old[0].lora_int_id)
+            shutil.rmtree(old[1], ignore_errors=True)
+        self.llm.reset_prefix_cache()
+        self._wake(["kv_cache"])
+        self.asleep = False
+
     def _push_file(self, state) -> None:
         """The state as safetensors: in the utility call's message while it is at most
         `push_cap` bytes, else through a file in shared memory whose path is the whole
@@ -314,8 +360,7 @@ class VLLMSampler(Sampler):
         if push_bytes(state) <= self.push_cap:
             self.llm.collective_rpc("ablate_push_weights", args=(save(state),))
             return
-        folder = SHM if os.path.isdir(SHM) and os.access(SHM, os.W_OK) else None
-        fd, path = tempfile.mkstemp(prefix="ablate-push-", suffix=".safetensors", dir=folder)
+        fd, path = tempfile.mkstemp(prefix="ablate-push-", suffix=".safetensors", dir=_shm())
         os.close(fd)
         try:
             save_file(state, path)
@@ -373,7 +418,9 @@ class VLLMSampler(Sampler):
                 seed=None if seed is None else int(seed) + offset))
             offset += len(idx)
             order.append(idx)
-        outs = self.llm.generate(reqs, params, use_tqdm=False) if reqs else []
+        lora = self._adapter[0] if self._adapter is not None else None
+        outs = self.llm.generate(reqs, params, use_tqdm=False, lora_request=lora) \
+            if reqs else []
         result = [Completion([], [], "length") for _ in range(n)]
         for idx, out in zip(order, outs):
             comps = list(out.outputs) * (len(idx) if greedy else 1)
@@ -390,6 +437,9 @@ class VLLMSampler(Sampler):
         sender, self.sender = getattr(self, "sender", None), None
         if sender is not None:
             sender.close()
+        adapter, self._adapter = getattr(self, "_adapter", None), None
+        if adapter is not None:
+            shutil.rmtree(adapter[1], ignore_errors=True)
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             try:

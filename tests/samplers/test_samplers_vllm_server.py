@@ -528,9 +528,13 @@ def test_the_cell_tells_a_versioned_sampler_the_learner_step():
         def load_weights(self, state):
             got.append((state, "plain"))
 
-    learner = SimpleNamespace(export_state_dict=lambda: {"w": 1})
+    import torch
+    w = torch.zeros(3)
+    learner = SimpleNamespace(export_state_dict=lambda: {"w": w})
     cfg = lambda name: SimpleNamespace(sampler=SimpleNamespace(name=name))  # noqa: E731
-    ModelPolicy.push_weights(SimpleNamespace(sampler=Versioned(), learner=learner,
-                                             cfg=cfg("vllm_server")), 7)
-    ModelPolicy.push_weights(SimpleNamespace(sampler=Plain(), learner=learner, cfg=cfg("hf")), 7)
-    assert got == [({"w": 1}, 7), ({"w": 1}, "plain")]
+    rows = [ModelPolicy.push_weights(SimpleNamespace(sampler=Versioned(), learner=learner,
+                                                     cfg=cfg("vllm_server"), adapters=False), 7),
+            ModelPolicy.push_weights(SimpleNamespace(sampler=Plain(), learner=learner,
+                                                     cfg=cfg("hf"), adapters=False), 7)]
+    assert got == [({"w": w}, 7), ({"w": w}, "plain")]
+    assert [r["push/bytes"] for r in rows] == [12.0, 12.0]      # 3 float32
