@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from analysis import endpoint, figures as figs, hypotheses, report, tables, trend
+from analysis import endpoint, figures as figs, hypotheses, objective, report, tables, trend
 from analysis import trend_figure
 from analysis import labels as lb
 from analysis.deviations import deviations
@@ -123,6 +123,7 @@ def run(argv=None) -> Path:
     spec_path = args.spec if args.spec is not None else experiment_spec(sweep)
     spec = read_config(spec_path) if spec_path is not None else {}
     baseline, source, all_pairs = settings(args, spec, spec_path)
+    objective.check_metric(args.metric, sweep)     # reward/<c>: weighted rows (issue 63)
     out = args.out or args.run_dirs[0] / "analysis"
     summary = analyse(sweep, metric=args.metric, step=args.step, B=args.B,
                       rng_seed=args.rng_seed, baseline=baseline, alpha=args.alpha,
@@ -131,6 +132,7 @@ def run(argv=None) -> Path:
                       evaluation_only=spec.get("evaluation_only"),
                       seed_variance_model=args.seed_variance)
     summary["exploratory"] = spec.get("exploratory")
+    summary["ran"] = objective.what_ran([c for c in sweep.cells if c.runs])
     # words for factors and levels in figures and tables (analysis.yaml `names`)
     lb.check_names(spec.get("names"), summary["factors"], summary["levels"], spec_path)
     summary["words"] = lb.words_table(summary["factors"], summary["levels"],

@@ -5,6 +5,7 @@ reading. Each function returns the numbers it plotted."""
 from __future__ import annotations
 
 import functools
+import json
 import math
 import multiprocessing
 import os
@@ -19,10 +20,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.estimates import field_kind  # noqa: E402
-from analysis.labels import (breakdown_word, cell_words, comparison_words,  # noqa: E402
-                             env_word, factor_words, field_words, in_words, level,
-                             level_words, own_behaviour)
+from analysis.labels import (breakdown_file, breakdown_word, cell_words,  # noqa: E402
+                             comparison_words, env_word, factor_words, field_words,
+                             in_words, level, level_words, own_behaviour)
 from analysis.lifelong import KIND, QUANTITIES, WORDS  # noqa: E402
+from analysis.objective import ran_words  # noqa: E402
 from analysis.tables import (behaviour_panels, constant_fields,  # noqa: E402
                              fmt, fmt_ci, has_change, has_curves, has_training, is_pct,
                              not_drawn, p_is, p_words, tex_escape)
@@ -428,9 +430,9 @@ def forest(summary: dict, out: Path) -> dict:
 def hops(summary: dict, out: Path) -> dict:
     """The metric by the tasks' `hops` (a difficulty level in the environment's words)."""
     k = _scale(summary)
-    hop_keys = summary.get("hops", [])
+    hop_keys, stem = summary.get("hops", []), breakdown_file(summary)   # its files' name
     if not hop_keys:
-        return _nothing_to_draw(out, "hops")
+        return _nothing_to_draw(out, stem)
     cells = summary["cells"]
     n = max(len(cells), 1)
     plotted = {}
@@ -461,7 +463,7 @@ def hops(summary: dict, out: Path) -> dict:
         ax.set_title(interval_words(summary), loc="left", fontsize=7)
         ax.grid(True, axis="y")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
-        plotted["_axes"] = _save(fig, out, "hops")
+        plotted["_axes"] = _save(fig, out, stem)
     return plotted
 
 
@@ -865,9 +867,10 @@ def _design(summary: dict) -> str:
     seeds = sorted({c["n_seeds"] for c in summary["cells"]})
     unit = "sampling streams" if summary.get("evaluation_only") else "seeds"
     qs = sorted({c["n_questions"] for c in summary["cells"]})
+    ran = ran_words(summary)        # the world, the reward and its weights (issue 63)
     return (f"{'/'.join(map(str, seeds))} {unit} per cell, "
             f"{'/'.join(map(str, qs))} held-out questions, analysed at step "
-            f"{'/'.join(map(str, summary['steps']))}")
+            f"{'/'.join(map(str, summary['steps']))}" + (f"; {ran}" if ran else ""))
 
 
 def caption(summary: dict, name: str) -> str:
@@ -931,12 +934,13 @@ def write_captions(summary: dict, out: Path, drawn: dict) -> None:
           "each figure's LaTeX snippet is figure_<name>.tex (set \\ablatefigdir to this "
           "folder, relative to the paper).", ""]
     for name, plotted in drawn.items():
+        stem = breakdown_file(summary) if name == "hops" else name     # the files' name
         if not plotted or not plotted.get("_axes"):
-            (out / f"figure_{name}.tex").unlink(missing_ok=True)
+            (out / f"figure_{stem}.tex").unlink(missing_ok=True)
             continue
         text = caption(summary, name)
-        _snippet(out, name, text, bool(plotted["_axes"][0].get("wide")))
-        md += [f"**{name}** ({name}.png, {name}.pdf, figure_{name}.tex): {text}", ""]
+        _snippet(out, stem, text, bool(plotted["_axes"][0].get("wide")))
+        md += [f"**{stem}** ({stem}.png, {stem}.pdf, figure_{stem}.tex): {text}", ""]
     (out / "captions.md").write_text("\n".join(md))
 
 
@@ -946,9 +950,11 @@ def script_captions(out: Path) -> list[str]:
     appended to captions.md; returns the figures without a caption file."""
     out = Path(out)
     missing, md = [], []
+    ours = set(BUILTIN) | ({breakdown_file(json.loads((out / "summary.json").read_text()))}
+                           if (out / "summary.json").is_file() else set())
     for png in sorted(out.glob("*.png")):
         name = png.stem
-        if name in BUILTIN:
+        if name in ours:      # the analysis' own (the breakdown's: the world's label)
             continue
         cap = out / f"{name}.caption.txt"
         if not cap.is_file():

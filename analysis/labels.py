@@ -3,6 +3,8 @@ its config key (without `.name`) that no other factor shares; a comparison by th
 factors in which its cells differ."""
 from __future__ import annotations
 
+import re
+
 METRIC_WORDS = {"correct": "held-out accuracy", "reward": "held-out reward",
                 "answered": "answer rate", "turns": "turns per episode"}
 
@@ -116,6 +118,21 @@ def breakdown_word(summary: dict) -> str:
     summary["world"]), else the environment's word (ENV_WORDS)."""
     return (summary.get("world") or {}).get("breakdown_label") or env_word(
         "hops", summary.get("env"))
+
+
+# the other files of a report folder (analysis.tables, analysis.figures, analysis.cli)
+REPORT_FILES = ("results", "comparisons", "behaviour", "mde", "hypotheses", "lifelong",
+                "summary", "report", "captions", "finding", "learning_curves", "change",
+                "forest", "seeds", "factor_intervals", "training", "trend", "endpoint")
+
+
+def breakdown_file(summary: dict) -> str:
+    """The name of the breakdown's table and figure files (NAME.tex/.csv/.png/.pdf): the
+    world's `breakdown_label` (environment.json; the email world's is `hops`) as a file
+    name, `by_<label>` where it is another file's name; `hops` for runs without one."""
+    label = (summary.get("world") or {}).get("breakdown_label") or "hops"
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "_", label).strip("_") or "hops"
+    return f"by_{stem}" if stem in REPORT_FILES else stem
 
 
 def hop_words(h, word: str) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from analysis import figures as figs
 from analysis.errors import AnalysisError
+from analysis.labels import breakdown_file
 
 
 def recaption(folder: Path) -> list[str]:
@@ -31,8 +32,9 @@ def recaption(folder: Path) -> list[str]:
             figs._nothing_to_draw(folder, "forest")
             removed.append("forest")
         for png in sorted(folder.glob("*.png")):
-            if png.stem in figs.BUILTIN:
-                text = figs.caption(summary, png.stem)
+            name = "hops" if png.stem == breakdown_file(summary) else png.stem
+            if name in figs.BUILTIN:
+                text = figs.caption(summary, name)
                 figs._snippet(folder, png.stem, text, wide=True)
                 md += [f"**{png.stem}** ({png.stem}.png, figure_{png.stem}.tex): {text}", ""]
     (folder / "captions.md").write_text("\n".join(md))

@@ -5,9 +5,10 @@ from analysis.endpoint import endpoint_lines
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis.hypotheses import decision_words
 from analysis.lifelong import KIND, QUANTITIES, WORDS
+from analysis.objective import ran_words
 from analysis.trend import trend_lines
-from analysis.labels import (breakdown_word, env_word, field_words, hop_words, legend,
-                             level, own_behaviour)
+from analysis.labels import (breakdown_file, breakdown_word, env_word, field_words,
+                             hop_words, legend, level, own_behaviour)
 from analysis.tables import (BEHAVIOUR_TABLE, baseline_comparisons, behaviour_panels, fmt,
                              fmt_ci, fmt_est, fmt_p, has_change, has_curves, has_lifelong,
                              has_training, is_pct, not_drawn, p_is)
@@ -68,11 +69,12 @@ def _intro(summary: dict, pct: bool) -> list[str]:
     n_q = sorted({c["n_questions"] for c in cells})
     factors = ", ".join(f"`{f}`" for f in summary["factors"]) or "(none)"
     src = summary["baseline_source"]
-    L = [f"# Results: {summary['metric_words']}", "",
-         f"We analyse {len(cells)} cell(s) over the factor(s) {factors}, with "
-         f"{'/'.join(map(str, n_seeds))} seed(s) per cell and {'/'.join(map(str, n_q))} "
-         f"held-out questions per cell, at step(s) "
-         f"{', '.join(map(str, summary['steps']))}. " + _method_words(summary), ""]
+    ran = ran_words(summary)      # what ran (issue 63): world, reward scheme, weights
+    L = [f"# Results: {summary['metric_words']}", ""] + [f"What ran: {ran}.", ""] * bool(ran)
+    L += [f"We analyse {len(cells)} cell(s) over the factor(s) {factors}, with "
+          f"{'/'.join(map(str, n_seeds))} seed(s) per cell and {'/'.join(map(str, n_q))} "
+          f"held-out questions per cell, at step(s) "
+          f"{', '.join(map(str, summary['steps']))}. " + _method_words(summary), ""]
     if legend(summary["short_names"]):
         L += [f"Factors are named by their shortest unambiguous key: "
               f"{legend(summary['short_names'])}.", ""]
@@ -487,12 +489,12 @@ def _figures_line(summary: dict) -> list[str]:
     skip = not_drawn(summary)
     figs = ["finding"] * bool(summary.get("primary")) \
         + ["learning_curves"] * has_curves(summary) + ["change"] * has_change(summary) + [
-        "forest", "seeds"] + ["hops"] * bool(summary.get("hops")) + [
+        "forest", "seeds"] + [breakdown_file(summary)] * bool(summary.get("hops")) + [
         "behaviour"] * bool(behaviour_panels(summary)[0]) + ["factor_intervals"] + [
         "training"] * has_training(summary) + ["lifelong"] * has_lifelong(summary)
     L = [f"Figures: {', '.join(f for f in figs if f not in skip)} (.png, .pdf; captions "
          "and LaTeX snippets: captions.md, figure_<name>.tex). Tables: results, "
-         "comparisons, " + "hops, " * bool(summary.get("hops"))
+         "comparisons, " + f"{breakdown_file(summary)}, " * bool(summary.get("hops"))
          + "behaviour, mde" + (", hypotheses" if summary.get("hypotheses") else "")
          + (", lifelong" if has_lifelong(summary) else "") + " (.tex, .csv).", ""]
     gone = [f for f in figs if f in skip]

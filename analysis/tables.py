@@ -10,9 +10,9 @@ from pathlib import Path
 
 from analysis.estimates import BEHAVIOUR, RATES
 from analysis.hypotheses import decision_words
-from analysis.labels import (breakdown_word, cell_words, comparison_words, differing,
-                             env_word, factor_words, hop_words, in_words, level, level_words,
-                             own_behaviour)
+from analysis.labels import (breakdown_file, breakdown_word, cell_words, comparison_words,
+                             differing, env_word, factor_words, hop_words, in_words, level,
+                             level_words, own_behaviour)
 from analysis.lifelong import KIND
 
 PCT_METRICS = {"correct", "answered", "read_after_hit"}
@@ -424,8 +424,9 @@ def behaviour_table(summary: dict, out: Path) -> None:
 def hops_table(summary: dict, out: Path) -> None:
     pct = is_pct(summary)
     hops = summary.get("hops", [])
+    stem = breakdown_file(summary)    # the world's breakdown_label (issue 63)
     if not hops:     # one task level: no breakdown (analysis/summary.py); none left over
-        for name in ("hops.tex", "hops.csv"):
+        for name in (f"{stem}.tex", f"{stem}.csv"):
             (out / name).unlink(missing_ok=True)
         return
     word = breakdown_word(summary)
@@ -443,10 +444,10 @@ def hops_table(summary: dict, out: Path) -> None:
     words = summary.get("metric_words", summary["metric"])
     caption = (f"{words.capitalize()} by {word}, "
                f"{_interval_words(summary)}.")
-    (out / "hops.tex").write_text(_tabular(header, rows, caption, "tab:hops",
-                                           "l" + "r" * len(hops), wide=len(hops) > 2))
-    _write_csv(out / "hops.csv", ["cell"] + [f"{x}_{h}" for h in hops
-                                             for x in ("mean", "ci_lo", "ci_hi")], csv_rows)
+    (out / f"{stem}.tex").write_text(_tabular(header, rows, caption, f"tab:{stem}",
+                                              "l" + "r" * len(hops), wide=len(hops) > 2))
+    _write_csv(out / f"{stem}.csv", ["cell"] + [f"{x}_{h}" for h in hops
+                                                for x in ("mean", "ci_lo", "ci_hi")], csv_rows)
 
 
 def mde_tables(summary: dict, out: Path) -> None:

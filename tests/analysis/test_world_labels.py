@@ -79,7 +79,9 @@ def test_a_worlds_breakdown_label_and_own_behaviour_column_reach_the_report(tmp_
     assert row.split(" | ")[-1].startswith("5.00 [")
     assert "Turns & Rooms booked \\\\" in (out / "behaviour.tex").read_text()
     assert "mean_bookings" in (out / "behaviour.csv").read_text().splitlines()[0]
-    assert "Cell & rooms 1 & rooms 2 \\\\" in (out / "hops.tex").read_text()
+    # the breakdown's files take the world's label (issue 63), never `hops`
+    assert "Cell & rooms 1 & rooms 2 \\\\" in (out / "rooms.tex").read_text()
+    assert (out / "rooms.csv").is_file() and not list(out.glob("hops.*"))
 
 
 def test_the_figures_use_the_worlds_words(tmp_path):
