@@ -85,9 +85,10 @@ def ran_words(summary: dict) -> str:
         return ""
     world = ran["world"] if isinstance(ran["world"], str) else " / ".join(ran["world"])
     schemes = [f"{name} (weights: " + ", ".join(f"{c} {_num(w)}" for c, w in comps.items())
-               + ")" if comps else name for name, comps in ran["reward"].items()]
+               + ")" if comps else name for name, comps in ran["reward"].items()
+               if name != "None"]          # runs whose config names no reward.name
     knobs = [f"{c.replace('_', ' ')} {_num(w)}" for c, w in ran.get("knobs", {}).items()]
-    return (f"world {world}; reward {' / '.join(schemes)}"
+    return (f"world {world}" + (f"; reward {' / '.join(schemes)}" if schemes else "")
             + (f"; {', '.join(knobs)}" if knobs else ""))
 
 
