@@ -104,6 +104,23 @@ class WeightPushExtension:
         from safetensors.torch import load
         return self._ablate_reload(load(blob))
 
+    def ablate_push_chunk(self, blob: bytes, last: bool) -> int:
+        """One message of a push cut into pieces of at most sampler.push_cap_mb (a tensor
+        larger than that travels as row slices named `<name>@<first row>`); the pieces are
+        kept until the last one, then the whole state is reloaded once."""
+        from safetensors.torch import load
+        parts = getattr(self, "_ablate_parts", None) or {}
+        for key, t in load(blob).items():
+            name, _, row = key.rpartition("@")
+            parts.setdefault(name, []).append((int(row), t))
+        self._ablate_parts = None if last else parts
+        if not last:
+            return 0
+        state = {n: p[0][1] if len(p) == 1 else
+                 torch.cat([t for _, t in sorted(p, key=lambda x: x[0])])
+                 for n, p in parts.items()}
+        return self._ablate_reload(state)
+
     def ablate_push_file(self, path: str) -> int:
         """The same reload from a safetensors file (sampler=vllm_server: the learner writes
         it, the server's dev-mode /collective_rpc endpoint calls this on every worker)."""
@@ -174,6 +191,37 @@ def push_bytes(state) -> int:
     """An upper bound of the safetensors blob of `state` (tensor bytes plus header)."""
     return 8 + sum(t.numel() * t.element_size() + HEADER_BYTES_PER_TENSOR
                    for t in state.values())
+
+
+def _shm_room() -> int:
+    """Free bytes in /dev/shm (0 where it is absent or read-only)."""
+    folder = _shm()
+    if folder is None:
+        return 0
+    st = os.statvfs(folder)
+    return st.f_bavail * st.f_frsize
+
+
+def chunked(state, cap: float) -> list[dict]:
+    """`state` as safetensors-ready pieces whose blobs are at most `cap` bytes; a tensor
+    over the cap travels as row slices `<name>@<first row>` (ablate_push_chunk joins
+    them), every other one as `<name>@0`."""
+    pieces, chunk, used = [], {}, 8
+    for name, t in state.items():
+        row_bytes = max(1, t[0].numel() * t.element_size()) if t.dim() else t.element_size()
+        rows = int((cap - 8 - HEADER_BYTES_PER_TENSOR) // row_bytes)
+        if rows < 1:
+            raise ValueError(f"sampler.push_cap_mb={cap / 2**20:g} is below one row of "
+                             f"{name} ({row_bytes} bytes)")
+        for start in range(0, t.shape[0] if t.dim() else 1, rows):
+            part = t[start:start + rows].contiguous() if t.dim() else t
+            size = part.numel() * part.element_size() + HEADER_BYTES_PER_TENSOR
+            if chunk and used + size > cap:
+                pieces.append(chunk)
+                chunk, used = {}, 8
+            chunk[f"{name}@{start}"] = part
+            used += size
+    return pieces + [chunk] if chunk else pieces
 
 
 def cpu_memory_shortfall(utilization: float, meminfo: str) -> str | None:
@@ -353,12 +401,18 @@ class VLLMSampler(Sampler):
     def _push_file(self, state) -> None:
         """The state as safetensors: in the utility call's message while it is at most
         `push_cap` bytes, else through a file in shared memory whose path is the whole
-        message (vLLM msgpack-encodes a call's arguments and msgspec refuses one over
-        2^32 - 1 bytes: Qwen3-4B's bf16 state is 8.04 GB)."""
+        message, or, where /dev/shm lacks the room (a container's default is 64 MB), in
+        messages of at most `push_cap` bytes each (vLLM msgpack-encodes a call's
+        arguments and msgspec refuses one over 2^32 - 1 bytes: Qwen3-4B's bf16 state is
+        8.04 GB)."""
         from safetensors.torch import save, save_file
         state = {k: v.to("cpu") for k, v in state.items()}
-        if push_bytes(state) <= self.push_cap:
+        size = push_bytes(state)
+        if size <= self.push_cap:
             self.llm.collective_rpc("ablate_push_weights", args=(save(state),))
+            return
+        if _shm_room() < size:
+            self._push_chunks(state)
             return
         fd, path = tempfile.mkstemp(prefix="ablate-push-", suffix=".safetensors", dir=_shm())
         os.close(fd)
@@ -367,6 +421,14 @@ class VLLMSampler(Sampler):
             self.llm.collective_rpc("ablate_push_file", args=(path,))
         finally:
             os.unlink(path)
+
+    def _push_chunks(self, state) -> None:
+        """Messages of at most `push_cap` bytes (ablate_push_chunk); one reload after
+        the last."""
+        from safetensors.torch import save
+        chunks = chunked(state, self.push_cap)
+        for i, chunk in enumerate(chunks):
+            self.llm.collective_rpc("ablate_push_chunk", args=(save(chunk), i == len(chunks) - 1))
 
     def _push_collective(self, state) -> None:
         """sampler.weight_sync=collective: broadcast to the engine's workers (ranks 1..)

