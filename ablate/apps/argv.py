@@ -126,6 +126,7 @@ def _sweep_params(overrides: list[str]) -> dict:
 
     picks = [o for o in overrides if not _is_sweep(o) and "=" in o
              and ("." not in o.split("=", 1)[0] or o.lstrip("+~").startswith("hydra."))]
+    register_launchers()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         base = compose("config", overrides=picks, return_hydra_config=True)
     return dict(base.hydra.sweeper.get("params") or {})
@@ -176,6 +177,26 @@ def import_cli_plugins(overrides: list[str]) -> None:
             import_plugins([m for m in mods if m], key=key.lstrip("+~"))
 
 
+def register_launchers() -> None:
+    """`hydra/launcher=pack` (hydra_plugins/ablate_pack_launcher) known to Hydra however
+    ablate was installed: Hydra finds plugins by walking `hydra_plugins.__path__`, which
+    the import hook of a PEP 660 editable install hides (hydra-ecosystem/hydra#3252), so
+    the launcher is imported (its ConfigStore entry) and registered by name here. A
+    checkout whose editable install predates the launcher finds it beside the package;
+    where it is nowhere, `hydra/launcher=pack` is an unknown option, in Hydra's line."""
+    from hydra.core.plugins import Plugins
+    try:
+        import hydra_plugins
+        beside = Path(__file__).resolve().parents[2] / "hydra_plugins"
+        if (beside / "ablate_pack_launcher").is_dir() and \
+                str(beside) not in list(hydra_plugins.__path__):
+            hydra_plugins.__path__.append(str(beside))
+        from hydra_plugins.ablate_pack_launcher.pack_launcher import PackLauncher
+    except ImportError:
+        return
+    Plugins.instance().register(PackLauncher)
+
+
 def compose_config(overrides: list[str], *, hydra_node: bool = False) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
@@ -184,6 +205,7 @@ def compose_config(overrides: list[str], *, hydra_node: bool = False) -> DictCon
     except ConfigError:
         pass          # validate names the module that cannot be imported, in one line
     register()
+    register_launchers()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         return compose("config", overrides=overrides, return_hydra_config=hydra_node)
 

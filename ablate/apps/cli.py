@@ -36,6 +36,7 @@ from ablate.core.threads import available_cpus, grid_threads
 from ablate.apps.argv import (  # noqa: F401  (re-exported: tests and apps import them here)
     MOVED, compose_config, conf_dir, expand_jobs, flags_first,
     import_cli_plugins, normalise_overrides, _split_cli, align_sweep_keys)
+from ablate.apps.pack import check_plan
 from ablate.apps.preflight import (check_free_space, check_output_dir, preflight as check_cfg,
                                     writable_dir)
 from ablate.loop import cell as loop_cell   # run_cell read when called (tests replace it)
@@ -66,8 +67,9 @@ def preflight(args: list[str]) -> int:
         jobs = expand_jobs(overrides, multirun)
         PLANNED.update(jobs=len(jobs), sweep_dir=None, complete=[])
         checked_data: set[str] = set()
-        for job in jobs:
-            check_job(job, multirun, checked_data)
+        cfgs = [check_job(job, multirun, checked_data) for job in jobs]
+        if multirun:   # hydra/launcher=pack: a grid it cannot pack (docs/packs.md)
+            check_plan(PLANNED.get("launcher"), cfgs)
         check_complete_cells(multirun)
     except (ConfigError, HydraException, OmegaConfBaseException, FileNotFoundError,
             ValueError) as exc:
@@ -84,7 +86,7 @@ def check_moved(overrides: list[str]) -> None:
             raise ConfigError(f"{arg}: {MOVED[head]}")
 
 
-def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:
+def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> DictConfig:
     """Every check of one job; the data of an environment is checked once per command.
     A complete cell writes nothing (it is skipped): its directory may be read-only (an
     archived sweep), so neither the writability probe nor the free space is asked of it."""
@@ -97,6 +99,7 @@ def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:
         check_output_dir(key, str(out_dir))
     if multirun and PLANNED.get("sweep_dir") is None:
         PLANNED["sweep_dir"] = str(OmegaConf.select(cfg, key))
+        PLANNED["launcher"] = OmegaConf.to_container(cfg.hydra.launcher)
     with open_dict(cfg):
         cfg.pop("hydra")
     data_key = OmegaConf.to_yaml(cfg.env) + str(cfg.model) + str(
@@ -109,6 +112,7 @@ def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:
         check_resumable(cell, cfg, busy_probe=not multirun)
         # a grid's cell is credited with what its own directory already holds (issue 64)
         check_free_space(key, str(out_dir), cfg, cell=None if cell is None else str(cell))
+    return cfg
 
 
 def check_resumable(cell: Path | None, cfg: DictConfig, busy_probe: bool) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -56,6 +57,9 @@ from ablate.learners.config import offloaded
 from ablate.samplers import SAMPLERS
 
 log = logging.getLogger("ablate.loop.cell")
+# set by hydra/launcher=pack around each cell it runs (ablate/apps/pack.py, run_pack): the
+# pack's record, JSON, which environment.json keeps as its `pack`
+PACK_ENV = "ABLATE_PACK"
 
 
 # ---------------------------------------------------------------------------------------
@@ -240,8 +244,10 @@ def _open_env(cfg: DictConfig, cell: CellDir):
     """The cell's environment, described in environment.json; the code's provenance; a
     ConfigError if the configured reward does not fit the environment."""
     env = make_env(cfg.env, cfg=cfg)
+    pack = os.environ.get(PACK_ENV)
     cell.write_text("environment.json", json.dumps(
-        {**describe_env(env), "outcome_labels": outcome_labels(env)}, indent=2))
+        {**describe_env(env), "outcome_labels": outcome_labels(env),
+         **({"pack": json.loads(pack)} if pack else {})}, indent=2))
     if cell.writer:
         record_code(cell)
     try:

@@ -1,0 +1,284 @@
+"""`hydra/launcher=pack` (issue 62, docs/packs.md): a -m grid's LoRA cells grouped into
+packs of cells that could share one base model, one process per pack.
+
+    launch (the grid's process; hydra_plugins/ablate_pack_launcher/pack_launcher.py)
+      every job composed as Hydra's BasicLauncher composes it (load_sweep_config)
+        -> PackedCell (job number, overrides, config, directory)
+      make_packs: grouped by what they must share (SHARED), at most hydra.launcher.size
+        a pack -> one line per pack
+      each pack, one after another: a process of its own (python -m ablate.apps.pack_worker)
+    run_pack (the pack's process): the seam of the shared-base execution. Today each cell
+      runs whole, one after another, through hydra.core.utils.run_job and the task
+      function (ablate.apps.cli._hydra_main -> _grid_cell), exactly as a solo cell of a
+      grid runs: its own directory and rows, FAILED alone, the grid's report, complete
+      cells skipped and killed ones resumed by run_cell.
+
+A full fine-tune cell never packs (the cells of a pack differ only in their adapters):
+check_plan refuses such a grid at preflight, in one line, before any directory exists.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
+import cloudpickle   # what hydra/launcher=joblib (loky) ships jobs with
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from ablate.core.errors import ConfigError
+from ablate.loop.cell import PACK_ENV
+
+log = logging.getLogger("ablate.pack")
+TARGET = "hydra_plugins.ablate_pack_launcher.pack_launcher.PackLauncher"
+# What the cells of one pack agree on: the base model they share (its weights and
+# dtype), the shape of the LoRA adapters on it, the backends that hold base and
+# adapters, and the device. Their reward, algorithm, learning rate, seed and
+# evaluation are their own.
+SHARED = ("model.name", "model.path", "model.hf_id", "model.dtype", "learner.lora.rank",
+          "learner.lora.alpha", "learner.lora.target_modules", "sampler.name",
+          "learner.name", "run.device")
+
+
+@dataclass
+class PackedCell:
+    """One cell of a pack: what Hydra's BasicLauncher hands run_job, and where the
+    cell writes."""
+    index: int               # hydra.job.num: the job's place in the grid
+    overrides: list[str]     # the job's overrides, as the sweeper gave them
+    config: DictConfig       # load_sweep_config's result: the hydra node included
+    dir: Path                # hydra.sweep.dir / hydra.sweep.subdir
+    name: str                # hydra.job.override_dirname ("default" for none)
+
+    @property
+    def cfg(self) -> DictConfig:
+        """The cell's config as run_cell receives it (no hydra node)."""
+        return OmegaConf.masked_copy(self.config, [k for k in self.config if k != "hydra"])
+
+
+@dataclass
+class Pack:
+    """Cells that share a base model, LoRA shape, backends and device (SHARED)."""
+    id: int                  # 1-based, in the order of the grid's first job of each pack
+    of: int                  # how many packs the grid makes
+    cells: list[PackedCell]
+    shared: dict             # SHARED key -> the value every cell of the pack has
+    why: str = ""            # why its cells are not in the pack before it ("" for pack 1)
+    size: int = 8            # hydra.launcher.size
+    exact: bool = False      # hydra.launcher.exact (today: the same way as false)
+
+    def line(self) -> str:
+        s = self.shared
+        model = s["model.name"] + (f" ({s['model.path']})" if s["model.path"] else "")
+        targets = ",".join(s["learner.lora.target_modules"] or ())
+        text = (f"pack {self.id} of {self.of}: {len(self.cells)} "
+                f"cell{'s' if len(self.cells) != 1 else ''}, model={model} "
+                f"lora r{s['learner.lora.rank']} alpha {s['learner.lora.alpha']} "
+                f"[{targets}] sampler={s['sampler.name']} learner={s['learner.name']} "
+                f"device={s['run.device']}" + (" exact" if self.exact else ""))
+        return text + (f"; {self.why}" if self.why else "")
+
+    def record(self) -> dict:
+        """environment.json's `pack` (ablate/loop/cell.py): which pack ran the cell, its
+        cells' directories, what they share, and whether they shared a base model in
+        one process (not yet: each cell ran whole and alone, run_pack)."""
+        return {"id": self.id, "of": self.of, "cells": [c.dir.name for c in self.cells],
+                "size": self.size, "exact": self.exact, "shared_base": False,
+                "shared": {k: list(v) if isinstance(v, tuple) else v
+                           for k, v in self.shared.items()}}
+
+
+def check_size(size) -> None:
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ConfigError(f"hydra.launcher.size={size} is not allowed; the most cells a "
+                          "pack holds: an integer >= 1 (default 8)")
+
+
+def pack_key(cfg: DictConfig) -> tuple:
+    out = []
+    for key in SHARED:
+        value = OmegaConf.select(cfg, key)
+        if OmegaConf.is_config(value):
+            value = tuple(OmegaConf.to_container(value))
+        out.append(value)
+    return tuple(out)
+
+
+def plan_packs(cfgs: Sequence[DictConfig], size: int) -> list[tuple[list[int], str]]:
+    """The packs of a grid's cells (their configs, in job order): each pack's cell
+    indices and why it is not one with an earlier pack ("" for the first). A cell that
+    trains every weight (learner.lora.enable=false) is a ConfigError: nothing to share."""
+    check_size(size)
+    full = [i for i, c in enumerate(cfgs) if not OmegaConf.select(c, "learner.lora.enable")]
+    if full:
+        raise ConfigError(
+            f"learner.lora.enable=false is not allowed with hydra/launcher=pack ({len(full)} "
+            f"of {len(cfgs)} cells train every weight; the cells of a pack share one base "
+            "model and train only their own LoRA adapters): add learner.lora.enable=true, "
+            "or run the grid with another launcher (hydra/launcher=basic)")
+    groups: dict[tuple, list[int]] = {}
+    for i, cfg in enumerate(cfgs):
+        groups.setdefault(pack_key(cfg), []).append(i)
+    first = next(iter(groups), None)
+    packs: list[tuple[list[int], str]] = []
+    for key, members in groups.items():
+        head = len(packs) + 1
+        for start in range(0, len(members), size):
+            if not packs:
+                why = ""
+            elif start:
+                why = f"the cells of pack {head} past hydra.launcher.size={size}"
+            else:
+                why = "apart from pack 1: " + differences(first, key)
+            packs.append((members[start:start + size], why))
+    return packs
+
+
+def differences(a: tuple, b: tuple) -> str:
+    """`learner.lora.rank 16 (pack 1: 8)`, for each SHARED key where b differs from a."""
+    def show(v):
+        return ",".join(v) if isinstance(v, tuple) else str(v)
+    return ", ".join(f"{k} {show(y)} (pack 1: {show(x)})"
+                     for k, x, y in zip(SHARED, a, b) if x != y)
+
+
+def check_plan(launcher: dict | None, cfgs: Sequence[DictConfig]) -> None:
+    """Preflight (ablate.apps.cli): a -m grid under hydra/launcher=pack that cannot be
+    packed is one line (ConfigError) before any directory exists."""
+    if not launcher or launcher.get("_target_") != TARGET:
+        return
+    plan_packs(cfgs, launcher.get("size"))
+
+
+def make_packs(cells: list[PackedCell], size: int, exact: bool) -> list[Pack]:
+    plan = plan_packs([c.config for c in cells], size)
+    return [Pack(id=n, of=len(plan), cells=[cells[i] for i in members],
+                 shared=dict(zip(SHARED, pack_key(cells[members[0]].config))), why=why,
+                 size=size, exact=bool(exact))
+            for n, (members, why) in enumerate(plan, 1)]
+
+
+# ---------------------------------------------------------------------------------------
+# the launcher (the grid's process)
+# ---------------------------------------------------------------------------------------
+def launch(launcher, job_overrides: Sequence[Sequence[str]],
+           initial_job_idx: int) -> list[JobReturn]:
+    """PackLauncher.launch: compose every job, plan and name the packs, then run each
+    pack in a process of its own, one pack after another. A pack whose process died
+    does not stop the others; then one line and exit status 1, which
+    ablate.apps.cli.run_grid answers as it answers a dead joblib worker: the cells that
+    had started are FAILED, and the grid is launched again for the rest."""
+    setup_globals()
+    config = launcher.config
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    cells = [compose_cell(launcher, initial_job_idx + i, overrides, sweep_dir)
+             for i, overrides in enumerate(job_overrides)]
+    packs = make_packs(cells, launcher.size, launcher.exact)
+    for pack in packs:
+        log.info(pack.line())
+    returns: dict[int, JobReturn] = {}
+    died = []
+    for pack in packs:
+        got, code = run_in_process(launcher, pack, sweep_dir)
+        if got is None:
+            died.append(f"pack {pack.id} ({exit_text(code)})")
+            continue
+        returns.update((c.index, r) for c, r in zip(pack.cells, got))
+    if died:
+        log.error("the process of %s ended before its cells did (the OOM killer?); "
+                  "re-run the same command to resume them", ", ".join(died))
+        raise SystemExit(1)
+    return [returns[c.index] for c in cells]
+
+
+def exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def compose_cell(launcher, idx: int, overrides: Sequence[str], sweep_dir: Path) -> PackedCell:
+    """The job's config as Hydra's BasicLauncher composes it (hydra/_internal/
+    core_plugins/basic_launcher.py), its sweep directory fixed (a `${now:}` resolves
+    once, here) and the cell's directory resolved as run_job resolves it."""
+    config = launcher.hydra_context.config_loader.load_sweep_config(launcher.config,
+                                                                    list(overrides))
+    with open_dict(config):
+        config.hydra.job.id = idx
+        config.hydra.job.num = idx
+        config.hydra.sweep.dir = str(sweep_dir)
+    hc = HydraConfig.instance()
+    before = hc.cfg
+    try:
+        hc.set_config(config)   # `${hydra:job.override_dirname}` reads it
+        subdir = str(OmegaConf.select(config, "hydra.sweep.subdir"))
+        name = str(config.hydra.job.override_dirname or "default")
+    finally:
+        hc.cfg = before
+    return PackedCell(index=idx, overrides=list(overrides), config=config,
+                      dir=sweep_dir / subdir, name=name)
+
+
+def run_in_process(launcher, pack: Pack, sweep_dir: Path) -> tuple[list | None, int]:
+    """(the pack's JobReturns, 0), or (None, exit code) when its process died. The job
+    goes to the process as hydra/launcher=joblib ships one (cloudpickle: the Hydra
+    context, the task function and Hydra's singletons)."""
+    base = sweep_dir / f".pack-{os.getpid()}-{pack.id}"
+    job, out = base.with_suffix(".job"), base.with_suffix(".out")
+    job.write_bytes(cloudpickle.dumps({
+        "hydra_context": launcher.hydra_context, "task_function": launcher.task_function,
+        "singletons": Singleton.get_state(), "pack": pack,
+        "logging": (launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)}))
+    try:
+        code = subprocess.run([sys.executable, "-m", "ablate.apps.pack_worker", str(job),
+                               str(out)]).returncode
+        if code != 0 or not out.exists():
+            return None, code or 1
+        return cloudpickle.loads(out.read_bytes()), 0
+    finally:
+        job.unlink(missing_ok=True)
+        out.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------
+# the pack's process
+# ---------------------------------------------------------------------------------------
+def run_pack(pack: Pack, run_alone: Callable[[PackedCell], JobReturn]) -> list[JobReturn]:
+    """Every cell of the pack, in its order; one JobReturn each. The seam of issue 62's
+    shared base: today each cell runs whole and alone (run_alone), one after another,
+    with hydra.launcher.exact true or false; the shared-base version interleaves the
+    cells step by step here, each still writing its own directory and rows, a failing
+    one ending FAILED alone. environment.json records the pack (PACK_ENV)."""
+    out = []
+    for cell in pack.cells:
+        os.environ[PACK_ENV] = json.dumps(pack.record())
+        try:
+            out.append(run_alone(cell))
+        finally:
+            os.environ.pop(PACK_ENV, None)
+    return out
+
+
+def job_runner(hydra_context, task_function, logging_cfg) -> Callable[[PackedCell], JobReturn]:
+    """run_alone: one cell through Hydra's run_job and the task function, as Hydra's
+    BasicLauncher runs each job (its .hydra/ files, its log, its JobReturn)."""
+    def run_alone(cell: PackedCell) -> JobReturn:
+        ret = run_job(hydra_context=hydra_context, task_function=task_function,
+                      config=cell.config, job_dir_key="hydra.sweep.dir",
+                      job_subdir_key="hydra.sweep.subdir")
+        configure_log(*logging_cfg)
+        return ret
+    return run_alone

@@ -1,0 +1,54 @@
+"""`hydra/launcher=pack`: a -m grid's cells packed by what they can share (base model,
+LoRA shape, sampler and learner backends, device), one process per pack (docs/packs.md,
+issue 62). Hydra instantiates only launcher classes defined under `hydra_plugins`
+(hydra/core/plugins.py, `is_in_toplevel_plugins_module`), so the class lives here and
+the work in ablate.apps.pack. No `from __future__ import annotations`: Hydra's plugin
+scan runs this module before it is in sys.modules, where dataclasses looks up string
+annotations (hydra/core/plugins.py, `_scan_all_plugins`)."""
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobReturn
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+TARGET = "hydra_plugins.ablate_pack_launcher.pack_launcher.PackLauncher"
+
+
+@dataclass
+class PackLauncherConf:
+    _target_: str = TARGET
+    # cells per pack at most (a grid of more cells that agree makes several packs)
+    size: int = 8
+    # rollouts and updates batched per cell (for checking); today every pack runs its
+    # cells one after another, whole, so both values run the same way (docs/packs.md)
+    exact: bool = False
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="pack", node=PackLauncherConf,
+                             provider="ablate")
+
+
+class PackLauncher(Launcher):
+    def __init__(self, size: int = 8, exact: bool = False) -> None:
+        super().__init__()
+        self.size, self.exact = size, exact
+        self.config: Optional[DictConfig] = None
+        self.task_function: Optional[TaskFunction] = None
+        self.hydra_context: Optional[HydraContext] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
+              config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]],
+               initial_job_idx: int) -> Sequence[JobReturn]:
+        # local: Hydra imports every hydra_plugins module at the start of any Hydra app
+        # (plugin discovery); ablate (torch, transformers) loads only when a pack launches
+        from ablate.apps.pack import launch
+        return launch(self, job_overrides, initial_job_idx)
