@@ -7,16 +7,20 @@ before any work (docs/gpu.md, "Memory plan").
                        device_bytes=80e9)
     print(plan.table()); plan.refusal()   # None, or the one-line reason and what to change
 
-Two phases share the device: the rollout (the learner's resident state beside the
-sampler's memory) and the update (the resident state plus activations and logits; an
-in-process vLLM sleeps through it when sampler.sleep_during_update). The peak of the two
-is compared with the device's memory: run.device_memory_gb (a planning override, GB =
-1e9 bytes; enforced on any device, and on run.device=cuda where no GPU is visible the
-plan is made and its verdict named in the refusal of the missing device: without_gpu),
-else the CUDA device's total memory, else (run.device=cpu) the host's RAM, where the
-plan is only reported, never a refusal (a CPU cell swaps or is killed; it does not
-corrupt anything, and the tiny CPU cells are far from any limit). config.json alone
-sizes the plan (model_dir).
+Three phases share the device: the rollout (the learner's resident state beside the
+sampler's memory), the update (the resident state plus activations, logits and the
+gradients' buffers; an in-process vLLM sleeps through it when
+sampler.sleep_during_update) and the optimizer step (its temporaries). The peak of the
+three is compared with the device's memory: run.device_memory_gb (a planning override,
+GB = 1e9 bytes; enforced on any device, and on run.device=cuda where no GPU is visible
+the plan is made and its verdict named in the refusal of the missing device:
+without_gpu), else the CUDA device's total memory, else (run.device=cpu) the host's RAM,
+where the plan is only reported, never a refusal (a CPU cell swaps or is killed; it does
+not corrupt anything, and the tiny CPU cells are far from any limit). config.json alone
+sizes the plan (model_dir). Beside the peak (allocated) the plan gives what torch's
+caching allocator reserves (MemoryPlan.reserved) and the host RAM of offload and of the
+engine's host copies (MemoryPlan.host), the latter refused where the cell runs here.
+Checked against measured GPU runs: benchmarks/results/memory_measured.json.
 
 This module composes the terms and gives the verdict; the terms are declared by their
 owners where they register (ablate.core.registry.Declaration.memory): the learner
@@ -44,6 +48,7 @@ from ablate.models.tiny import tiny_path
 __all__ = ["GB", "MemoryPlan", "Shape", "Term", "memory_plan", "shape_of", "shape_of_dir"]
 WARN_FRACTION = 0.9   # a plan above 90% of the device leaves little for fragmentation
 OVERRIDE = "run.device_memory_gb"   # the device memory a user states (GB = 1e9 bytes)
+PHASES = ("rollout", "update", "step")   # on the device, each beside the resident terms
 
 
 @dataclass
@@ -57,17 +62,40 @@ class MemoryPlan:
     trainable: int
     problems: list[str] = field(default_factory=list)   # refusals beyond the total
     suggestions: list[str] = field(default_factory=list)
+    host_bytes: float = 0.0          # this machine's RAM (0: not planned)
+    host_enforced: bool = False      # planned on the machine that runs the cell
+    local_ranks: int = 1             # ranks sharing this machine's RAM
 
     def phase_total(self, phase: str) -> float:
         return sum(t.bytes for t in self.terms if t.phase in ("resident", phase))
 
+    def _sum(self, *phases: str) -> float:
+        return sum(t.bytes for t in self.terms if t.phase in phases)
+
     @property
     def peak_phase(self) -> str:
-        return max(("rollout", "update"), key=self.phase_total)
+        return max(PHASES, key=self.phase_total)
 
     @property
     def peak(self) -> float:
         return self.phase_total(self.peak_phase)
+
+    @property
+    def reserved(self) -> float:
+        """What torch's caching allocator holds at its high-water mark: the update's,
+        the step's and the slack's blocks each in segments of their own (the step's
+        sub-group buffers are larger than any block the update freed; measured: the
+        H200 full fine-tune row reserved 19.2 GiB above its allocated peak,
+        benchmarks/results/memory_measured.json); the rollout's memory is returned before
+        the update (vLLM sleeps in its own pool; the cached blocks are emptied before it
+        wakes, ablate/samplers/vllm.py)."""
+        learner = self._sum("resident", "update", "step", "slack")
+        return max(self.phase_total("rollout"), learner)
+
+    @property
+    def host(self) -> float:
+        """Host RAM of this machine's ranks (offload, the engine's host copies)."""
+        return self._sum("host") * self.local_ranks
 
     @property
     def fits(self) -> bool:
@@ -83,11 +111,23 @@ class MemoryPlan:
         on = [t for t in self.terms if t.phase in ("resident", self.peak_phase) and t.bytes]
         return sorted(on, key=lambda t: -t.bytes)[:n]
 
+    def host_line(self) -> Optional[str]:
+        """One line when the host terms exceed this machine's RAM, else None."""
+        if self.device == "cpu" or not self.host_bytes or self.host <= self.host_bytes:
+            return None
+        big = ", ".join(f"{t.name} {t.bytes / GB:.1f}" for t in sorted(
+            (t for t in self.terms if t.phase == "host" and t.bytes), key=lambda t: -t.bytes))
+        return (f"host RAM: {self.host / GB:.1f} GB for {self.local_ranks} rank(s) here > "
+                f"{self.host_bytes / GB:.1f} GB of this machine ({big} GB per rank); "
+                "more ranks partition the offloaded state, or drop offload (learner."
+                "ds_overrides) where the GPUs hold it")
+
     def refusal(self) -> Optional[str]:
         """None when the cell fits (or on CPU); else one line: total, biggest terms, what
-        to change."""
+        to change; host RAM short on the machine that runs it is refused too."""
+        host = self.host_line() if self.host_enforced else None
         if self.fits or not self.enforced:
-            return None
+            return f"memory plan: {host}" if host else None
         big = ", ".join(f"{t.name} {t.bytes / GB:.1f}" for t in self.biggest())
         why = "; ".join(self.problems) + "; " if self.problems else ""
         fix = ("fits with: " + "; ".join(self.suggestions) if self.suggestions else
@@ -95,9 +135,11 @@ class MemoryPlan:
                "ranks, a lower learner.micro_batch_tokens, sampler=vllm_server")
         cpu = ("; or drop run.device_memory_gb (on CPU a plan against host RAM is only "
                "reported)" if self.device == "cpu" else "")
+        over = ">" if self.peak > self.device_bytes else "within"
         return (f"memory plan: {why}{self.peak / GB:.1f} GB per device at the "
-                f"{self.peak_phase} > {self.device_bytes / GB:.1f} GB on {self.device} "
-                f"({self.device_source}); biggest: {big} GB; {fix}{cpu}")
+                f"{self.peak_phase} {over} {self.device_bytes / GB:.1f} GB on {self.device} "
+                f"({self.device_source}); biggest: {big} GB; {fix}{cpu}"
+                + (f"; {host}" if host else ""))
 
     def table(self) -> str:
         s = self.shape
@@ -109,12 +151,20 @@ class MemoryPlan:
         tight = self.peak > WARN_FRACTION * self.device_bytes
         verdict = ("fits, tight" if tight else "fits") if self.fits else ("exceeds (CPU: reported only)"
                                             if not self.enforced else "DOES NOT FIT")
-        tail = (f"  peak ({self.peak_phase}) {self.peak / GB:.1f} GB of "
-                f"{self.device_bytes / GB:.1f} GB: {verdict}")
-        return "\n".join([head, *rows, tail])
+        flush = (" (above the device: the allocator will free its cache and retry, "
+                 "slower steps)" if self.reserved > self.device_bytes else "")
+        tail = [f"  peak ({self.peak_phase}) {self.peak / GB:.1f} GB of "
+                f"{self.device_bytes / GB:.1f} GB: {verdict}",
+                f"  reserved by torch's allocator ~{self.reserved / GB:.1f} GB{flush}"]
+        if self.host:
+            tail.append(f"  host RAM {self.host / GB:.1f} GB for {self.local_ranks} rank(s)"
+                        f" of {self.host_bytes / GB:.1f} GB"
+                        + ("" if self.host <= self.host_bytes else ": SHORT"))
+        return "\n".join([head, *rows, *tail])
 
     def as_dict(self) -> dict:
         return {"peak_gb": self.peak / GB, "peak_phase": self.peak_phase,
+                "reserved_gb": self.reserved / GB, "host_gb": self.host / GB,
                 "device_gb": self.device_bytes / GB, "fits": self.fits,
                 "params": self.shape.params, "trainable": self.trainable,
                 "terms": {t.name: t.bytes / GB for t in self.terms}}
@@ -175,19 +225,35 @@ def device_memory(cfg) -> tuple[str, float, str]:
 
 
 def plan_for(cfg, shape: Shape, world: int, device: str, device_bytes: float,
-             source: str) -> MemoryPlan:
-    terms, problems = declared_terms(cfg, shape, PlanContext(world, device_bytes))
+             source: str, prompt_tokens: int = 0) -> MemoryPlan:
+    ctx = PlanContext(world, device_bytes, local_ranks(world), int(prompt_tokens))
+    terms, problems = declared_terms(cfg, shape, ctx)
     terms = [t for t in terms if t.phase != "checkpoint"]   # on disk: checkpoint_terms
     lo = cfg.learner.lora
     trained = shape.lora_params(int(lo.rank), lo.target_modules) if lo.enable else shape.params
-    return MemoryPlan(shape, terms, device, device_bytes, source, world, trained, problems)
+    return MemoryPlan(shape, terms, device, device_bytes, source, world, trained, problems,
+                      local_ranks=ctx.local_ranks)
+
+
+def local_ranks(world: int) -> int:
+    """Ranks on this machine: the launcher's LOCAL_WORLD_SIZE, else all (one machine)."""
+    return max(1, min(world, int(os.environ.get("LOCAL_WORLD_SIZE") or world)))
+
+
+def host_memory() -> float:
+    """This machine's RAM (bytes)."""
+    return float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
 def memory_plan(cfg: DictConfig, *, model_config=None, world_size: Optional[int] = None,
-                device_bytes: Optional[float] = None, suggest: bool = True
+                device_bytes: Optional[float] = None, suggest: bool = True,
+                prompt_tokens: int = 0, host_bytes: Optional[float] = None
                 ) -> Optional[MemoryPlan]:
     """The plan of `cfg` (None for a model-less policy: model=scripted); with `suggest`,
-    a refused plan lists the single changes that would fit."""
+    a refused plan lists the single changes that would fit. `prompt_tokens`: the prompt
+    before the question (preflight counts it), for the KV cache's context; `host_bytes`:
+    the RAM to plan offload against (default this machine's; a refusal only where the
+    cell runs here, on its visible GPU, else a warning)."""
     shape = _shape(cfg, model_config)
     if shape is None:
         return None
@@ -195,9 +261,12 @@ def memory_plan(cfg: DictConfig, *, model_config=None, world_size: Optional[int]
     device, have, source = device_memory(cfg)
     if device_bytes is not None:
         have, source = float(device_bytes), "given"
-    plan = plan_for(cfg, shape, world, device, have, source)
+    plan = plan_for(cfg, shape, world, device, have, source, prompt_tokens)
+    plan.host_bytes = host_memory() if host_bytes is None else float(host_bytes)
+    plan.host_enforced = source.startswith("cuda:")     # the GPU is here: so is its host
     if suggest and not plan.fits and plan.enforced:
-        plan.suggestions = suggestions(cfg, shape, world, device, have, source)
+        plan.suggestions = suggestions(cfg, shape, world, device, have, source,
+                                       prompt_tokens)
     return plan
 
 
@@ -245,13 +314,13 @@ def without_gpu(cfg) -> str:
     return f"{head}, so the cell was only planned: {verdict}"
 
 
-def suggestions(cfg, shape, world, device, have, source) -> list[str]:
+def suggestions(cfg, shape, world, device, have, source, prompt=0) -> list[str]:
     """Single changes that make the plan fit, each with its peak; if none does, the
     first cumulative combination of them that fits."""
     steps = _changes(cfg, world)
     fitting = []
     for label, updates, w in steps:
-        p = plan_for(_apply(cfg, updates), shape, w, device, have, source)
+        p = plan_for(_apply(cfg, updates), shape, w, device, have, source, prompt)
         if p.fits:
             fitting.append(f"{label} ({p.peak / GB:.1f} GB)")
     if fitting:
@@ -260,7 +329,7 @@ def suggestions(cfg, shape, world, device, have, source) -> list[str]:
     for label, updates, step_world in steps:   # the same changes one on top of the other
         c, w = _apply(c, updates), step_world if step_world != world else w
         labels.append(label)
-        p = plan_for(c, shape, w, device, have, source)
+        p = plan_for(c, shape, w, device, have, source, prompt)
         if p.fits:
             return [" + ".join(labels) + f" ({p.peak / GB:.1f} GB)"]
     return []

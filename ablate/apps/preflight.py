@@ -36,11 +36,12 @@ from ablate.agents.skills import SkillWorld
 from ablate.algos.registry import ALGORITHMS
 from ablate.learners import LEARNERS
 from ablate.samplers import SAMPLERS
+from ablate.samplers.config import devices_problem
 from ablate.harness.masking import mask_context
 from ablate.loop.scoring import eval_subset
 from ablate.loop.config import ConfigError, validate
 from ablate.loop.outputs import JSONL_FILES, OutputFileError, read_jsonl
-from ablate.models.budget import check_weights, question_budget
+from ablate.models.budget import TEMPLATE_SLACK_TOKENS, check_weights, question_budget
 from ablate.protocol.rubric import weights_of
 from ablate.rewards import REWARDS
 
@@ -65,22 +66,26 @@ def preflight(cfg: DictConfig, *, data: bool = True) -> None:
     check_device(cfg)
     check_writable(cfg)
     model_dir = check_weights(cfg)
+    prompt = 0
     with env_errors(cfg):
         check_class(env_class(cfg.env), cfg.env.name)
         if model_dir is not None:
             text = protocol(cfg.env.name, "prompt_text",
                             lambda: env_class(cfg.env).prompt_text(cfg.env))
-            question_budget(cfg, model_dir, text)
+            budget = question_budget(cfg, model_dir, text)
+            prompt = budget.count(text) + TEMPLATE_SLACK_TOKENS if budget else 0
         if data:
             check_env(cfg)
     if model_dir is not None:
-        check_memory(cfg)
+        check_memory(cfg, prompt_tokens=prompt)
 
 
-def check_memory(cfg: DictConfig):
+def check_memory(cfg: DictConfig, prompt_tokens: int = 0):
     """The memory plan of the cell, printed as a table (unless run.quiet); a plan that
-    cannot fit on its GPU is one ConfigError line (on CPU it is only reported)."""
-    plan = memory_plan(cfg)
+    cannot fit on its GPU, or whose offload does not fit this machine's RAM, is one
+    ConfigError line (on CPU it is only reported; host RAM planned for another machine
+    is a warning). `prompt_tokens`: the system prompt and tools, for the KV cache."""
+    plan = memory_plan(cfg, prompt_tokens=prompt_tokens)
     if plan is None:
         return None
     if not cfg.run.quiet:
@@ -88,6 +93,10 @@ def check_memory(cfg: DictConfig):
     why = plan.refusal()
     if why:
         raise ConfigError(why)
+    host = plan.host_line()
+    if host:
+        log.warning("memory plan: %s (planned for %s, not refused here)", host,
+                    plan.device_source)
     if plan.peak > plan.device_bytes:
         log.warning("memory plan: %.1f GB peak > %.1f GB of %s (%s): reported, not refused "
                     "on CPU", plan.peak / 1e9, plan.device_bytes / 1e9, plan.device,
@@ -302,6 +311,9 @@ def check_device(cfg: DictConfig) -> None:
         return
     if not torch.cuda.is_available():
         raise ConfigError(without_gpu(cfg))   # with run.device_memory_gb: planned first
+    problem = devices_problem(cfg.sampler, torch.cuda.device_count())
+    if problem:
+        raise ConfigError(problem)
     if "bfloat16" in (cfg.model.dtype, cfg.learner.dtype) and not torch.cuda.is_bf16_supported():
         raise ConfigError(f"model.dtype={cfg.model.dtype!r} / learner.dtype="
                           f"{cfg.learner.dtype!r}: this GPU has no bfloat16; use float32")

@@ -2,7 +2,12 @@
 Shape, a Term of bytes in a phase, and the context a term is computed in. The terms
 themselves are declared by their owners where they register (the learner backends in
 ablate/learners/memory.py, the sampler backends in ablate/samplers/memory.py, the
-algorithms that load a model in ablate/algos/memory.py)."""
+algorithms that load a model in ablate/algos/memory.py).
+
+Phases (Term.phase): `resident` (held throughout), `rollout`, `update` (forward and
+backward), `step` (the optimizer step, after the backward's buffers are freed), `slack`
+(blocks the caching allocator keeps reserved, never allocated beside the peak: counted in
+the plan's reserved figure only), `host` (host RAM, per rank) and `checkpoint` (on disk)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,11 +39,18 @@ class Shape:
     largest_layer: int               # parameters of the largest decoder layer
     largest_other: int               # parameters of the largest non-layer module
     linears: tuple                   # (leaf name, in_features, out_features) per Linear
+    largest_param: int = 0           # elements of the largest parameter tensor
+    context: int = 0                 # config.json max_position_embeddings (0: unknown)
 
     def lora_params(self, rank: int, targets) -> int:
         """LoRA adapters: r·(in + out) per targeted Linear (Hu et al. 2021, §4.1)."""
         t = set(targets)
         return sum(rank * (i + o) for name, i, o in self.linears if name in t)
+
+    def largest_lora_param(self, rank: int, targets) -> int:
+        """The largest adapter matrix: r x max(in, out) over the targeted Linears."""
+        t = set(targets)
+        return max((rank * max(i, o) for name, i, o in self.linears if name in t), default=0)
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         """2 (K and V) x layers x kv_heads x head_dim x bytes (the KV cache per token)."""
@@ -58,6 +70,8 @@ class PlanContext:
     """What a term may depend on beside the config and the shape."""
     world: int                       # ranks of the cell
     device_bytes: float              # the learner device's memory
+    local_ranks: int = 1             # ranks on this machine (they share its host RAM)
+    prompt_tokens: int = 0           # the rendered prompt before the question (0: unknown)
 
 
 def sel(cfg, key: str, default=None):

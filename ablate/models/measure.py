@@ -29,7 +29,9 @@ def shape_of(config) -> Shape:
                  head_dim=int(head_dim), vocab=int(tc.vocab_size),
                  largest_layer=max((sum(p.numel() for p in m.parameters()) for m in layers),
                                    default=0),
-                 largest_other=max(others, default=0), linears=linears)
+                 largest_other=max(others, default=0), linears=linears,
+                 largest_param=max((p.numel() for p in model.parameters()), default=0),
+                 context=int(getattr(tc, "max_position_embeddings", None) or 0))
 
 
 def _decoder_layers(model) -> list:

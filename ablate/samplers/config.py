@@ -118,3 +118,26 @@ def server_problem(sc) -> str | None:
             return (f"sampler.devices={list(sc.devices)!r}: give one CUDA_VISIBLE_DEVICES value "
                     f"per server (sampler.num_servers={sc.num_servers}) or none")
     return None
+
+
+def devices_problem(sc, visible: int) -> str | None:
+    """An engine's tensor parallelism against the CUDA devices visible here (preflight,
+    run.device=cuda): the one-line reason naming the key, or None. Servers given by
+    sampler.urls run elsewhere; servers started here take sampler.devices (one
+    CUDA_VISIBLE_DEVICES value each, as many ids as the parallelism) or the visible GPUs."""
+    tp = sc.get("tensor_parallel_size")
+    if tp is None or sc.get("urls"):
+        return None
+    devices = list(sc.get("devices") or [])
+    short = [d for d in devices if len(str(d).split(",")) < tp]
+    if short:
+        return (f"sampler.tensor_parallel_size={tp} is not allowed: sampler.devices entry "
+                f"{short[0]!r} names fewer than {tp} GPUs; give each server {tp} device "
+                "ids or lower sampler.tensor_parallel_size")
+    if devices or tp <= visible:
+        return None
+    fix = ("use sampler.tensor_parallel_size=1" if visible <= 1 else
+           f"use sampler.tensor_parallel_size<={visible}")
+    return (f"sampler.tensor_parallel_size={tp} is not allowed: {visible} CUDA device(s) "
+            f"visible here; {fix}, or run where {tp} GPUs are visible "
+            "(CUDA_VISIBLE_DEVICES, the launcher's GPUs per node)")

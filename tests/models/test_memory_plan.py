@@ -56,7 +56,9 @@ def test_full_fine_tune_beside_vllm_is_refused_in_one_line(dirs):
     terms = {t.name: t.bytes for t in plan.terms}
     assert terms["parameters"] == 2 * p and terms["gradients"] == 4 * p
     assert terms["optimizer"] == 12 * p and terms["vllm share"] == 40 * GB
-    assert plan.phase_total("rollout") == pytest.approx(18 * p + 40 * GB)
+    # + ZeRO-3's gradient bucket: reduce_bucket_size 5e8 x 2 B (deepspeed's default)
+    assert terms["gradient bucket"] == 5e8 * 2
+    assert plan.phase_total("rollout") == pytest.approx(18 * p + 1e9 + 40 * GB)
     line = plan.refusal()
     assert line is not None and "\n" not in line
     assert f"{plan.peak / GB:.1f} GB" in line and "optimizer 48.3" in line
@@ -193,3 +195,92 @@ def test_every_paper_cell_gets_a_verdict(dirs):
     assert verdicts["qwen3_4b_shaped_lora"] is None
     # the 30B preset offloads optimizer and parameters (conf/paper_cell): it fits
     assert verdicts["qwen3_30b_a3b_outcome"] is None, verdicts["qwen3_30b_a3b_outcome"]
+
+
+def test_kv_cache_is_sized_by_context_not_by_the_generated_budget(dirs):
+    """issue 61 item 3: an episode holds its prompt, tool results and generated tokens;
+    HF's KV cache is every live episode at that context (capped by the model's), not
+    episodes x harness.max_tokens_per_episode."""
+    per_token = 2 * 36 * 8 * 128 * 2
+    cfg = gpu_cell(dirs, "sampler=hf", "learner.micro_batch_tokens=4096")
+    kv = lambda plan: {t.name: t.bytes for t in plan.terms}["kv cache"]  # noqa: E731
+    plan = memory_plan(cfg, world_size=4, device_bytes=1e15, prompt_tokens=700)
+    assert kv(plan) == 64 * (700 + 4096) * per_token       # main: 64 x 4096 x per_token
+    with open_dict(cfg):
+        cfg.harness.max_tokens_per_episode = 60000   # beyond the config's 32,768 positions
+    plan = memory_plan(cfg, world_size=4, device_bytes=1e15, prompt_tokens=700)
+    assert kv(plan) == 64 * 32768 * per_token
+
+
+def test_a_max_model_len_whose_kv_does_not_fit_is_refused(dirs, tmp_path):
+    """vLLM refuses to start when one sequence of max_model_len does not fit beside its
+    weights (Qwen3-4B-Instruct-2507 declares 262,144 positions: 38.7 GB of KV against
+    40 - 8 GB at utilization 0.5 on 80 GB); the plan says so first, in one line."""
+    transformers.Qwen3Config(**QWEN3_4B, max_position_embeddings=262144).save_pretrained(
+        tmp_path / "q4b_2507")
+    cfg = gpu_cell(dirs, f"model.path={tmp_path / 'q4b_2507'}", "learner.lora.enable=true",
+                   "learner.micro_batch_tokens=8192")
+    line = memory_plan(cfg, device_bytes=80 * GB).refusal()
+    assert line is not None and "\n" not in line
+    assert ("sampler.max_model_len=262144 (null: the model's own): one sequence's KV cache "
+            "is 38.7 GB > the 32.0 GB vLLM has beside its weights") in line
+    assert "set sampler.max_model_len<=216709 or raise sampler.gpu_memory_utilization" in line
+    assert "49.2 GB per device at the rollout within 80.0 GB" in line
+    with open_dict(cfg):
+        cfg.sampler.max_model_len = 32768                  # the paper preset's
+    assert memory_plan(cfg, device_bytes=80 * GB).refusal() is None
+
+
+def test_the_step_phase_and_the_reserved_figure(dirs):
+    """The optimizer step's temporaries (ZeRO-3: a 1e9-element sub-group's flat fp32
+    gradients + AdamW's sqrt(v), 8 B each) are a phase of their own, and the allocator's
+    reserved figure holds the update's, the step's and the slack's blocks."""
+    cfg = gpu_cell(dirs, "sampler=vllm_server", "learner.micro_batch_tokens=4096",
+                   "learner.activation_checkpointing=true")
+    plan = memory_plan(cfg, world_size=1, device_bytes=1e15)
+    terms = {t.name: t for t in plan.terms}
+    assert terms["optimizer step"].bytes == 8e9 and terms["optimizer step"].phase == "step"
+    assert plan.peak_phase == "step"
+    assert plan.reserved == pytest.approx(
+        sum(t.bytes for t in plan.terms if t.phase in ("resident", "update", "step", "slack")))
+    assert plan.reserved - plan.peak == pytest.approx(
+        sum(t.bytes for t in plan.terms if t.phase in ("update", "slack")))
+    assert "reserved by torch's allocator ~" in plan.table()
+    torch_plan = memory_plan(gpu_cell(dirs, "sampler=vllm_server", "learner=torch",
+                                      "learner.micro_batch_tokens=4096"), device_bytes=1e15)
+    step = {t.name: t.bytes for t in torch_plan.terms}["optimizer step"]
+    assert step == 4 * torch_plan.shape.params                 # foreach AdamW's sqrt(v)
+
+
+def test_offload_is_planned_against_host_ram(dirs):
+    """The 30B preset's offload (optimizer: fp32 master + moments + grads, 16 B; params:
+    2 B) and its engine's host copy (a full-weight push: the state + its /dev/shm file)
+    against this machine's RAM: refused where the GPU is here, a warning line otherwise."""
+    cfg = compose_config(["+experiment=enronhop_paper", "+paper_cell=qwen3_30b_a3b_outcome",
+                          *PAPER_DATA, "run.device=cuda", f"model.path={dirs['qwen3_30b_a3b']}"])
+    plan = memory_plan(cfg, device_bytes=80 * GB, host_bytes=512 * GB)
+    host = {t.name: t.bytes for t in plan.terms if t.phase == "host"}
+    p = plan.shape.params
+    assert host == {"host optimizer": 16 * p, "host parameters": 2 * p, "vllm host": 4 * p}
+    assert plan.host == 22 * p and plan.host / GB == pytest.approx(671, abs=1)
+    line = plan.host_line()
+    assert line.startswith("host RAM: 671.") and "> 512.0 GB of this machine" in line
+    assert plan.refusal() is None                  # planned for another machine: warned
+    plan.host_enforced = True                      # on the machine that runs it: refused
+    assert plan.refusal() == f"memory plan: {line}"
+    assert memory_plan(cfg, device_bytes=80 * GB, host_bytes=1e12).host_line() is None
+
+
+def test_tensor_parallel_size_is_checked_against_the_visible_gpus(dirs, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    cfg = gpu_cell(dirs, "sampler.tensor_parallel_size=2")
+    with pytest.raises(ConfigError) as err:
+        check_device(cfg)                          # main: no check, vLLM fails later
+    assert str(err.value) == (
+        "sampler.tensor_parallel_size=2 is not allowed: 1 CUDA device(s) visible here; "
+        "use sampler.tensor_parallel_size=1, or run where 2 GPUs are visible "
+        "(CUDA_VISIBLE_DEVICES, the launcher's GPUs per node)")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    check_device(cfg)
