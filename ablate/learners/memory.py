@@ -13,9 +13,10 @@ from ablate.core.plan import (ACT_BYTES_PER_TOKEN_LAYER, CKPT_BYTES_PER_TOKEN_LA
 from ablate.learners.batching import LOGPROB_CHUNK
 from ablate.learners.config import offloaded as _offloaded
 
-# DeepSpeed's ZeRO defaults (deepspeed/runtime/zero/config.py, deepspeed 0.19.8):
-REDUCE_BUCKET_SIZE = 500_000_000    # reduce_bucket_size: elements of the gradient bucket
-SUB_GROUP_SIZE = 1_000_000_000      # sub_group_size: elements the ZeRO-3 optimizer steps at once
+# deepspeed/runtime/zero/config.py (deepspeed 0.19.8) reduce_bucket_size default 5e8
+REDUCE_BUCKET_SIZE = 500_000_000    # elements of ZeRO's gradient bucket
+# deepspeed/runtime/zero/config.py (deepspeed 0.19.8) sub_group_size default 1e9
+SUB_GROUP_SIZE = 1_000_000_000      # elements the ZeRO-3 optimizer steps at once
 
 
 def trained_params(cfg, shape: Shape) -> int:

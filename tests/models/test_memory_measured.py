@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "benchmarks/results/memory_measured.json"
 GIB = 2 ** 30
-TOLERANCE = 0.15
+TOLERANCE = 0.15   # issue 61 item 3: plan and measurement within 15%
 # benchmarks/results/gpu_h200_2026-12-04/gpu.txt: NVIDIA H200, 143771 MiB
 H200_BYTES = 143771 * 2 ** 20
 # benchmarks/bench_learner_gpu.py build_learner: the learner settings of every row
