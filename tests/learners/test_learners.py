@@ -391,3 +391,46 @@ def test_dist_env_is_not_inherited_from_a_training_parent(monkeypatch):
     monkeypatch.setenv("MASTER_PORT", "29501")
     ensure_dist_env()                                   # a launcher's: kept
     assert os.environ["MASTER_PORT"] == "29501"
+
+
+@pytest.mark.parametrize("name", ["torch", "deepspeed"])
+def test_the_exported_adapter_in_a_sampler_gives_the_learners_logprobs(weights_dir, tmp_path,
+                                                                     name):
+    """Adapter-native sync: after two updates the adapter alone (gathered from ZeRO-3 too)
+    loaded unmerged into a sampler over the untouched base gives the learner's logprobs."""
+    from ablate.samplers.hf import HFSampler
+    segs, adv = make_batch()
+    lrn = learner(weights_dir, tmp_path, name, lora=True, micro_batch_tokens=128)
+    for _ in range(2):
+        lrn.update(segs, adv, clipped_token_mean)
+    adapter = lrn.export_adapter()
+    assert adapter.nbytes == sum(p.numel() * p.element_size() for n, p in
+                                 lrn._gathered_trained().items())
+    sampler = HFSampler(load(weights_dir), tokenizer=type("T", (), {"pad_token_id": 0,
+                                                                     "eos_token_id": 1})())
+    sampler.load_adapter(adapter)
+    for seg, lp in zip(segs, lrn.logprobs(segs)):
+        torch.testing.assert_close(hf_logprobs(sampler.model, seg, 1.0), lp, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["torch", "deepspeed"])
+def test_an_untied_head_reaches_the_sampler_after_an_update(tmp_path, name):
+    """An untied model (lm_head its own tensor, as Qwen3-30B-A3B): after an update and a
+    push the HF sampler's head equals the learner's, and it moved."""
+    from ablate.samplers.hf import HFSampler
+    config = tiny_config()
+    config.tie_word_embeddings = False
+    torch.manual_seed(7)
+    d = tmp_path / "untied"
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(d)
+    segs, adv = make_batch()
+    lrn = learner(str(d), tmp_path, name, micro_batch_tokens=128)
+    sampler = HFSampler(load(str(d)), tokenizer=type("T", (), {"pad_token_id": 0,
+                                                                "eos_token_id": 1})())
+    before = sampler.model.lm_head.weight.detach().clone()
+    lrn.update(segs, adv, clipped_token_mean)
+    state = lrn.export_state_dict()
+    sampler.load_weights(state)
+    assert torch.equal(sampler.model.lm_head.weight, state["lm_head.weight"])
+    assert float((sampler.model.lm_head.weight - before).abs().max()) > 0
+    assert not torch.equal(sampler.model.lm_head.weight, sampler.model.model.embed_tokens.weight)

