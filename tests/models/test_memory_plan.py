@@ -284,3 +284,40 @@ def test_tensor_parallel_size_is_checked_against_the_visible_gpus(dirs, monkeypa
         "(CUDA_VISIBLE_DEVICES, the launcher's GPUs per node)")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     check_device(cfg)
+
+
+def test_docs_gpu_table_of_paper_cells(dirs):
+    """docs/gpu.md, "Which cell fits which GPUs": the peaks it quotes, per GPU."""
+    h200 = 143771 * 2 ** 20     # benchmarks/results/gpu_h200_2026-12-04/gpu.txt
+
+    def peak(cell, device, world=1, *extra):
+        cfg = compose_config(["+experiment=enronhop_paper", f"+paper_cell={cell}",
+                              *PAPER_DATA, "run.device=cuda", *extra])
+        with open_dict(cfg):
+            cfg.model.path = dirs[cfg.model.name]
+        plan = memory_plan(cfg, device_bytes=device, world_size=world, host_bytes=1e15)
+        return round(plan.peak / GB, 1), plan.refusal() is None
+
+    assert peak("qwen3_4b_shaped", 80 * GB) == (113.4, False)
+    assert peak("qwen3_4b_shaped", 80 * GB, 2) == (77.2, True)
+    assert peak("qwen3_4b_shaped", 80 * GB, 2, "sampler.gpu_memory_utilization=0.3") == (
+        61.2, True)
+    assert peak("qwen3_4b_shaped", h200) == (148.8, True)
+    assert peak("qwen3_4b_shaped", h200, 1, "sampler.gpu_memory_utilization=0.3") == (
+        118.6, True)
+    assert peak("qwen3_4b_shaped_lora", 80 * GB) == (49.3, True)
+    assert peak("qwen3_4b_shaped_lora", h200) == (84.6, True)
+    assert peak("qwen3_30b_a3b_outcome", 80 * GB) == (41.0, True)
+
+
+def test_host_ram_planned_for_another_machine_is_a_warning(dirs, monkeypatch, caplog):
+    monkeypatch.setattr(mp, "host_memory", lambda: 256 * GB)
+    cfg = compose_config(["+experiment=enronhop_paper", "+paper_cell=qwen3_30b_a3b_outcome",
+                          *PAPER_DATA, "run.device=cuda", "run.device_memory_gb=80",
+                          f"model.path={dirs['qwen3_30b_a3b']}"])
+    with caplog.at_level("WARNING", logger="ablate"):
+        plan = check_memory(cfg)                   # not refused: the GPU is elsewhere
+    assert plan.host_line() and "> 256.0 GB of this machine" in plan.host_line()
+    lines = [r.getMessage() for r in caplog.records if "host RAM" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0]
+    assert "(planned for run.device_memory_gb, not refused here)" in lines[0]
