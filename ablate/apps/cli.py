@@ -36,7 +36,7 @@ from ablate.core.threads import available_cpus, grid_threads
 from ablate.apps.argv import (  # noqa: F401  (re-exported: tests and apps import them here)
     MOVED, compose_config, conf_dir, expand_jobs, flags_first,
     import_cli_plugins, normalise_overrides, _split_cli, align_sweep_keys)
-from ablate.apps.pack import check_plan
+from ablate.apps.pack import check_job as check_pack_job
 from ablate.apps.preflight import (check_free_space, check_output_dir, preflight as check_cfg,
                                     writable_dir)
 from ablate.loop import cell as loop_cell   # run_cell read when called (tests replace it)
@@ -67,9 +67,8 @@ def preflight(args: list[str]) -> int:
         jobs = expand_jobs(overrides, multirun)
         PLANNED.update(jobs=len(jobs), sweep_dir=None, complete=[])
         checked_data: set[str] = set()
-        cfgs = [check_job(job, multirun, checked_data) for job in jobs]
-        if multirun:   # hydra/launcher=pack: a grid it cannot pack (docs/packs.md)
-            check_plan(PLANNED.get("launcher"), cfgs)
+        for job in jobs:
+            check_job(job, multirun, checked_data)
         check_complete_cells(multirun)
     except (ConfigError, HydraException, OmegaConfBaseException, FileNotFoundError,
             ValueError) as exc:
@@ -86,7 +85,7 @@ def check_moved(overrides: list[str]) -> None:
             raise ConfigError(f"{arg}: {MOVED[head]}")
 
 
-def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> DictConfig:
+def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> None:
     """Every check of one job; the data of an environment is checked once per command.
     A complete cell writes nothing (it is skipped): its directory may be read-only (an
     archived sweep), so neither the writability probe nor the free space is asked of it."""
@@ -102,6 +101,8 @@ def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> DictCon
         PLANNED["launcher"] = OmegaConf.to_container(cfg.hydra.launcher)
     with open_dict(cfg):
         cfg.pop("hydra")
+    if multirun:   # hydra/launcher=pack: a cell it cannot pack (docs/packs.md)
+        check_pack_job(PLANNED.get("launcher"), cfg)
     data_key = OmegaConf.to_yaml(cfg.env) + str(cfg.model) + str(
         cfg.harness.max_tokens_per_episode)
     check_cfg(cfg, data=data_key not in checked_data)
@@ -112,7 +113,6 @@ def check_job(job: list[str], multirun: bool, checked_data: set[str]) -> DictCon
         check_resumable(cell, cfg, busy_probe=not multirun)
         # a grid's cell is credited with what its own directory already holds (issue 64)
         check_free_space(key, str(out_dir), cfg, cell=None if cell is None else str(cell))
-    return cfg
 
 
 def check_resumable(cell: Path | None, cfg: DictConfig, busy_probe: bool) -> None:

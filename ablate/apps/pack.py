@@ -14,7 +14,7 @@ packs of cells that could share one base model, one process per pack.
       cells skipped and killed ones resumed by run_cell.
 
 A full fine-tune cell never packs (the cells of a pack differ only in their adapters):
-check_plan refuses such a grid at preflight, in one line, before any directory exists.
+check_job refuses such a grid at preflight, in one line, before any directory exists.
 """
 from __future__ import annotations
 
@@ -112,18 +112,29 @@ def pack_key(cfg: DictConfig) -> tuple:
     return tuple(out)
 
 
+def check_cell(cfg: DictConfig, size) -> None:
+    """A cell hydra/launcher=pack cannot pack: one line (ConfigError)."""
+    check_size(size)
+    if not OmegaConf.select(cfg, "learner.lora.enable"):
+        raise ConfigError(
+            "learner.lora.enable=false is not allowed with hydra/launcher=pack (this cell "
+            "trains every weight; the cells of a pack share one base model and train only "
+            "their own LoRA adapters): add learner.lora.enable=true, or run the grid with "
+            "another launcher (hydra/launcher=basic)")
+    spread = int(OmegaConf.select(cfg, "run.devices_per_cell") or 0)
+    if spread:
+        raise ConfigError(
+            f"run.devices_per_cell={spread} is not allowed with hydra/launcher=pack (it "
+            "gives parallel grid workers devices of their own; a pack's cells run in one "
+            "process, packs one after another, on run.device): leave it 0")
+
+
 def plan_packs(cfgs: Sequence[DictConfig], size: int) -> list[tuple[list[int], str]]:
     """The packs of a grid's cells (their configs, in job order): each pack's cell
-    indices and why it is not one with an earlier pack ("" for the first). A cell that
-    trains every weight (learner.lora.enable=false) is a ConfigError: nothing to share."""
-    check_size(size)
-    full = [i for i, c in enumerate(cfgs) if not OmegaConf.select(c, "learner.lora.enable")]
-    if full:
-        raise ConfigError(
-            f"learner.lora.enable=false is not allowed with hydra/launcher=pack ({len(full)} "
-            f"of {len(cfgs)} cells train every weight; the cells of a pack share one base "
-            "model and train only their own LoRA adapters): add learner.lora.enable=true, "
-            "or run the grid with another launcher (hydra/launcher=basic)")
+    indices and why it is not one with an earlier pack ("" for the first). A cell it
+    cannot pack is a ConfigError (check_cell)."""
+    for cfg in cfgs:
+        check_cell(cfg, size)
     groups: dict[tuple, list[int]] = {}
     for i, cfg in enumerate(cfgs):
         groups.setdefault(pack_key(cfg), []).append(i)
@@ -150,12 +161,12 @@ def differences(a: tuple, b: tuple) -> str:
                      for k, x, y in zip(SHARED, a, b) if x != y)
 
 
-def check_plan(launcher: dict | None, cfgs: Sequence[DictConfig]) -> None:
-    """Preflight (ablate.apps.cli): a -m grid under hydra/launcher=pack that cannot be
-    packed is one line (ConfigError) before any directory exists."""
-    if not launcher or launcher.get("_target_") != TARGET:
-        return
-    plan_packs(cfgs, launcher.get("size"))
+def check_job(launcher: dict | None, cfg: DictConfig) -> None:
+    """Preflight (ablate.apps.cli), each job of a -m grid as soon as it is composed: under
+    hydra/launcher=pack, a cell it cannot pack is one line (ConfigError) before the
+    job's other checks and before any directory exists."""
+    if launcher and launcher.get("_target_") == TARGET:
+        check_cell(cfg, launcher.get("size"))
 
 
 def make_packs(cells: list[PackedCell], size: int, exact: bool) -> list[Pack]:
