@@ -3,7 +3,7 @@ with. A cell is one configuration; resuming it with another one would mix rows o
 runs under the first one's name, with the optimizer state of the first.
 
 `config_changes(stored, cfg)` lists the keys whose value differs, except the keys that
-cannot change a result (ALLOW_CHANGE: display, logging, threads, cache directories,
+cannot change a result (ALLOW_CHANGE: display, logging, threads (the update's included), cache directories,
 the email judge's transport settings, trainer.max_steps to extend a cell).
 `run.allow_config_change=true` lets a resume go on anyway; the change is then recorded in <cell>/config_changes.jsonl and in the next
 metrics row (`resume/config_changes`)."""
@@ -31,7 +31,11 @@ ALLOW_CHANGE = ("run.quiet", "run.wandb_mode", "run.wandb_project", "run.num_thr
                 "trainer.max_steps",
                 # ranks: checked on their own (check_world_size); the timeout and the
                 # grid's device assignment change no result
-                "run.world_size", "run.dist_timeout_s", "run.devices_per_cell")
+                "run.world_size", "run.dist_timeout_s", "run.devices_per_cell",
+                # the update's torch threads: the cell resolves 0 to its cores beside vLLM
+                # or offload (ablate/core/threads.py); threads change no result
+                # (tests/learners/test_update_threads.py)
+                "learner.update_threads")
 CHANGES_FILE = "config_changes.jsonl"
 # keys (or prefixes ending in ".") a later version renamed: a cell stored under the old
 # name resumes under the new one (the judge became the email world's env.judge; the
