@@ -34,8 +34,12 @@ from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
 import cloudpickle   # what hydra/launcher=joblib (loky) ships jobs with
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ablate.apps.pack_turns import take_turns
 from ablate.core.errors import ConfigError
+from ablate.learners import LEARNERS
 from ablate.loop.cell import PACK_ENV
+from ablate.models.loading import shared_bases
+from ablate.samplers import SAMPLERS
 
 log = logging.getLogger("ablate.pack")
 TARGET = "hydra_plugins.ablate_pack_launcher.pack_launcher.PackLauncher"
@@ -74,6 +78,7 @@ class Pack:
     why: str = ""            # why its cells are not in the pack before it ("" for pack 1)
     size: int = 8            # hydra.launcher.size
     exact: bool = False      # hydra.launcher.exact (today: the same way as false)
+    shared_base: bool = False   # its cells ran over one base model (run_pack)
 
     def line(self) -> str:
         s = self.shared
@@ -91,7 +96,7 @@ class Pack:
         cells' directories, what they share, and whether they shared a base model in
         one process (not yet: each cell ran whole and alone, run_pack)."""
         return {"id": self.id, "of": self.of, "cells": [c.dir.name for c in self.cells],
-                "size": self.size, "exact": self.exact, "shared_base": False,
+                "size": self.size, "exact": self.exact, "shared_base": self.shared_base,
                 "shared": {k: list(v) if isinstance(v, tuple) else v
                            for k, v in self.shared.items()}}
 
@@ -268,19 +273,50 @@ def run_in_process(launcher, pack: Pack, sweep_dir: Path) -> tuple[list | None, 
 # the pack's process
 # ---------------------------------------------------------------------------------------
 def run_pack(pack: Pack, run_alone: Callable[[PackedCell], JobReturn]) -> list[JobReturn]:
-    """Every cell of the pack, in its order; one JobReturn each. The seam of issue 62's
-    shared base: today each cell runs whole and alone (run_alone), one after another,
-    with hydra.launcher.exact true or false; the shared-base version interleaves the
-    cells step by step here, each still writing its own directory and rows, a failing
-    one ending FAILED alone. environment.json records the pack (PACK_ENV)."""
-    out = []
-    for cell in pack.cells:
-        os.environ[PACK_ENV] = json.dumps(pack.record())
-        try:
-            out.append(run_alone(cell))
-        finally:
-            os.environ.pop(PACK_ENV, None)
+    """Every cell of the pack, in its order; one JobReturn each, each cell writing its
+    own directory and rows, a failing one ending FAILED alone. Where the backends let
+    the cells share the base (shared_base_reason is None), they are all alive at once
+    over one base model, taking turns step by step (ablate/apps/pack_turns.py); else
+    each runs whole, one after another. environment.json records the pack (PACK_ENV)."""
+    reason = shared_base_reason(pack.shared)
+    pack.shared_base = reason is None
+    if reason:
+        log.info("pack %d: its cells run one after another, each with its own base (%s)",
+                 pack.id, reason)
+
+    def job(cell: PackedCell) -> Callable[[], JobReturn]:
+        def run() -> JobReturn:
+            os.environ[PACK_ENV] = json.dumps(pack.record())
+            try:
+                return run_alone(cell)
+            finally:
+                os.environ.pop(PACK_ENV, None)
+        return run
+    if not pack.shared_base:
+        return [job(cell)() for cell in pack.cells]
+    with shared_bases():
+        out, switches = take_turns([job(cell) for cell in pack.cells])
+    log.info("pack %d: %d cells over one base model, the turn passed %d times at step "
+             "boundaries", pack.id, len(pack.cells), switches)
     return out
+
+
+def shared_base_reason(shared: dict) -> str | None:
+    """Why a pack's cells cannot share one base model (None: they can). The learner must
+    never write the base in place and the sampler must hold the adapter over an
+    in-memory base (both declare "shared_base"); the learners cast their model to
+    float32 master weights in place, so the base must already be float32."""
+    learner, sampler = shared["learner.name"], shared["sampler.name"]
+    if not LEARNERS.declared(learner).can("shared_base"):
+        return (f"learner={learner} does not declare shared_base (ZeRO-3 partitions the "
+                "base in place); learner=torch shares it")
+    if not SAMPLERS.declared(sampler).can("shared_base"):
+        return (f"sampler={sampler} does not declare shared_base (it loads its own copy); "
+                "sampler=hf shares it")
+    if shared["model.dtype"] != "float32":
+        return (f"model.dtype={shared['model.dtype']}: the learner would cast the shared "
+                "base to float32 in place, under every cell's sampler")
+    return None
 
 
 def job_runner(hydra_context, task_function, logging_cfg) -> Callable[[PackedCell], JobReturn]:

@@ -33,6 +33,8 @@ __all__ = ["LEARNERS", "Learner", "LossFn", "LossInputs", "make_learner",
 # What a learner may declare it can do (ablate.core.registry.Declaration.capabilities):
 LEARNER_CAPABILITIES = (
     "multi_rank",        # one engine over the ranks of a torchrun/deepspeed launch
+    "shared_base",       # under LoRA never writes the base in place (no partitioning):
+                         # a pack's cells may share one (ablate.models.loading.shared_bases)
 )
 # name -> factory `fn(learner_cfg, model, *, lr, seed, temperature, ckpt_dir, ref_model,
 # device) -> Learner`, with its Declaration: the single source of `learner.name`
@@ -80,7 +82,8 @@ def deepspeed_learner(learner_cfg: Any, model: torch.nn.Module, **kw) -> Learner
     return DeepSpeedLearner(learner_cfg, model, **kw)
 
 
-@LEARNERS.register("torch", schema=LearnerConfig, check=check_learner, memory=torch_terms)
+@LEARNERS.register("torch", schema=LearnerConfig, check=check_learner, memory=torch_terms,
+                   capabilities=("shared_base",))
 def torch_learner(learner_cfg: Any, model: torch.nn.Module, **kw) -> Learner:
     """The plain torch reference: AdamW on one process."""
     # deferred: torch_learner imports peft through lora.py (14 s measured on the 2-core host)

@@ -28,6 +28,7 @@ from ablate.core import dist
 from ablate.core.dist import local_world_size
 from ablate.core.errors import ConfigError
 from ablate.core.seeding import derived_seed, seed_everything
+from ablate.core.turns import step_boundary
 from ablate.core.memory import reuse_freed_memory
 from ablate.core.threads import (AUTO, available_cpus, cell_threads, parse_threads,
                                  update_threads)
@@ -347,6 +348,7 @@ def _train(cfg, cell: CellDir, policy, env, algorithm, tracker, evaluate, start:
         policy.remote = AsyncRollouts(cfg, start, max_steps, policy.learner.export_state_dict())
     try:
         for step in range(start + 1, max_steps + 1):
+            step_boundary()   # a pack's cell may hand the process to the next one here
             at_step(step)
             row = train_step(Step(cfg, policy, env, algorithm, step))
             change_note = _annotate(cfg, policy, row, step, max_steps, change_note)

@@ -2,7 +2,6 @@
 (learner + sampler) and the acting half alone (the asynchronous producer's policy)."""
 from __future__ import annotations
 
-import copy
 import time
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from ablate.envs import run_episode
 from ablate.harness.episode import scripted_episode
 from ablate.protocol.trajectory import baseline_policy
 from ablate.loop.scoring import score
-from ablate.models.loading import load_policy
+from ablate.models.loading import load_policy, sampler_copy
 from ablate.samplers import SAMPLERS, make_sampler
 
 # False: the evaluation's greedy episodes in a second rollout after the sampled ones (the
@@ -94,8 +93,8 @@ class ModelPolicy:
         from_dir = SAMPLERS.declared(cfg.sampler.name).can("from_weights_dir")
         if from_dir and local_dir and Path(local_dir).is_dir():
             sampler_model = local_dir
-        else:
-            sampler_model = copy.deepcopy(model)
+        else:   # the base's tensors shared inside a pack (models.loading.shared_bases)
+            sampler_model = sampler_copy(model)
         ref_model = None
         if cfg.algo.kl_coef > 0:  # only then is a frozen reference loaded at all
             ref_model, _ = load_policy(cfg.model)

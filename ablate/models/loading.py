@@ -5,6 +5,9 @@ here: a cluster node often has no network, and a silent multi-GB download inside
 is a bad surprise."""
 from __future__ import annotations
 
+import contextlib
+import copy
+import itertools
 import os
 from pathlib import Path
 
@@ -71,7 +74,49 @@ def resolve_weights(model_cfg) -> str:
             from None
 
 
+_SHARED: dict | None = None   # model config -> (model, tokenizer) inside shared_bases()
+
+
+@contextlib.contextmanager
+def shared_bases():
+    """Inside: load_policy loads each model config once and returns, every time, a
+    module tree of its own whose parameters and buffers ARE the loaded ones (one base in
+    memory for all the cells of a pack: hydra/launcher=pack, docs/packs.md). Only for
+    cells that never write the base: LoRA under a learner that declares "shared_base",
+    whose samplers hold the adapter unmerged (ablate/core/adapter.py)."""
+    global _SHARED
+    outer, _SHARED = _SHARED, {}
+    try:
+        yield
+    finally:
+        _SHARED = outer
+
+
+def sharing_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of the module tree whose parameters and buffers are the original tensors
+    (copy.deepcopy with them in its memo: tied weights stay tied)."""
+    memo = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    return copy.deepcopy(model, memo)
+
+
+def sampler_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """The in-memory sampler's own model (ModelPolicy): sharing the base inside
+    shared_bases(), else a deep copy (DeepSpeed partitions the learner's in place)."""
+    return sharing_copy(model) if _SHARED is not None else copy.deepcopy(model)
+
+
 def load_policy(model_cfg):
+    """(model, tokenizer) for model_cfg; inside shared_bases() the base is loaded once."""
+    if _SHARED is None:
+        return _load_policy(model_cfg)
+    key = repr(sorted((k, str(v)) for k, v in dict(model_cfg).items()))
+    if key not in _SHARED:
+        _SHARED[key] = _load_policy(model_cfg)
+    model, tok = _SHARED[key]
+    return sharing_copy(model), copy.deepcopy(tok)
+
+
+def _load_policy(model_cfg):
     """(model, tokenizer) for model_cfg; `tiny` comes from ablate.models.tiny."""
     if model_cfg.name == "tiny":
         return load_tiny(model_cfg)

@@ -30,6 +30,8 @@ SAMPLER_CAPABILITIES = (
     "versioned",         # load_weights(state, version=step): records the policy version
     "own_devices",       # its memory lies outside the learner's device (own processes)
     "adapters",          # load_adapter(LoraAdapter): a LoRA cell pushes its adapter alone
+    "shared_base",       # holds the adapter over the in-memory base it is given, writing
+                         # no base tensor: a pack's cells may share one (docs/packs.md)
 )
 SAMPLERS = Registry("sampler.name", "sampler", schema=SamplerConfig,
                     capabilities=SAMPLER_CAPABILITIES)
@@ -62,7 +64,7 @@ def tied_in(model_dir) -> bool | None:
 
 
 @SAMPLERS.register("hf", schema=SamplerConfig, check=check_sampler, memory=hf_terms,
-                   capabilities=("in_process", "async_producer", "adapters"))
+                   capabilities=("in_process", "async_producer", "adapters", "shared_base"))
 def hf_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed, lora=None) -> Sampler:
     """HF transformers generate with a reusable KV cache (the CPU default)."""
     # deferred: ablate.samplers.hf imports transformers' cache classes (1.5 s over torch,

@@ -134,6 +134,7 @@ def test_packed_cells_write_the_files_and_rows_of_their_solo_runs(grids):
         pack = json.loads((inpack / "environment.json").read_text())["pack"]
         assert pack["id"] == 1 and sorted(pack["cells"]) == cells and pack["exact"] is True
         assert pack["size"] == 8 and pack["shared"]["learner.lora.rank"] == 8
+        assert pack["shared_base"] is True          # learner=torch, sampler=hf, float32
         assert "pack" not in json.loads((alone / "environment.json").read_text())
     assert not list((root / "packed").glob(".pack-*"))
 

@@ -1,0 +1,132 @@
+"""A pack's cells alive at once over one base model (issue 62): ablate.models.loading.
+shared_bases hands every cell a module tree of its own over the SAME base tensors;
+ablate.apps.pack_turns lets one cell thread run at a time, passing the turn at step
+boundaries with each cell's process-global state (random generators, logging, Hydra's
+config) put aside and restored, so a packed cell computes exactly its solo run."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from ablate.apps.pack import shared_base_reason
+from ablate.apps.pack_turns import take_turns
+from ablate.core.turns import step_boundary
+from ablate.models.loading import load_policy, sampler_copy, shared_bases
+
+from test_pack import FAST, LORA, rows, run_cli, seed_of
+
+TINY = OmegaConf.create({"name": "tiny", "path": None, "dtype": "float32"})
+
+
+def ptrs(model) -> set[int]:
+    return {p.data_ptr() for p in model.parameters()}
+
+
+def test_inside_shared_bases_every_cell_gets_its_own_tree_over_one_base():
+    with shared_bases():
+        a, tok_a = load_policy(TINY)
+        b, tok_b = load_policy(TINY)
+        s = sampler_copy(a)
+    assert a is not b and tok_a is not tok_b
+    assert ptrs(a) == ptrs(b) == ptrs(s)                       # one base in memory
+    assert a.model.layers[0] is not b.model.layers[0]           # trees of their own
+    assert a.lm_head.weight is a.model.embed_tokens.weight      # ties kept
+    alone, _ = load_policy(TINY)                                # outside: a copy of its own
+    assert not ptrs(alone) & ptrs(a)
+    assert not ptrs(sampler_copy(alone)) & ptrs(alone)
+
+
+def test_lora_on_one_cells_tree_leaves_the_others_untouched():
+    from ablate.learners.lora import apply_lora
+    lora = OmegaConf.create({"rank": 4, "alpha": 8, "dropout": 0.0,
+                             "target_modules": ["q_proj", "v_proj"]})
+    with shared_bases():
+        a, _ = load_policy(TINY)
+        b, _ = load_policy(TINY)
+    apply_lora(a, lora)                     # peft injects into a's tree in place
+    assert any("lora_" in n for n, _ in a.named_parameters())
+    assert not any("lora_" in n for n, _ in b.named_parameters())
+    q = a.model.layers[0].self_attn.q_proj.base_layer.weight
+    assert q is b.model.layers[0].self_attn.q_proj.weight        # the base still shared
+
+
+def cell(seed: int, steps: int, log: list):
+    """A stand-in cell: seeds the process's generators as a cell does, then draws from
+    each at every step (after the step boundary), as task order and sampling would."""
+    def run():
+        torch.manual_seed(seed), np.random.seed(seed), random.seed(seed)
+        draws = []
+        for step in range(steps):
+            step_boundary()
+            log.append((seed, step))
+            draws.append((torch.rand(2).tolist(), float(np.random.rand()), random.random()))
+        return draws
+    return run
+
+
+def test_cells_take_turns_and_each_draws_its_solo_numbers():
+    solo = [cell(s, 3, [])() for s in (0, 1, 2)]
+    log: list = []
+    packed, switches = take_turns([cell(s, 3, log) for s in (0, 1, 2)])
+    assert packed == solo
+    assert log == [(s, k) for k in range(3) for s in (0, 1, 2)]   # round robin
+    assert switches == 9        # 3 cells x 3 boundaries, every one with another cell alive
+
+
+def test_a_failing_cell_ends_alone_and_its_error_is_raised_after_the_others():
+    log: list = []
+
+    def failing():
+        step_boundary()
+        raise RuntimeError("reward raised")
+    with pytest.raises(RuntimeError, match="reward raised"):
+        take_turns([cell(0, 3, log), failing, cell(2, 3, log)])
+    assert sorted(log) == [(s, k) for s in (0, 2) for k in range(3)]
+
+
+def test_which_backends_share_a_base():
+    shared = {"learner.name": "torch", "sampler.name": "hf", "model.dtype": "float32"}
+    assert shared_base_reason(shared) is None
+    assert "ZeRO-3" in shared_base_reason({**shared, "learner.name": "deepspeed"})
+    assert "own copy" in shared_base_reason({**shared, "sampler.name": "vllm"})
+    assert "float32" in shared_base_reason({**shared, "model.dtype": "bfloat16"})
+
+
+@pytest.mark.slow
+def test_a_mixed_pack_over_one_base_equals_its_solo_cells(tmp_path):
+    """Two seeds x two rewards, 2 steps, one pack of 4 cells alive at once over one base,
+    taking turns: every cell's eval and metrics rows equal its solo run's, its adapter
+    after the last step equals its solo adapter (same seed: same LoRA init and updates),
+    and two seeds' adapters differ."""
+    args = ["-m", "seed=0,1", "+reward=naive,shaped", *LORA, "trainer.max_steps=2", *FAST,
+            f"env.cache_dir={tmp_path / 'cache'}"]
+    solo = run_cli([*args, f"hydra.sweep.dir={tmp_path / 'solo'}"], tmp_path)
+    assert solo.returncode == 0, solo.stderr[-3000:]
+    packed = run_cli([*args, "hydra/launcher=pack", "hydra.launcher.exact=true",
+                      f"hydra.sweep.dir={tmp_path / 'packed'}"], tmp_path)
+    assert packed.returncode == 0, packed.stderr[-3000:]
+    assert "pack 1: 4 cells over one base model, the turn passed" in packed.stdout + packed.stderr
+    names = sorted(p.name for p in (tmp_path / "solo").iterdir() if p.is_dir())
+    assert len(names) == 4
+    adapters = {}
+    for name in names:
+        alone, inpack = tmp_path / "solo" / name, tmp_path / "packed" / name
+        for file in ("eval.jsonl", "metrics.jsonl"):
+            assert rows(inpack / file) == rows(alone / file) != [], (name, file)
+        assert json.loads((inpack / "environment.json").read_text())["pack"]["shared_base"]
+        a, b = adapter(alone), adapter(inpack)
+        assert all(torch.equal(a[k], b[k]) for k in a) and a.keys() == b.keys()
+        adapters[seed_of(inpack)] = b
+    assert any(not torch.equal(adapters[0][k], adapters[1][k]) for k in adapters[0])
+
+
+def adapter(cell: Path) -> dict:
+    ckpt = max((cell / "ckpt").glob("step_*"))
+    state = torch.load(ckpt / "learner.pt", map_location="cpu", weights_only=False)["model"]
+    return {k: v for k, v in state.items() if "lora_" in k}
