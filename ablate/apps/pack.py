@@ -281,8 +281,8 @@ def run_pack(pack: Pack, run_alone: Callable[[PackedCell], JobReturn]) -> list[J
     reason = shared_base_reason(pack.shared)
     pack.shared_base = reason is None
     if reason:
-        log.info("pack %d: its cells run one after another, each with its own base (%s)",
-                 pack.id, reason)
+        log.info("the cells of pack %d run one after another, each with its own base "
+                 "model (%s)", pack.id, reason)
 
     def job(cell: PackedCell) -> Callable[[], JobReturn]:
         def run() -> JobReturn:
@@ -296,8 +296,8 @@ def run_pack(pack: Pack, run_alone: Callable[[PackedCell], JobReturn]) -> list[J
         return [job(cell)() for cell in pack.cells]
     with shared_bases():
         out, switches = take_turns([job(cell) for cell in pack.cells])
-    log.info("pack %d: %d cells over one base model, the turn passed %d times at step "
-             "boundaries", pack.id, len(pack.cells), switches)
+    log.info("one base model for the %d cells of pack %d: the turn passed %d times at "
+             "step boundaries", len(pack.cells), pack.id, switches)
     return out
 
 

@@ -111,7 +111,9 @@ def test_a_mixed_pack_over_one_base_equals_its_solo_cells(tmp_path):
     packed = run_cli([*args, "hydra/launcher=pack", "hydra.launcher.exact=true",
                       f"hydra.sweep.dir={tmp_path / 'packed'}"], tmp_path)
     assert packed.returncode == 0, packed.stderr[-3000:]
-    assert "pack 1: 4 cells over one base model, the turn passed" in packed.stdout + packed.stderr
+    # 4 cells x 2 step boundaries, another cell alive at each
+    assert "one base model for the 4 cells of pack 1: the turn passed 8 times" in \
+        packed.stdout + packed.stderr
     names = sorted(p.name for p in (tmp_path / "solo").iterdir() if p.is_dir())
     assert len(names) == 4
     adapters = {}
