@@ -120,17 +120,16 @@ class ModelPolicy:
         (resumes included). Returns the push's metrics: push/bytes (tensor bytes sent)
         and push/seconds (export included)."""
         t0 = time.perf_counter()
+        versioned = SAMPLERS.declared(self.cfg.sampler.name).can("versioned")
+        kw = {"version": step} if versioned else {}
         if self.adapters:
             adapter = self.learner.export_adapter()
-            self.sampler.load_adapter(adapter)
+            self.sampler.load_adapter(adapter, **kw)
             sent = adapter.nbytes
         else:
             state = self.learner.export_state_dict()
             sent = sum(t.numel() * t.element_size() for t in state.values())
-            if SAMPLERS.declared(self.cfg.sampler.name).can("versioned"):
-                self.sampler.load_weights(state, version=step)
-            else:
-                self.sampler.load_weights(state)
+            self.sampler.load_weights(state, **kw)
         return {"push/bytes": float(sent), "push/seconds": time.perf_counter() - t0}
 
     def act(self, tasks, group_size, *, temperature, seed, evaluation=False):

@@ -102,10 +102,12 @@ def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed, lora=Non
 
 
 @SAMPLERS.register("vllm_server", schema=VLLMServerSamplerConfig, check=check_vllm_server,
-                   memory=server_terms, capabilities=("versioned", "own_devices"))
-def vllm_server_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -> Sampler:
+                   memory=server_terms, capabilities=("versioned", "own_devices", "adapters"))
+def vllm_server_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed,
+                        lora=None) -> Sampler:
     """OpenAI-compatible vLLM servers, started by the cell or given by `sampler.urls`
-    (docs/vllm_server.md). An in-memory model is saved to a temporary directory first."""
+    (docs/vllm_server.md). An in-memory model is saved to a temporary directory first.
+    `lora`: started servers load adapters at run time, each push is the adapter."""
     if isinstance(model, (str, os.PathLike)):
         path, tied = str(model), tied_in(model)
     else:
@@ -116,4 +118,5 @@ def vllm_server_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed) -
             model.save_pretrained(path)
             tokenizer.save_pretrained(path)
     return make_server_sampler(sampler_cfg, path, dtype=dtype or "bfloat16", seed=seed,
-                               tie_word_embeddings=tied)
+                               tie_word_embeddings=tied,
+                               lora_rank=int(lora.rank) if lora is not None else None)

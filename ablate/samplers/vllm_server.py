@@ -25,6 +25,10 @@ Sampler interface (docs/vllm_server.md).
   remote ones). `collective`: this process and every worker join a process group of
   their own and each push is a broadcast (ablate/samplers/weight_sync.py), the workers'
   `/collective_rpc ablate_sync_receive` running concurrently with it.
+* LoRA cells (ablate/samplers/server_lora.py): started with `--enable-lora` and
+  VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, each push is the adapter alone
+  (`load_adapter`: /v1/load_lora_adapter under a new name, the previous one unloaded),
+  and requests name it as their model.
 * Policy version: the learner step whose weights the servers hold; `load_weights(state,
   version=None)` (None = previous + 1, the first push is 0). Every generate call checks
   that each server reports it (`/weight_info`) - staleness 0, trainer.max_async_level=0 -
@@ -54,6 +58,9 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from ablate.samplers.base import Completion, Sampler, per_prompt
+from ablate.samplers.server_lora import LORA_ENV, AdapterPush, adapter_root, lora_args
+from ablate.samplers.server_process import WATCHDOG, live_group_members, signal_group, \
+    with_parent
 from ablate.samplers.weight_sync import Sender
 
 ABLATE_ROOT = Path(__file__).resolve().parents[2]   # put on the servers' PYTHONPATH
@@ -71,8 +78,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def server_command(python: str, model_path: str, port: int, *, host: str, dtype: str,
-                   seed: int, sc) -> list[str]:
-    """The command line of one started server (vllm 0.32's OpenAI entrypoint)."""
+                   seed: int, sc, lora_rank: int | None = None) -> list[str]:
+    """The command line of one started server (vllm 0.32's OpenAI entrypoint); with
+    `lora_rank`, LoRA enabled (server_lora.lora_args)."""
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
            "--host", host, "--port", str(port), "--dtype", dtype, "--seed", str(seed),
            "--tensor-parallel-size", str(sc.tensor_parallel_size),
@@ -85,11 +93,14 @@ def server_command(python: str, model_path: str, port: int, *, host: str, dtype:
         cmd.append("--enforce-eager")
     if sc.max_model_len:
         cmd += ["--max-model-len", str(sc.max_model_len)]
+    if lora_rank:
+        cmd += lora_args(lora_rank)
     return cmd + [str(a) for a in sc.server_args]
 
 
-def server_env(device: str | None = None) -> dict:
-    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_USE_V2_MODEL_RUNNER="0",
+def server_env(device: str | None = None, lora: bool = False) -> dict:
+    env = dict(os.environ, **(LORA_ENV if lora else {}), VLLM_SERVER_DEV_MODE="1",
+               VLLM_USE_V2_MODEL_RUNNER="0",
                PYTHONPATH=os.pathsep.join(
                    [str(ABLATE_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     if device is not None:
@@ -199,7 +210,10 @@ class Server:
             raise VLLMServerError(self.death() or (
                 f"vLLM server {self.url} is unreachable ({path}: {why}){self.where()}")) \
                 from None
-        return json.loads(raw) if raw.strip() else None
+        try:
+            return json.loads(raw) if raw.strip() else None
+        except ValueError:                # /v1/load_lora_adapter answers plain text
+            return raw.decode(errors="replace")
 
     def close(self, grace: float = 10.0) -> None:
         """SIGTERM to the server's process group, SIGKILL to what is left after `grace`
@@ -207,12 +221,12 @@ class Server:
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        _signal_group(proc.pid, signal.SIGTERM)
+        signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and live_group_members(proc.pid):
             proc.poll()
             time.sleep(0.2)
-        _signal_group(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
         for _ in range(50):                   # SIGKILL takes a moment to land
             if not live_group_members(proc.pid):
                 break
@@ -225,69 +239,6 @@ class Server:
                 p and p.wait(5)
             except subprocess.TimeoutExpired:
                 pass
-
-
-def _signal_group(pgid: int, sig) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def live_group_members(pgid: int) -> list[int]:
-    """Pids in process group `pgid` that are not zombies (Linux /proc)."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(stat.parent.name))
-    return out
-
-
-# `python -c DIE_WITH_PARENT SIG PARENT_PID CMD...`: CMD with PR_SET_PDEATHSIG armed (it
-# survives execve), so that it gets SIG when the process that started it dies (Linux).
-# Armed here rather than in a preexec_fn: a preexec_fn makes Popen fork the whole cell
-# process, which fails with ENOMEM when the cell holds many GiB; without one it can vfork.
-DIE_WITH_PARENT = """
-import ctypes, os, sys
-sig, parent = int(sys.argv[1]), int(sys.argv[2])
-try:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)   # PR_SET_PDEATHSIG
-except Exception:   # not Linux: close()/atexit only
-    pass
-if os.getppid() != parent:   # the parent died before the signal was armed
-    os._exit(1)
-os.execvp(sys.argv[3], sys.argv[3:])
-"""
-
-
-def with_parent(cmd: list[str], sig: int = signal.SIGKILL) -> list[str]:
-    """`cmd`, run so that it gets `sig` when this process dies (DIE_WITH_PARENT)."""
-    return [sys.executable, "-c", DIE_WITH_PARENT, str(int(sig)), str(os.getpid()), *cmd]
-
-
-# Beside each started server a watchdog: when the cell's process dies (even by SIGKILL)
-# it gets SIGTERM (PR_SET_PDEATHSIG) and kills the server's whole process group, engine
-# processes included; it exits by itself once the group is gone.
-WATCHDOG = """
-import os, signal, sys, time
-pgid = int(sys.argv[1])
-def kill(*_):
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    finally:
-        os._exit(0)
-signal.signal(signal.SIGTERM, kill)
-while True:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        os._exit(0)
-    time.sleep(2)
-"""
 
 
 def start_server(cmd: list[str], env: dict, log_path: Path, url: str) -> Server:
@@ -323,7 +274,7 @@ def wait_ready(server: Server, timeout: float, poll: float = 1.0) -> str:
             time.sleep(poll)
 
 
-class VLLMServerSampler(Sampler):
+class VLLMServerSampler(AdapterPush, Sampler):
     name = "vllm_server"
 
     def __init__(self, servers: list[Server], *, request_timeout_s: float,
@@ -354,9 +305,12 @@ class VLLMServerSampler(Sampler):
         return self._max_context
 
     # --- weights -------------------------------------------------------------------
-    def load_weights(self, state_dict, version: int | None = None) -> None:
-        version = (0 if self.version is None else self.version + 1) if version is None \
+    def _next_version(self, version: int | None) -> int:
+        return (0 if self.version is None else self.version + 1) if version is None \
             else int(version)
+
+    def load_weights(self, state_dict, version: int | None = None) -> None:
+        version = self._next_version(version)
         t0 = time.perf_counter()
         if self.weight_sync == "collective":
             self._push_collective(state_dict)
@@ -474,7 +428,7 @@ class VLLMServerSampler(Sampler):
         for ids, limit, spec, m, sd, idx in plan:
             k = self.route(ids)
             s = self.servers[k]
-            body = completion_body(self.models[k], ids, limit, m,
+            body = completion_body(self.adapter_model(self.models[k]), ids, limit, m,
                                    temperature=temperature, top_p=top_p,
                                    stop_token_ids=stop_token_ids, seed=sd, spec=spec)
             jobs.append((s, body, m, idx))
@@ -544,6 +498,7 @@ class VLLMServerSampler(Sampler):
             sender.close()
         for s in getattr(self, "servers", []):
             s.close()
+        self.drop_adapter()
         if getattr(self, "own_weights_dir", False):
             shutil.rmtree(self.weights_dir, ignore_errors=True)
 
@@ -560,8 +515,10 @@ def _log_dir(sc) -> Path:
 
 
 def make_server_sampler(sc, model_path: str, *, dtype: str, seed: int,
-                        tie_word_embeddings: bool | None) -> VLLMServerSampler:
-    """Start sc.num_servers servers (or attach to sc.urls) and wait until they answer."""
+                        tie_word_embeddings: bool | None,
+                        lora_rank: int | None = None) -> VLLMServerSampler:
+    """Start sc.num_servers servers (or attach to sc.urls) and wait until they answer.
+    `lora_rank` (a LoRA cell): started servers load adapters, and pushes are adapters."""
     log_dir = _log_dir(sc)
     weights_dir = Path(sc.weights_dir) if sc.weights_dir else \
         Path(tempfile.mkdtemp(prefix="ablate-vllm-weights-"))
@@ -573,9 +530,9 @@ def make_server_sampler(sc, model_path: str, *, dtype: str, seed: int,
         for i in range(sc.num_servers):
             port = free_port(sc.host)
             cmd = server_command(python, model_path, port, host=sc.host, dtype=dtype,
-                                 seed=seed, sc=sc)
+                                 seed=seed, sc=sc, lora_rank=lora_rank)
             device = sc.devices[i] if i < len(sc.devices) else None
-            servers.append(start_server(cmd, server_env(device),
+            servers.append(start_server(cmd, server_env(device, lora=bool(lora_rank)),
                                         log_dir / f"vllm_server_{i}.log",
                                         f"http://{sc.host}:{port}"))
     sampler = VLLMServerSampler(servers, request_timeout_s=sc.request_timeout_s,
@@ -585,4 +542,7 @@ def make_server_sampler(sc, model_path: str, *, dtype: str, seed: int,
                                 max_context=sc.max_model_len,
                                 weight_sync=sc.weight_sync)
     sampler.own_weights_dir = not sc.weights_dir
+    if lora_rank:
+        sampler.lora_rank = int(lora_rank)
+        sampler.adapter_dir = adapter_root(sc.weights_dir, weights_dir)
     return sampler

@@ -117,7 +117,7 @@ def test_an_adapter_of_another_shape_is_refused(tok):
 
 def test_make_sampler_passes_lora_only_to_samplers_that_load_adapters(tok):
     assert SAMPLERS.declared("hf").can("adapters")
-    assert not SAMPLERS.declared("vllm_server").can("adapters")
+    assert SAMPLERS.declared("vllm_server").can("adapters")     # since its LoRA route
     s = make_sampler(SAMPLERS.config("hf"), U.tiny_model(tok), tok, lora=LORA)
     assert isinstance(s, HFSampler)
 

