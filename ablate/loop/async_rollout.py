@@ -8,8 +8,10 @@ the producer from exactly version behaviour_version(s) = max(start, s - 1 - k) a
 by the learner at version s - 1: its staleness is s - 1 - behaviour_version(s) <= k. The
 tasks and sampling seeds of step s are those of the synchronous loop (ablate.loop.cell), so
 k > 0 draws the same questions as k = 0; only the weights that answer them are older.
-Weights travel learner -> producer as serialized state dicts over a queue, episodes
-producer -> learner as pickled Episode dataclasses; scoring stays with the learner.
+Weights travel learner -> producer serialized over a queue (a LoRA cell's adapter alone,
+which the producer's HF sampler holds unmerged over its base, `load_adapter`; else the
+whole state, LoRA merged), episodes producer -> learner as pickled Episode dataclasses;
+scoring stays with the learner.
 
 Resume: the pipeline restarts from the checkpoint (`start`), so the first k + 1 batches
 after a resume come from the checkpointed weights (staleness below k). A resumed async run
@@ -17,6 +19,7 @@ is therefore a valid run but not row-for-row the uninterrupted one (k = 0 is).""
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import pickle
@@ -27,6 +30,7 @@ import traceback
 import torch
 from omegaconf import OmegaConf
 
+from ablate.core.adapter import LoraAdapter
 from ablate.core.seeding import derived_seed
 from ablate.loop.scoring import sample_step_tasks
 from ablate.loop.policy import SamplerPolicy
@@ -41,20 +45,53 @@ def behaviour_version(step: int, start: int, k: int) -> int:
     return max(start, step - 1 - k)
 
 
-def dumps(state_dict: dict) -> bytes:
+def producer_weights(policy):
+    """What the producer receives of the learner's weights: a LoRA cell's adapter alone
+    where its sampler loads adapters (ModelPolicy.adapters), else the merged state."""
+    if getattr(policy, "adapters", False):
+        return policy.learner.export_adapter()
+    return policy.learner.export_state_dict()
+
+
+def tensor_bytes(weights) -> int:
+    """The tensor bytes of a state dict or a LoraAdapter (a push's `push/bytes`)."""
+    if isinstance(weights, LoraAdapter):
+        return weights.nbytes
+    return sum(t.numel() * t.element_size() for t in weights.values())
+
+
+def dumps(weights) -> bytes:
+    """A state dict, or a LoraAdapter as {"adapter_config": JSON text, "adapter": tensors}
+    (plain containers: `loads` reads them with weights_only=True)."""
     buf = io.BytesIO()
-    torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, buf)
+    if isinstance(weights, LoraAdapter):
+        torch.save({"adapter_config": json.dumps(weights.config),
+                    "adapter": {k: v.detach().cpu() for k, v in weights.tensors.items()}}, buf)
+    else:
+        torch.save({k: v.detach().cpu() for k, v in weights.items()}, buf)
     return buf.getvalue()
 
 
-def loads(blob: bytes) -> dict:
-    return torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+def loads(blob: bytes):
+    """`dumps`'s state dict or LoraAdapter."""
+    got = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+    if isinstance(got.get("adapter_config"), str):
+        return LoraAdapter(json.loads(got["adapter_config"]), got["adapter"])
+    return got
+
+
+def load_into(sampler, weights) -> None:
+    """An adapter by `load_adapter`, a state dict by `load_weights`."""
+    if isinstance(weights, LoraAdapter):
+        sampler.load_adapter(weights)
+    else:
+        sampler.load_weights(weights)
 
 
 class AsyncRollouts:
     """The learner's handle on the producer process: push(version, weights), take(step)."""
 
-    def __init__(self, cfg, start: int, max_steps: int, weights: dict):
+    def __init__(self, cfg, start: int, max_steps: int, weights):
         import multiprocessing as mp
         ctx = mp.get_context("spawn")       # a fresh interpreter: no forked torch threads
         self.k, self.start = int(cfg.trainer.max_async_level), start
@@ -67,8 +104,11 @@ class AsyncRollouts:
         log.info("rollout producer pid %d (max_async_level=%d)", self.proc.pid, self.k)
         self.push(start, weights)
 
-    def push(self, version: int, weights: dict) -> None:
+    def push(self, version: int, weights) -> int:
+        """`weights` (a state dict or a LoraAdapter: producer_weights) of `version` to the
+        producer; their tensor bytes."""
         self.weights_q.put((version, dumps(weights)))
+        return tensor_bytes(weights)
 
     def wanted(self, version: int, max_steps: int) -> bool:
         """Whether any step still to be rolled out uses weights of `version`."""
@@ -124,7 +164,7 @@ def produce(plain_cfg: dict, start: int, max_steps: int, weights_q, out_q,
             while have < need:               # versions arrive in order, one per step
                 have, blob = _next_weights(weights_q, parent)
                 if have == need:
-                    policy.sampler.load_weights(loads(blob))
+                    load_into(policy.sampler, loads(blob))
             ts, tc = time.time(), time.process_time()
             tasks = sample_step_tasks(split_tasks(env, "train"), t.tasks_per_step, cfg.seed, step, 0)
             episodes = policy.act(tasks, t.group_size, temperature=cfg.sampler.temperature,

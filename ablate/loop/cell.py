@@ -36,7 +36,7 @@ from ablate.envs import (check_reward_for, declared, describe as describe_env, e
                          make_env, split_tasks)
 from ablate.loop.tracking import Tracker
 from ablate.algos import build_algorithm
-from ablate.loop.async_rollout import AsyncRollouts
+from ablate.loop.async_rollout import AsyncRollouts, producer_weights
 from ablate.algos import dynamic_sampling_filter
 from ablate.algos.dynamic_sampling import Refilled, refill
 from ablate.algos.protocol import StepContext
@@ -345,7 +345,7 @@ def _train(cfg, cell: CellDir, policy, env, algorithm, tracker, evaluate, start:
     last_eval = None
     progress = Progress(max_steps, cfg.run.quiet or not cell.writer, tracker.name)
     if cfg.trainer.max_async_level > 0 and start < max_steps:
-        policy.remote = AsyncRollouts(cfg, start, max_steps, policy.learner.export_state_dict())
+        policy.remote = AsyncRollouts(cfg, start, max_steps, producer_weights(policy))
     try:
         for step in range(start + 1, max_steps + 1):
             step_boundary()   # a pack's cell may hand the process to the next one here
@@ -380,7 +380,8 @@ def _annotate(cfg, policy, row: dict, step: int, max_steps: int, change_note):
         row["resume/config_changes"], change_note = change_note, None
     if policy.remote is not None and policy.remote.wanted(step, max_steps):
         tp = time.time()
-        policy.remote.push(step, policy.learner.export_state_dict())
+        # a LoRA cell's adapter alone, else the merged state (async_rollout.producer_weights)
+        row["async/push_bytes"] = float(policy.remote.push(step, producer_weights(policy)))
         row["async/push_s"] = time.time() - tp
     return change_note
 

@@ -149,8 +149,11 @@ class SamplerPolicy(ModelPolicy):
     def __init__(self, env, cfg):
         self.env, self.cfg, self.remote = env, cfg, None
         model, self.tokenizer = load_policy(cfg.model)
+        # a LoRA cell's producer loads the adapter the learner sends (load_adapter)
+        lora = cfg.learner.lora if cfg.learner.lora.enable else None
         self.sampler = make_sampler(cfg.sampler, model, self.tokenizer,
-                                    device=cfg.run.device, dtype=cfg.model.dtype, seed=cfg.seed)
+                                    device=cfg.run.device, dtype=cfg.model.dtype, seed=cfg.seed,
+                                    lora=lora)
 
 
 def with_agent_state(policy, algorithm):

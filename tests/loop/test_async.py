@@ -102,6 +102,55 @@ def test_async_cell_staleness_is_at_most_k(k, tmp_path, monkeypatch):
     assert (tmp_path / "cell" / "COMPLETE").exists()
 
 
+def test_the_producer_queue_carries_an_adapter_or_a_state():
+    """dumps/loads: a LoraAdapter crosses as itself (config and tensors; weights_only
+    loading), a state dict as a dict; load_into picks load_adapter or load_weights."""
+    from ablate.core.adapter import LoraAdapter
+    from ablate.loop.async_rollout import load_into, loads, tensor_bytes
+    a = LoraAdapter({"r": 4, "target_modules": ["q_proj"]},
+                    {"base_model.model.q.lora_A.weight": torch.arange(8.).view(2, 4)})
+    got = loads(dumps(a))
+    assert isinstance(got, LoraAdapter) and got.config == a.config
+    assert torch.equal(got.tensors["base_model.model.q.lora_A.weight"],
+                       a.tensors["base_model.model.q.lora_A.weight"])
+    state = {"w": torch.ones(3)}
+    assert torch.equal(loads(dumps(state))["w"], state["w"])
+    assert tensor_bytes(a) == 32 and tensor_bytes(state) == 12
+    calls = []
+    sampler = SimpleNamespace(load_adapter=lambda x: calls.append("adapter"),
+                              load_weights=lambda x: calls.append("weights"))
+    load_into(sampler, got)
+    load_into(sampler, state)
+    assert calls == ["adapter", "weights"]
+
+
+@pytest.mark.slow
+def test_async_lora_cell_sends_the_producer_the_adapter_alone(tmp_path, monkeypatch):
+    """A LoRA cell with k=1 and 3 steps (step 3 is rolled out by version 1, the one push
+    to the producer after the start): that push is the adapter's bytes
+    (async/push_bytes), which the producer's HF sampler holds unmerged; the rows equal
+    those of the merged route (ADAPTER_SYNC=False: what the producer received before)
+    up to float rounding, whose push was the whole state."""
+    from test_adapter_sync import adapter_bytes
+    from ablate.loop import policy as policy_module
+    over = ["trainer.max_steps=3", "trainer.group_size=4", "trainer.tasks_per_step=2",
+            "trainer.max_async_level=1", *ASYNC, "learner.lora.enable=true",
+            "learner.lora.rank=4"]
+    rows = cell_rows(tmp_path, monkeypatch, over, "adapter")
+    monkeypatch.setattr(policy_module, "ADAPTER_SYNC", False)
+    merged = cell_rows(tmp_path, monkeypatch, over, "merged")
+    assert rows[0]["update/grad_norm"] > 0 and rows[2]["async/behaviour_version"] == 1
+    sent = [r.get("async/push_bytes") for r in rows]
+    assert sent == [float(adapter_bytes(tmp_path / "adapter")), None, None]
+    assert merged[0]["async/push_bytes"] > 50 * sent[0]       # the whole (merged) state
+    pushes = ("push/bytes", "async/push_bytes", "async/push_s")   # and its wall time
+    for a, b in zip(untimed(rows), untimed(merged)):
+        assert set(a) == set(b)
+        for k in set(a) - set(pushes):
+            assert a[k] == (pytest.approx(b[k], rel=1e-9, abs=1e-9)
+                            if isinstance(b[k], float) else b[k]), k
+
+
 def perturbed(state: dict, scale: float, seed: int) -> dict:
     g = torch.Generator().manual_seed(seed)
     return {k: v + scale * v.float().std().nan_to_num() * torch.randn(v.shape, generator=g)
