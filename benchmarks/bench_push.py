@@ -18,7 +18,10 @@ conf/paper_cell/qwen3_4b_shaped_lora.yaml) is built with random bfloat16 weights
 of all 36 would need ~24 GB on this 24 GiB host. A push's cost is a fixed part (the
 embedding, the final norm) plus one part per layer, so the model is also built with 1
 layer: per layer = (at L - at 1) / (L - 1), and `scaled_36` = at 1 + per layer x 35, for
-bytes (exact) and seconds (an estimate). Prints one JSON object; --out writes it too."""
+the bytes (exact). Seconds are reported as measured at --layers only: on a shared host
+the difference of two timings is noise-dominated (it came out negative). The merged and
+full states count the tied head twice: the HF sampler receives both keys (vLLM drops
+lm_head when tied: 8.04 GB at Qwen3-4B). Prints one JSON object; --out writes it too."""
 from __future__ import annotations
 
 import argparse
@@ -114,8 +117,7 @@ def measure(shape: str, layers: int | None, repeats: int) -> dict:
         one = routes(build(shape, 1), shape, repeats)
         full = SHAPES[shape]["num_hidden_layers"]
         row["scaled_36"] = {k: one[k] + (row[k] - one[k]) / (layers - 1) * (full - 1)
-                            for k in ("merged_bytes", "adapter_bytes", "full_bytes",
-                                      "merged_s", "adapter_s", "full_s")}
+                            for k in ("merged_bytes", "adapter_bytes", "full_bytes")}
     return row
 
 

@@ -132,6 +132,10 @@ def check_cell(cfg: DictConfig, size) -> None:
             f"run.devices_per_cell={spread} is not allowed with hydra/launcher=pack (it "
             "gives parallel grid workers devices of their own; a pack's cells run in one "
             "process, packs one after another, on run.device): leave it 0")
+    reason = shared_base_reason({k: OmegaConf.select(cfg, k) for k in SHARED})
+    if reason:
+        raise ConfigError(f"hydra/launcher=pack cannot hold this cell's adapters over one "
+                          f"shared base: {reason}")
 
 
 def plan_packs(cfgs: Sequence[DictConfig], size: int) -> list[tuple[list[int], str]]:
@@ -274,15 +278,11 @@ def run_in_process(launcher, pack: Pack, sweep_dir: Path) -> tuple[list | None, 
 # ---------------------------------------------------------------------------------------
 def run_pack(pack: Pack, run_alone: Callable[[PackedCell], JobReturn]) -> list[JobReturn]:
     """Every cell of the pack, in its order; one JobReturn each, each cell writing its
-    own directory and rows, a failing one ending FAILED alone. Where the backends let
-    the cells share the base (shared_base_reason is None), they are all alive at once
-    over one base model, taking turns step by step (ablate/apps/pack_turns.py); else
-    each runs whole, one after another. environment.json records the pack (PACK_ENV)."""
-    reason = shared_base_reason(pack.shared)
-    pack.shared_base = reason is None
-    if reason:
-        log.info("the cells of pack %d run one after another, each with its own base "
-                 "model (%s)", pack.id, reason)
+    own directory and rows, a failing one ending FAILED alone. The cells are all alive
+    at once over one base model, taking turns step by step (ablate/apps/pack_turns.py;
+    preflight refused a cell whose backends cannot share the base: check_cell).
+    environment.json records the pack (PACK_ENV)."""
+    pack.shared_base = shared_base_reason(pack.shared) is None   # check_cell refused others
 
     def job(cell: PackedCell) -> Callable[[], JobReturn]:
         def run() -> JobReturn:
@@ -292,7 +292,7 @@ def run_pack(pack: Pack, run_alone: Callable[[PackedCell], JobReturn]) -> list[J
             finally:
                 os.environ.pop(PACK_ENV, None)
         return run
-    if not pack.shared_base:
+    if not pack.shared_base:    # only a launcher driven past preflight gets here
         return [job(cell)() for cell in pack.cells]
     with shared_bases():
         out, switches = take_turns([job(cell) for cell in pack.cells])

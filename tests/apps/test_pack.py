@@ -67,7 +67,12 @@ def test_cells_of_two_lora_ranks_make_two_packs_and_the_size_caps_a_pack():
     (["learner.lora.enable=true", "hydra.launcher.size=0"],
      "hydra.launcher.size=0 is not allowed"),
     (["learner.lora.enable=true", "run.devices_per_cell=1"],
-     "run.devices_per_cell=1 is not allowed with hydra/launcher=pack")])
+     "run.devices_per_cell=1 is not allowed with hydra/launcher=pack"),
+    (["learner.lora.enable=true"],           # the default learner: ZeRO-3
+     "cannot hold this cell's adapters over one shared base: learner=deepspeed does not "
+     "declare shared_base"),
+    (["learner.lora.enable=true", "learner=torch", "sampler=vllm"],
+     "sampler=vllm does not declare shared_base")])
 def test_a_grid_the_launcher_cannot_pack_is_one_line_and_no_directory(
         tmp_path, monkeypatch, capsys, extra, named):
     monkeypatch.chdir(tmp_path)

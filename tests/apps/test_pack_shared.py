@@ -100,22 +100,22 @@ def test_which_backends_share_a_base():
 
 @pytest.mark.slow
 def test_a_mixed_pack_over_one_base_equals_its_solo_cells(tmp_path):
-    """Two seeds x two rewards, 2 steps, one pack of 4 cells alive at once over one base,
-    taking turns: every cell's eval and metrics rows equal its solo run's, its adapter
-    after the last step equals its solo adapter (same seed: same LoRA init and updates),
-    and two seeds' adapters differ."""
-    args = ["-m", "seed=0,1", "+reward=naive,shaped", *LORA, "trainer.max_steps=2", *FAST,
+    """Four seeds x two rewards, 2 steps, one pack of 8 cells alive at once over one
+    base, taking turns: every cell's eval and metrics rows equal its solo run's, its
+    adapter after the last step equals its solo adapter (same seed: same LoRA init and
+    updates), and two seeds' adapters differ."""
+    args = ["-m", "seed=0,1,2,3", "+reward=naive,shaped", *LORA, "trainer.max_steps=2", *FAST,
             f"env.cache_dir={tmp_path / 'cache'}"]
     solo = run_cli([*args, f"hydra.sweep.dir={tmp_path / 'solo'}"], tmp_path)
     assert solo.returncode == 0, solo.stderr[-3000:]
     packed = run_cli([*args, "hydra/launcher=pack", "hydra.launcher.exact=true",
                       f"hydra.sweep.dir={tmp_path / 'packed'}"], tmp_path)
     assert packed.returncode == 0, packed.stderr[-3000:]
-    # 4 cells x 2 step boundaries, another cell alive at each
-    assert "one base model for the 4 cells of pack 1: the turn passed 8 times" in \
+    # 8 cells x 2 step boundaries, another cell alive at each
+    assert "one base model for the 8 cells of pack 1: the turn passed 16 times" in \
         packed.stdout + packed.stderr
     names = sorted(p.name for p in (tmp_path / "solo").iterdir() if p.is_dir())
-    assert len(names) == 4
+    assert len(names) == 8
     adapters = {}
     for name in names:
         alone, inpack = tmp_path / "solo" / name, tmp_path / "packed" / name
@@ -124,11 +124,95 @@ def test_a_mixed_pack_over_one_base_equals_its_solo_cells(tmp_path):
         assert json.loads((inpack / "environment.json").read_text())["pack"]["shared_base"]
         a, b = adapter(alone), adapter(inpack)
         assert all(torch.equal(a[k], b[k]) for k in a) and a.keys() == b.keys()
-        adapters[seed_of(inpack)] = b
-    assert any(not torch.equal(adapters[0][k], adapters[1][k]) for k in adapters[0])
+        adapters[seed_of(inpack), reward_of(inpack)] = b
+    first, second = adapters[0, "naive"], adapters[1, "naive"]
+    assert any(not torch.equal(first[k], second[k]) for k in first)
+
+
+def reward_of(cell: Path) -> str:
+    import yaml
+    given = dict(o.split("=", 1) for o in
+                 yaml.safe_load((cell / ".hydra" / "overrides.yaml").read_text()))
+    return given["+reward"]
 
 
 def adapter(cell: Path) -> dict:
     ckpt = max((cell / "ckpt").glob("step_*"))
     state = torch.load(ckpt / "learner.pt", map_location="cpu", weights_only=False)["model"]
     return {k: v for k, v in state.items() if "lora_" in k}
+
+
+def test_the_adapter_init_follows_the_cells_seed_solo_or_over_a_shared_base(tmp_path):
+    """Two seeds: two LoRA inits; one seed: one init, alone or over a shared base (the
+    learner seeds its own init: ablate/learners/torch_learner.py)."""
+    from ablate.learners import LEARNERS, make_learner
+    cfg = OmegaConf.structured(LEARNERS.config("torch"))
+    cfg.lora.enable = True
+
+    def init(seed, shared):
+        with shared_bases() if shared else _nothing():
+            model, _ = load_policy(TINY)
+            model_b, _ = load_policy(TINY)          # another cell's tree, if shared
+        lrn = make_learner(cfg, model, lr=1e-4, seed=seed, temperature=1.0,
+                           ckpt_dir=tmp_path / f"c{seed}{shared}")
+        return {n: p.detach().clone() for n, p in lrn.model.named_parameters()
+                if "lora_A" in n}
+    alone0, packed0, packed1 = init(0, False), init(0, True), init(1, True)
+    assert all(torch.equal(alone0[k], packed0[k]) for k in alone0)
+    assert all(not torch.equal(packed0[k], packed1[k]) for k in packed0)
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()
+
+
+@pytest.mark.slow
+def test_a_pack_killed_mid_run_resumes_to_the_rows_of_an_uninterrupted_pack(tmp_path):
+    """SIGKILL to the pack's process once a cell has written a row (the others mid-step
+    or mid-setup): the grid fails the cells that had started; the same command again
+    resumes each from its checkpoint to the rows an uninterrupted pack writes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from test_pack import ROOT
+    args = ["-m", "seed=0,1,2", *LORA, "trainer.max_steps=3", "learner.checkpoint_every=1",
+            *FAST, f"env.cache_dir={tmp_path / 'cache'}", "hydra/launcher=pack"]
+    ref = run_cli([*args, f"hydra.sweep.dir={tmp_path / 'ref'}"], tmp_path)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    sweep = tmp_path / "killed"
+    env = dict(os.environ, WANDB_MODE="disabled", PYTHONPATH=str(ROOT))
+    first = subprocess.Popen([sys.executable, "-m", "ablate", *args, f"hydra.sweep.dir={sweep}"],
+                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    worker = None
+    deadline = time.time() + 300
+    while worker is None and time.time() < deadline and first.poll() is None:
+        if any(p.stat().st_size for p in sweep.glob("*/metrics.jsonl")):
+            worker = pack_worker_of(sweep)
+        time.sleep(0.2)
+    assert worker is not None, "no row was written, or the pack's process was not found"
+    os.kill(worker, signal.SIGKILL)
+    out = first.communicate(timeout=600)[0]
+    assert "(killed by SIGKILL) ended before its cells did" in out, out[-3000:]
+    again = run_cli([*args, f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    names = sorted(p.name for p in (tmp_path / "ref").iterdir() if p.is_dir())
+    assert len(names) == 3
+    for name in names:
+        for file in ("eval.jsonl", "metrics.jsonl"):
+            assert rows(sweep / name / file) == rows(tmp_path / "ref" / name / file), (name, file)
+
+
+def pack_worker_of(sweep: Path) -> int | None:
+    """The pid of the pack process whose job file lies in `sweep`."""
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "ablate.apps.pack_worker" in cmd and any(str(sweep) in c for c in cmd):
+            return int(proc.name)
+    return None
