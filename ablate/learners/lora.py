@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
+from functools import partial
 
 import peft
 import torch
@@ -67,3 +69,40 @@ def adapter_of(peft_model, trained: dict[str, torch.Tensor]) -> LoraAdapter:
     tensors = peft.get_peft_model_state_dict(peft_model, state_dict=trained, adapter_name=name)
     return LoraAdapter(json_config(peft_model.peft_config[name]),
                        {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()})
+
+
+def add_adapter(model: torch.nn.Module, name: str, adapter: LoraAdapter) -> None:
+    """`adapter` injected into `model` under `name` (peft `inject_adapter_in_model`,
+    beside the adapters it holds) and loaded, unmerged: the cells of a pack over one
+    base (docs/packs.md)."""
+    keep = set(peft.LoraConfig.__dataclass_fields__)
+    config = peft.LoraConfig(**{k: v for k, v in adapter.config.items() if k in keep})
+    with warnings.catch_warnings():     # "multiple adapters in the model": the point here
+        warnings.filterwarnings("ignore", message="Already found a `peft_config`")
+        peft.inject_adapter_in_model(config, model, adapter_name=name)
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for key, t in adapter.module_keys(name).items():
+            params[key].copy_(t)
+
+
+def _adapter_names_hook(module, args, kwargs, names):
+    kwargs["adapter_names"] = names       # peft/tuners/lora/model.py, the same pre-hook
+    return args, kwargs
+
+
+@contextlib.contextmanager
+def adapter_rows(model: torch.nn.Module, names: list[str]):
+    """Inside: row i of every batch goes through adapter names[i] (peft's mixed-batch
+    forward, peft/tuners/lora/layer.py `_mixed_batch_forward`: one base matmul over all
+    rows, each row adding its own adapter's delta; a row's gradient reaches only its
+    own adapter). The hooks are those PeftModel registers for `adapter_names`."""
+    from peft.tuners.lora import LoraLayer
+    handles = [m.register_forward_pre_hook(partial(_adapter_names_hook, names=list(names)),
+                                           with_kwargs=True)
+               for m in model.modules() if isinstance(m, LoraLayer)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
