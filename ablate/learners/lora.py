@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
-from functools import partial
 
 import peft
 import torch
@@ -84,25 +83,3 @@ def add_adapter(model: torch.nn.Module, name: str, adapter: LoraAdapter) -> None
     with torch.no_grad():
         for key, t in adapter.module_keys(name).items():
             params[key].copy_(t)
-
-
-def _adapter_names_hook(module, args, kwargs, names):
-    kwargs["adapter_names"] = names       # peft/tuners/lora/model.py, the same pre-hook
-    return args, kwargs
-
-
-@contextlib.contextmanager
-def adapter_rows(model: torch.nn.Module, names: list[str]):
-    """Inside: row i of every batch goes through adapter names[i] (peft's mixed-batch
-    forward, peft/tuners/lora/layer.py `_mixed_batch_forward`: one base matmul over all
-    rows, each row adding its own adapter's delta; a row's gradient reaches only its
-    own adapter). The hooks are those PeftModel registers for `adapter_names`."""
-    from peft.tuners.lora import LoraLayer
-    handles = [m.register_forward_pre_hook(partial(_adapter_names_hook, names=list(names)),
-                                           with_kwargs=True)
-               for m in model.modules() if isinstance(m, LoraLayer)]
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()

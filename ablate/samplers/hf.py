@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
+from ablate.core.adapter import adapter_rows
 from ablate.samplers import cascade as cascade_attn
 from ablate.samplers.base import Completion, Sampler, per_prompt
 
@@ -55,6 +56,7 @@ class _Entry:
     ids: list[int]
     kv: list[tuple[torch.Tensor, torch.Tensor]]
     offset: int = 0
+    adapter: str | None = None      # the adapter it was encoded under (generate(adapters=))
 
 
 def prefix_lengths(pool: list[_Entry], prompts: list[list[int]]) -> torch.Tensor:
@@ -97,6 +99,7 @@ class HFSampler(Sampler):
         self._entries: list[_Entry] = []        # rows of the last call
         self._pinned: _Entry | None = None      # the shared prefix (share_prefix)
         self._lora: dict[str, torch.Tensor] = {}   # injected LoRA weights (load_adapter)
+        self._names = self._fwd_names = None     # generate(adapters=): rows', a forward's
         self.stats = {"encoded_tokens": 0, "reused_tokens": 0, "prompt_tokens": 0,
                       "cascade_rows": 0}      # rows that read the prefix from one copy
 
@@ -138,7 +141,11 @@ class HFSampler(Sampler):
             self._lora[name].copy_(t)
         self.clear_cache()                      # kept keys/values are of the old adapter
 
-    def clear_cache(self) -> None:
+    def clear_cache(self, adapter: str | None = None) -> None:
+        """Drop the kept keys and values (of one adapter's rows only, when named)."""
+        if adapter is not None:
+            self._entries = [e for e in self._entries if e.adapter != adapter]
+            return
         self._entries, self._pinned = [], None
 
     def release_episodes(self) -> None:
@@ -181,8 +188,9 @@ class HFSampler(Sampler):
             self._cache_kw = "cache" if "cache" in params else "past_key_values"
         if self._cascade_on:                      # cascade.py's mask, made once
             attn = cascade_attn.additive_mask(attn, ids.shape[1], self._dtype)
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos,
-                         use_cache=True, logits_to_keep=1, **{self._cache_kw: cache})
+        with adapter_rows(self.model, self._fwd_names):
+            out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos,
+                             use_cache=True, logits_to_keep=1, **{self._cache_kw: cache})
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         return out.logits[:, -1, :].float(), cache
 
@@ -241,7 +249,9 @@ class HFSampler(Sampler):
         offset > 0 (cascade): the buffers hold each row's positions from `offset` on."""
         if self.legacy:
             return self._prefill_rows_copied(rows, pool, room)
-        matches = self._match(rows, pool)
+        names = self._names or [None] * len(rows)
+        matches = [self._match([p], [e for e in pool if e.adapter == a])[0]
+                   for p, a in zip(rows, names)] if self._names else self._match(rows, pool)
         L = max(map(len, rows)) - offset
         packed = self._buffers(len(rows), L + room)
         logits, attn = [], torch.zeros((len(rows), L), dtype=torch.long, device=self.device)
@@ -249,7 +259,7 @@ class HFSampler(Sampler):
         for r, (p, (e, n)) in enumerate(zip(rows, matches)):
             start = L - (len(p) - offset)
             attn[r, start:] = 1
-            twin = first.setdefault(tuple(p), r)
+            twin = first.setdefault((names[r], tuple(p)), r)
             if twin != r:                      # the same ids: the same keys and values
                 for k, v in packed:
                     k[r, :, :L].copy_(k[twin, :, :L])
@@ -267,6 +277,7 @@ class HFSampler(Sampler):
                     lo, hi = offset - e.offset, n - e.offset
                     views[layer][0][:, :, :n - offset] = e.kv[layer][0][:, :, lo:hi]
                     views[layer][1][:, :, :n - offset] = e.kv[layer][1][:, :, lo:hi]
+            self._fwd_names = None if self._names is None else [names[r]]
             logits.append(self._forward_row(p, n, views, offset))
         return torch.stack(logits), attn, self._new_cache(packed, L), [n for _, n in matches]
 
@@ -342,7 +353,24 @@ class HFSampler(Sampler):
 
     @torch.no_grad()
     def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0,
-                 stop_token_ids=(), logits_processors=None, seed=None) -> list[Completion]:
+                 stop_token_ids=(), logits_processors=None, seed=None,
+                 adapters=None) -> list[Completion]:
+        """`adapters`: one LoRA adapter name per prompt (several adapters injected by
+        ablate.learners.lora.add_adapter: a batched pack, docs/packs.md): each row is
+        encoded and decoded through its own (ablate.core.adapter.adapter_rows) and
+        reuses only keys and values kept under it; no shared prefix (it is per adapter)."""
+        if adapters is not None:
+            if not self.kv_reuse or self.legacy:
+                raise ValueError("generate(adapters=...) needs the KV-reuse engine")
+            self._names = list(per_prompt(adapters, len(prompts), "adapters"))
+        try:
+            return self._generate(prompts, max_new_tokens, temperature, top_p,
+                                  stop_token_ids, logits_processors, seed)
+        finally:
+            self._names = self._fwd_names = None
+
+    def _generate(self, prompts, max_new_tokens, temperature, top_p, stop_token_ids,
+                  logits_processors, seed) -> list[Completion]:
         n = len(prompts)
         if n == 0:
             return []
@@ -357,8 +385,10 @@ class HFSampler(Sampler):
         rows = [[int(t) for t in prompts[i]] for i in live]
         if not all(rows):
             raise ValueError("empty prompt")
-        pool = (self._entries + ([self._pinned] if self._pinned else [])) \
-            if self.kv_reuse else []
+        if self._names is not None:               # the rows' adapters, in rows' order
+            self._names = [self._names[i] for i in live]
+        pinned = [self._pinned] if self._pinned and self._names is None else []
+        pool = (self._entries + pinned) if self.kv_reuse else []
         self._entries = []                        # ended episodes are not asked again
         S = self._cascade_offset(rows)            # 0: rows attend over their whole cache
         if S:      # longest first: attention reads each run of rows' own span (cascade.py)
@@ -385,7 +415,7 @@ class HFSampler(Sampler):
         """The pinned prefix's length when every row starts with it (and goes on past
         it) and cascade attention is on; else 0."""
         pinned = self._pinned
-        if not self.cascade or self.legacy or pinned is None:
+        if not self.cascade or self.legacy or pinned is None or self._names is not None:
             return 0
         S = len(pinned.ids)
         return S if all(len(p) > S and p[:S] == pinned.ids for p in rows) else 0
@@ -435,8 +465,9 @@ class HFSampler(Sampler):
                     continue
                 o.extra["encoded_tokens"] += len(o.ids) - 1   # the last id is never fed
                 if self.kv_reuse:      # finished: keep what it encoded for the next call
-                    done.append((rank[i], self._extract(cache, attn, r,
-                                                        rows[i] + o.ids[:-1], offset)))
+                    e = self._extract(cache, attn, r, rows[i] + o.ids[:-1], offset)
+                    e.adapter = self._names[i] if self._names else None
+                    done.append((rank[i], e))
             kept += [e for _, e in sorted(done, key=lambda x: x[0])]
             if not keep:
                 break
@@ -450,6 +481,7 @@ class HFSampler(Sampler):
             if offset:     # each row's own keys, known here without reading the mask
                 cascade_attn.set_spans([len(rows[i]) - offset + len(outs[i].ids)
                                         for i in live])
+            self._fwd_names = None if self._names is None else [self._names[i] for i in live]
             logits, cache = self._forward(toks.view(-1, 1).to(self.device), attn,
                                           next_pos.view(-1, 1), cache)
             next_pos = next_pos + 1

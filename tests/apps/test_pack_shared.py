@@ -219,13 +219,14 @@ def pack_worker_of(sweep: Path) -> int | None:
 
 
 def test_one_batch_over_several_adapters_gives_each_row_its_own_adapter():
-    """The batched mode's building block (ablate.learners.lora.adapter_rows): 4 cells'
+    """The batched mode's building block (ablate.core.adapter.adapter_rows): 4 cells'
     adapters injected into one tree over one base, their rows in ONE forward: every
     row's logprobs equal its adapter's alone within 1e-5 (float32), and a backward of
     the rows' summed losses gives each adapter the gradient it gets alone."""
     import copy as copy_
     from test_adapter_sync import trained_lora
-    from ablate.learners.lora import add_adapter, adapter_rows
+    from ablate.core.adapter import adapter_rows
+    from ablate.learners.lora import add_adapter
     from ablate.samplers.hf import HFSampler
     import test_harness_util as U
     tok = U.tokenizer()

@@ -176,3 +176,34 @@ def adapter_bytes(cell) -> int:
     ckpt = max((cell / "ckpt").glob("step_*"))
     state = torch.load(ckpt / "learner.pt", map_location="cpu", weights_only=False)["model"]
     return sum(v.numel() * v.element_size() for k, v in state.items() if "lora_" in k)
+
+
+def test_one_sampler_over_several_adapters_gives_each_row_its_own(tok):
+    """HFSampler.generate(adapters=[...]): rows of three adapters (one tree over one
+    base: ablate.learners.lora.add_adapter) in one call sample as each adapter's merged
+    model (logprobs within 1e-4), and a later call reuses kept keys and values only
+    under the same adapter (the prompts extended, their adapters swapped)."""
+    from ablate.learners.lora import add_adapter
+    base = U.tiny_model(tok, seed=2)
+    trained = [trained_lora(base, seed) for seed in range(3)]
+    s = HFSampler(copy.deepcopy(base), tok)
+    for i, (adapter, _) in enumerate(trained):
+        add_adapter(s.model, f"c{i}", adapter)
+    s.model.eval()
+    refs = [merged_model(base, merged) for _, merged in trained]
+    names = ["c0", "c1", "c2"]
+    outs = s.generate(PROMPTS, max_new_tokens=6, seed=1, adapters=names)
+    for p, o, ref in zip(PROMPTS, outs, refs):
+        assert torch.allclose(forward_logprobs(ref, p, o.ids), torch.tensor(o.logprobs),
+                              atol=1e-4)
+    longer = [p + o.ids for p, o in zip(PROMPTS, outs)]
+    swapped = ["c1", "c2", "c0"]
+    again = s.generate(longer, max_new_tokens=5, seed=2, adapters=swapped)
+    for p, o, name in zip(longer, again, swapped):
+        ref = refs[int(name[1])]
+        assert torch.allclose(forward_logprobs(ref, p, o.ids), torch.tensor(o.logprobs),
+                              atol=1e-4)
+        assert o.extra["reused_tokens"] == 0        # kept entries were other adapters'
+    same = s.generate([p + o.ids for p, o in zip(longer, again)], max_new_tokens=3, seed=3,
+                      adapters=swapped)
+    assert all(o.extra["reused_tokens"] > 0 for o in same)
