@@ -1,6 +1,9 @@
 """A grid of N seeds of one LoRA cell, packed (hydra/launcher=pack: the N cells alive at
-once over one base model, taking turns at step boundaries) against the same N cells run
-one after another (the basic launcher), in one run on the same cores.
+once over one base model) against the same N cells run one after another (the basic
+launcher), in one run on the same cores. Variants: `sequential` (basic), `exact`
+(hydra.launcher.exact=true: the cells take turns at step boundaries, each rolling out
+alone) and `batched` (the default exact=false: every cell waiting for the sampler is
+served by one generate call, each row through its cell's adapter).
 
     python benchmarks/bench_pack.py [--model tiny] [--n 2 4 8] [--steps 2] [--out FILE]
 
@@ -8,10 +11,9 @@ Per N and variant: wall seconds, cells per hour, and the peak resident memory of
 process that ran the cells (the basic launcher's grid process; the pack's own process,
 python -m ablate.apps.pack_worker), read as the largest ru_maxrss among the finished
 children of a fresh python process that ran only that variant (getrusage(2),
-RUSAGE_CHILDREN). Prints one JSON object: the rows and, per N, packed / sequential
-ratios of cells per hour and of peak memory. What the turns mode can and cannot gain
-(docs/packs.md): it loads the base once and holds every cell at once; it batches
-nothing yet, so cells per hour stay near the sequential figure."""
+RUSAGE_CHILDREN). Prints one JSON object: the rows and, per N and packed variant,
+packed / sequential ratios of cells per hour and of peak memory (docs/packs.md reads
+them). Updates are per cell in both packed variants (docs/packs.md)."""
 from __future__ import annotations
 
 import argparse
@@ -38,21 +40,24 @@ print(rc, time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
 """
 
 
-def run_variant(n: int, packed: bool, model: str, steps: int, work: Path) -> dict:
-    sweep = work / f"{'packed' if packed else 'sequential'}_{n}"
+VARIANTS = {"sequential": [], "exact": ["hydra/launcher=pack", "hydra.launcher.exact=true"],
+            "batched": ["hydra/launcher=pack", "hydra.launcher.exact=false"]}
+
+
+def run_variant(n: int, variant: str, model: str, steps: int, work: Path) -> dict:
+    sweep = work / f"{variant}_{n}"
     args = [sys.executable, "-m", "ablate", "-m", f"seed={','.join(map(str, range(n)))}",
             f"model={model}", f"trainer.max_steps={steps}", *CELL,
             f"env.cache_dir={work / 'cache'}", f"hydra.sweep.dir={sweep}"]
-    if packed:
-        args += ["hydra/launcher=pack", "hydra.launcher.exact=true", f"hydra.launcher.size={n}"]
+    if variant != "sequential":
+        args += [*VARIANTS[variant], f"hydra.launcher.size={n}"]
     env = dict(os.environ, WANDB_MODE="disabled", PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", RUNNER, *args], cwd=work, env=env,
                          capture_output=True, text=True, check=True).stdout.split()
     rc, seconds, maxrss_kb = int(out[0]), float(out[1]), int(out[2])
     if rc != 0:
-        raise SystemExit(f"bench_pack: the {'packed' if packed else 'sequential'} grid of "
-                         f"{n} exited {rc}")
-    return {"n": n, "variant": "packed" if packed else "sequential", "seconds": seconds,
+        raise SystemExit(f"bench_pack: the {variant} grid of {n} exited {rc}")
+    return {"n": n, "variant": variant, "seconds": seconds,
             "cells_per_hour": n * 3600 / seconds, "peak_rss_mb": maxrss_kb / 1024}
 
 
@@ -61,19 +66,25 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--n", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--variants", nargs="+", default=["exact", "batched"],
+                    choices=["exact", "batched"])
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     rows, ratios = [], {}
     with tempfile.TemporaryDirectory(prefix="bench-pack-") as tmp:
         work = Path(tmp)
-        run_variant(1, False, a.model, 1, work)            # the data cache, built once
+        run_variant(1, "sequential", a.model, 1, work)      # the data cache, built once
         for n in a.n:
-            seq = run_variant(n, False, a.model, a.steps, work)
-            pack = run_variant(n, True, a.model, a.steps, work)
-            rows += [seq, pack]
-            ratios[n] = {"cells_per_hour": pack["cells_per_hour"] / seq["cells_per_hour"],
-                         "peak_rss": pack["peak_rss_mb"] / seq["peak_rss_mb"]}
-            print(json.dumps({"n": n, **ratios[n]}), file=sys.stderr, flush=True)
+            seq = run_variant(n, "sequential", a.model, a.steps, work)
+            rows.append(seq)
+            for variant in a.variants:
+                pack = run_variant(n, variant, a.model, a.steps, work)
+                rows.append(pack)
+                ratios.setdefault(variant, {})[n] = {
+                    "cells_per_hour": pack["cells_per_hour"] / seq["cells_per_hour"],
+                    "peak_rss": pack["peak_rss_mb"] / seq["peak_rss_mb"]}
+                print(json.dumps({"n": n, variant: ratios[variant][n]}), file=sys.stderr,
+                      flush=True)
     report = {"model": a.model, "steps": a.steps, "rows": rows, "packed_over_sequential": ratios,
               "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count()}
     text = json.dumps(report, indent=1)

@@ -18,6 +18,7 @@ check_job refuses such a grid at preflight, in one line, before any directory ex
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -40,6 +41,7 @@ from ablate.learners import LEARNERS
 from ablate.loop.cell import PACK_ENV
 from ablate.models.loading import shared_bases
 from ablate.samplers import SAMPLERS
+from ablate.samplers.packed import batched
 
 log = logging.getLogger("ablate.pack")
 TARGET = "hydra_plugins.ablate_pack_launcher.pack_launcher.PackLauncher"
@@ -77,7 +79,7 @@ class Pack:
     shared: dict             # SHARED key -> the value every cell of the pack has
     why: str = ""            # why its cells are not in the pack before it ("" for pack 1)
     size: int = 8            # hydra.launcher.size
-    exact: bool = False      # hydra.launcher.exact (today: the same way as false)
+    exact: bool = False      # hydra.launcher.exact (false: batched rollouts, docs/packs.md)
     shared_base: bool = False   # its cells ran over one base model (run_pack)
 
     def line(self) -> str:
@@ -93,10 +95,11 @@ class Pack:
 
     def record(self) -> dict:
         """environment.json's `pack` (ablate/loop/cell.py): which pack ran the cell, its
-        cells' directories, what they share, and whether they shared a base model in
-        one process (not yet: each cell ran whole and alone, run_pack)."""
+        cells' directories, what they share, whether they shared a base model in one
+        process (run_pack) and whether their rollouts were batched (packed.py)."""
         return {"id": self.id, "of": self.of, "cells": [c.dir.name for c in self.cells],
                 "size": self.size, "exact": self.exact, "shared_base": self.shared_base,
+                "batched": self.shared_base and not self.exact,
                 "shared": {k: list(v) if isinstance(v, tuple) else v
                            for k, v in self.shared.items()}}
 
@@ -252,6 +255,18 @@ def compose_cell(launcher, idx: int, overrides: Sequence[str], sweep_dir: Path) 
                       dir=sweep_dir / subdir, name=name)
 
 
+def worker_env(pack: Pack) -> dict[str, str]:
+    """The pack process's environment. Its cells (threads) take turns over one base, so
+    they allocate from glibc's one main arena (MALLOC_ARENA_MAX=1, mallopt(3), read at
+    the process's start): a thread's own arena keeps its freed memory apart from the
+    other cells' (run.malloc_reuse keeps it mapped), and a pack of 8 tiny cells peaked
+    at 1.80 GB against 0.95 GB in one arena (benchmarks/bench_pack.py)."""
+    env = dict(os.environ)
+    if shared_base_reason(pack.shared) is None:     # run_pack will share the base
+        env.setdefault("MALLOC_ARENA_MAX", "1")
+    return env
+
+
 def run_in_process(launcher, pack: Pack, sweep_dir: Path) -> tuple[list | None, int]:
     """(the pack's JobReturns, 0), or (None, exit code) when its process died. The job
     goes to the process as hydra/launcher=joblib ships one (cloudpickle: the Hydra
@@ -264,7 +279,7 @@ def run_in_process(launcher, pack: Pack, sweep_dir: Path) -> tuple[list | None, 
         "logging": (launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)}))
     try:
         code = subprocess.run([sys.executable, "-m", "ablate.apps.pack_worker", str(job),
-                               str(out)]).returncode
+                               str(out)], env=worker_env(pack)).returncode
         if code != 0 or not out.exists():
             return None, code or 1
         return cloudpickle.loads(out.read_bytes()), 0
@@ -294,10 +309,12 @@ def run_pack(pack: Pack, run_alone: Callable[[PackedCell], JobReturn]) -> list[J
         return run
     if not pack.shared_base:    # only a launcher driven past preflight gets here
         return [job(cell)() for cell in pack.cells]
-    with shared_bases():
+    with shared_bases(), (contextlib.nullcontext() if pack.exact else batched()) as engine:
         out, switches = take_turns([job(cell) for cell in pack.cells])
-    log.info("one base model for the %d cells of pack %d: the turn passed %d times at "
-             "step boundaries", len(pack.cells), pack.id, switches)
+    log.info("one base model for the %d cells of pack %d: the turn passed %d times%s",
+             len(pack.cells), pack.id, switches,
+             f"; the cells' {engine.requests} sampler calls ran as {engine.batches} "
+             "batched calls" if engine is not None else "")
     return out
 
 

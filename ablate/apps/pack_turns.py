@@ -54,18 +54,39 @@ def restore(state: dict) -> None:
 
 
 class Turns:
-    """Round-robin turns among `n` cell threads; `boundary` is the step-boundary hook."""
+    """Round-robin turns among `n` cell threads. `boundary` (a step boundary) and `wait`
+    (a cell waiting for work several cells share, ablate.core.turns.wait_for) pass the
+    turn to the next cell that can run; when every live cell waits, the one that waited
+    last serves them all (one batch) and runs on."""
 
     def __init__(self, n: int):
         self.cond = threading.Condition()
         self.live = list(range(n))
         self.current = 0
         self.mine = threading.local()          # .index: the cell this thread runs
+        self.waiting: dict[int, tuple] = {}    # cell -> (done, serve) while it waits
         self.switches = 0
 
-    def _next_after(self, i: int) -> int:
-        later = [j for j in self.live if j > i] or self.live
-        return later[0] if later else -1
+    def _runnable_after(self, i: int) -> int | None:
+        """The next live cell after i, round robin, that can run (i excluded)."""
+        order = [j for j in self.live if j > i] + [j for j in self.live if j < i]
+        for j in order:
+            if j not in self.waiting or self.waiting[j][0]():
+                return j
+        return None
+
+    def _pass_to(self, i: int, nxt: int) -> None:
+        """Hand the turn to nxt and wait for it to come back (self.cond held)."""
+        self.current, self.switches = nxt, self.switches + 1
+        self.cond.notify_all()
+        self.cond.wait_for(lambda: self.current == i)
+
+    def _serve_waiting(self) -> None:
+        """Every waiting cell's serve, each distinct one once (outside the lock)."""
+        with self.cond:
+            serves = list({id(s): s for _, s in self.waiting.values()}.values())
+        for serve in serves:
+            serve()
 
     def run(self, i: int, fn: Callable[[], object]) -> object:
         """Cell i's whole run, in its thread: it starts when its turn first comes and
@@ -78,22 +99,46 @@ class Turns:
         finally:
             with self.cond:
                 self.live.remove(i)
-                self.current = self._next_after(i)
-                self.cond.notify_all()
+            while True:
+                with self.cond:
+                    nxt = self._runnable_after(i)
+                    if nxt is not None or not self.waiting:
+                        self.current = -1 if nxt is None else nxt
+                        self.cond.notify_all()
+                        break
+                self._serve_waiting()
 
     def boundary(self) -> None:
         i = getattr(self.mine, "index", None)
         if i is None:
             return                             # not a cell thread of this pack
         with self.cond:
-            nxt = self._next_after(i)
-            if nxt == i:
-                return                         # the last live cell runs on alone
+            nxt = self._runnable_after(i)
+        if nxt is None:
+            return                             # no other cell can run now: run on
         state = capture()
         with self.cond:
-            self.current, self.switches = nxt, self.switches + 1
-            self.cond.notify_all()
-            self.cond.wait_for(lambda: self.current == i)
+            self._pass_to(i, nxt)
+        restore(state)
+
+    def wait(self, done: Callable[[], bool], serve: Callable[[], None]) -> None:
+        i = getattr(self.mine, "index", None)
+        if i is None:                          # not a cell thread of this pack
+            if not done():
+                serve()
+            return
+        state = capture()
+        with self.cond:
+            self.waiting[i] = (done, serve)
+        while not done():
+            with self.cond:
+                nxt = self._runnable_after(i)
+                if nxt is not None:
+                    self._pass_to(i, nxt)
+                    continue
+            self._serve_waiting()              # every live cell waits: one batch
+        with self.cond:
+            self.waiting.pop(i, None)
         restore(state)
 
 
@@ -113,7 +158,7 @@ def take_turns(jobs: Sequence[Callable[[], object]]) -> tuple[list, int]:
 
     threads = [threading.Thread(target=body, args=(i,), name=f"pack-cell-{i}")
                for i in range(len(jobs))]
-    set_hook(turns.boundary)
+    set_hook(turns.boundary, turns.wait)
     try:
         for t in threads:
             t.start()

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 
 from ablate.core.registry import Registry
+from ablate.samplers import packed
 from ablate.samplers.base import Completion, Sampler
 from ablate.samplers.config import (SamplerConfig, VLLMSamplerConfig, VLLMServerSamplerConfig,
                                     check_sampler, check_vllm, check_vllm_server)
@@ -41,8 +42,13 @@ def make_sampler(sampler_cfg, model, tokenizer, *, device: str = "cpu", dtype: s
                  seed: int = 0, lora=None) -> Sampler:
     """The `sampler.name` factory's sampler. `model`: an HF model object, or a local
     directory. `lora` (the learner's LoRA config) reaches only a sampler that declares
-    "adapters": its factory takes `lora=` and the sampler `load_adapter`."""
+    "adapters": its factory takes `lora=` and the sampler `load_adapter`. Inside a
+    batched pack (ablate.samplers.packed.batched) a sampler declaring "shared_base" is
+    the cell's view of the pack's one sampler."""
     factory = SAMPLERS.get_checked(sampler_cfg.name)
+    engine = packed.engine()
+    if engine is not None and SAMPLERS.declared(sampler_cfg.name).can("shared_base"):
+        return packed.PackSampler(engine, engine.attach(model, tokenizer, device))
     extra = {"lora": lora} if lora is not None and \
         SAMPLERS.declared(sampler_cfg.name).can("adapters") else {}
     return factory(sampler_cfg, model, tokenizer, device=device, dtype=dtype, seed=seed,

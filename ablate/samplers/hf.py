@@ -98,6 +98,7 @@ class HFSampler(Sampler):
         self._dtype = next(self.model.parameters()).dtype
         self._entries: list[_Entry] = []        # rows of the last call
         self._pinned: _Entry | None = None      # the shared prefix (share_prefix)
+        self._prefixes: dict[str, _Entry] = {}   # share_prefix(ids, adapter=): per adapter
         self._lora: dict[str, torch.Tensor] = {}   # injected LoRA weights (load_adapter)
         self._names = self._fwd_names = None     # generate(adapters=): rows', a forward's
         self.stats = {"encoded_tokens": 0, "reused_tokens": 0, "prompt_tokens": 0,
@@ -142,27 +143,48 @@ class HFSampler(Sampler):
         self.clear_cache()                      # kept keys/values are of the old adapter
 
     def clear_cache(self, adapter: str | None = None) -> None:
-        """Drop the kept keys and values (of one adapter's rows only, when named)."""
+        """Drop the kept keys and values (one adapter's rows and prefix only, when named)."""
         if adapter is not None:
-            self._entries = [e for e in self._entries if e.adapter != adapter]
+            self.release_episodes(adapter)
+            self._prefixes.pop(adapter, None)
             return
-        self._entries, self._pinned = [], None
+        self._entries, self._pinned, self._prefixes = [], None, {}
 
-    def release_episodes(self) -> None:
-        self._entries = []
+    def release_episodes(self, adapter: str | None = None) -> None:
+        """Drop the episodes' kept keys and values (one adapter's, when named); shared
+        prefixes stay."""
+        self._entries = [] if adapter is None else \
+            [e for e in self._entries if e.adapter != adapter]
 
     # ------------------------------------------------------------------ KV store
     @torch.no_grad()
-    def share_prefix(self, ids) -> None:
-        """Encode `ids` once (per weight version) for the prompts that start with them."""
+    def share_prefix(self, ids, adapter: str | None = None) -> None:
+        """Encode `ids` once (per weight version) for the prompts that start with them.
+        `adapter`: under that injected adapter, for its rows of generate(adapters=)
+        (copied into each row's cache: no cascade across adapters, whose keys differ)."""
         ids = [int(t) for t in ids]
         if not self.kv_reuse or len(ids) < 2:
+            return
+        if adapter is not None:
+            self._share_prefix_of(adapter, ids)
             return
         if self._pinned is not None and self._pinned.ids == ids:
             return
         prev = [self._pinned] if self._pinned is not None else []
         self._pinned = None
         self._pinned = self._encode_one(ids, prev)[1]
+
+    def _share_prefix_of(self, adapter: str, ids: list[int]) -> None:
+        old = self._prefixes.get(adapter)
+        if old is not None and old.ids == ids:
+            return
+        self._fwd_names = [adapter]
+        try:
+            entry = self._encode_one(ids, [])[1]
+        finally:
+            self._fwd_names = None
+        entry.adapter = adapter
+        self._prefixes[adapter] = entry
 
     @staticmethod
     def _match(prompts, pool) -> list[tuple[_Entry | None, int]]:
@@ -387,9 +409,12 @@ class HFSampler(Sampler):
             raise ValueError("empty prompt")
         if self._names is not None:               # the rows' adapters, in rows' order
             self._names = [self._names[i] for i in live]
-        pinned = [self._pinned] if self._pinned and self._names is None else []
+        pinned = [self._pinned] if self._pinned and self._names is None else \
+            [self._prefixes[a] for a in sorted(set(self._names or ())) if a in self._prefixes]
         pool = (self._entries + pinned) if self.kv_reuse else []
-        self._entries = []                        # ended episodes are not asked again
+        # ended episodes are not asked again; adapters absent from this call keep theirs
+        self._entries = [e for e in self._entries if e.adapter not in self._names] \
+            if self._names is not None else []
         S = self._cascade_offset(rows)            # 0: rows attend over their whole cache
         if S:      # longest first: attention reads each run of rows' own span (cascade.py)
             order = sorted(range(len(rows)), key=lambda j: -len(rows[j]))
@@ -485,7 +510,7 @@ class HFSampler(Sampler):
             logits, cache = self._forward(toks.view(-1, 1).to(self.device), attn,
                                           next_pos.view(-1, 1), cache)
             next_pos = next_pos + 1
-        self._entries = kept
+        self._entries += kept
 
     @staticmethod
     def _sample_in_call_order(logits, live, outs, procs, sampling, rank):

@@ -1,0 +1,187 @@
+"""The batched pack's sampler (hydra/launcher=pack hydra.launcher.exact=false,
+docs/packs.md): ONE HF sampler over the pack's one base, each cell's LoRA adapter
+injected beside the others under the cell's name, and every cell's generate requests
+that wait at the same time decoded in ONE call, each row through its own adapter
+(HFSampler.generate(adapters=...)).
+
+A cell sees a `PackSampler`: `generate` hands its request to the `PackEngine` and waits
+(ablate.core.turns.wait_for) until a batch has served it; the pack's scheduler
+(ablate/apps/pack_turns.py) serves the batch when every live cell waits, so a batch holds
+the requests of every cell that is rolling out or evaluating at that moment. Without a
+scheduler the request is served at once, alone. `load_adapter` replaces the cell's
+adapter in place (a push moves the adapter's bytes); full weights cannot be pushed (a
+pack trains adapters only).
+
+Inside `batched()`, `make_sampler` for a sampler declaring "shared_base" returns the
+calling cell's PackSampler (ablate/samplers/__init__.py); the engine is built from the
+first cell's model (every cell's model shares the base's tensors:
+ablate.models.loading.shared_bases)."""
+from __future__ import annotations
+
+import contextlib
+import threading
+import zlib
+from dataclasses import dataclass, field
+
+from ablate.core.turns import wait_for
+from ablate.samplers.base import Completion, Sampler, per_prompt
+
+_ENGINE: list = []          # the PackEngine inside batched()
+
+
+@dataclass
+class Ticket:
+    name: str
+    prompts: list
+    kw: dict
+    result: list | None = None
+    done: bool = False
+    error: BaseException | None = field(default=None, repr=False)
+
+
+class PackEngine:
+    """The one sampler of a batched pack and the requests waiting for it."""
+
+    def __init__(self):
+        self.sampler = None         # an HFSampler over the first cell's model
+        self.names: dict[int, str] = {}     # thread -> its cell's adapter name
+        self.pending: list[Ticket] = []
+        self.batches = 0            # generate calls made (tests, the pack's log)
+        self.requests = 0           # the cells' generate calls they served
+
+    def attach(self, model, tokenizer, device) -> str:
+        """The calling cell's adapter name; the first cell's model becomes the engine's."""
+        from ablate.samplers.hf import HFSampler   # deferred as in hf_sampler (1.5 s)
+        if self.sampler is None:
+            self.sampler = HFSampler(model, tokenizer, device=device, cascade=False)
+        name = f"cell{len(self.names)}"
+        self.names[threading.get_ident()] = name
+        return name
+
+    def load_adapter(self, name: str, adapter) -> None:
+        # deferred: ablate.learners.lora imports peft (14 s on the 2-core host), which
+        # only a batched pack's sampler needs here
+        from ablate.learners.lora import add_adapter
+        params = dict(self.sampler.model.named_parameters())
+        new = adapter.module_keys(name)
+        if not all(k in params for k in new):
+            add_adapter(self.sampler.model, name, adapter)
+            self.sampler.model.eval()
+        else:
+            for key, t in new.items():
+                params[key].data.copy_(t)
+        self.sampler.clear_cache(adapter=name)
+
+    def submit(self, ticket: Ticket) -> Ticket:
+        self.pending.append(ticket)
+        return ticket
+
+    def serve(self) -> None:
+        """Every waiting request, in calls grouped by what one call shares (stop ids,
+        top_p); each row through its cell's adapter."""
+        pending, self.pending = self.pending, []
+        groups: dict[tuple, list[Ticket]] = {}
+        for t in pending:
+            key = (tuple(t.kw.get("stop_token_ids", ())), float(t.kw.get("top_p", 1.0)))
+            groups.setdefault(key, []).append(t)
+        for (stops, top_p), tickets in groups.items():
+            self._serve_safely(tickets, stops, top_p)
+
+    def _serve_safely(self, tickets: list[Ticket], stops, top_p) -> None:
+        """One call for the tickets; if it raises, each ticket again alone, so only the
+        request that raises fails its cell (the others' cells go on)."""
+        try:
+            self._serve_group(tickets, stops, top_p)
+        except Exception as exc:           # noqa: BLE001 - its cell raises it
+            if len(tickets) == 1:
+                tickets[0].error, tickets[0].done = exc, True
+                return
+            for t in tickets:
+                self._serve_safely([t], stops, top_p)
+        except BaseException as exc:       # an interrupt: no waiting cell waits on
+            for t in tickets:
+                t.error, t.done = exc, True
+            raise
+
+    def _serve_group(self, tickets: list[Ticket], stops, top_p) -> None:
+        prompts, limits, temps, procs, names = [], [], [], [], []
+        for t in tickets:
+            n = len(t.prompts)
+            prompts += list(t.prompts)
+            limits += per_prompt(t.kw["max_new_tokens"], n, "max_new_tokens")
+            temps += per_prompt(t.kw.get("temperature", 1.0), n, "temperature")
+            lp = t.kw.get("logits_processors")
+            procs += per_prompt(lp, n, "logits_processors") if lp is not None else [None] * n
+            names += [t.name] * n
+        # one stream for the batch, a function of its requests' seeds (deterministic)
+        seed = zlib.crc32(repr([t.kw.get("seed") for t in tickets]).encode())
+        outs = self.sampler.generate(prompts, max_new_tokens=limits, temperature=temps,
+                                     top_p=top_p, stop_token_ids=stops,
+                                     logits_processors=procs, seed=seed, adapters=names)
+        self.batches += 1
+        self.requests += len(tickets)
+        at = 0
+        for t in tickets:
+            t.result, t.done = outs[at:at + len(t.prompts)], True
+            at += len(t.prompts)
+
+
+class PackSampler(Sampler):
+    """One cell's view of the PackEngine (see the module docstring)."""
+    name = "pack"
+    mixed_temperatures = True
+
+    def __init__(self, engine: PackEngine, adapter_name: str):
+        self.engine, self.adapter_name = engine, adapter_name
+
+    def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0,
+                 stop_token_ids=(), logits_processors=None, seed=None) -> list[Completion]:
+        ticket = self.engine.submit(Ticket(self.adapter_name, list(prompts), dict(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+            stop_token_ids=stop_token_ids, logits_processors=logits_processors, seed=seed)))
+        wait_for(lambda: ticket.done, self.engine.serve)
+        if ticket.error is not None:
+            raise ticket.error
+        return ticket.result
+
+    def load_adapter(self, adapter, version=None) -> None:
+        self.engine.load_adapter(self.adapter_name, adapter)
+
+    def load_weights(self, state_dict) -> None:
+        raise ValueError("a batched pack's cells push their LoRA adapters only "
+                         "(learner.lora.enable=true with a sampler declaring 'adapters')")
+
+    def share_prefix(self, ids) -> None:
+        """This cell's prompts' common prefix, encoded once under its adapter."""
+        self.engine.sampler.share_prefix(ids, adapter=self.adapter_name)
+
+    def release_episodes(self) -> None:
+        self.engine.sampler.release_episodes(adapter=self.adapter_name)
+
+    def clear_cache(self) -> None:
+        """This cell's kept keys, values and prefix only (the others' rollouts go on)."""
+        self.engine.sampler.clear_cache(adapter=self.adapter_name)
+
+    @property
+    def stats(self) -> dict:
+        """The engine's token counts: a cell's own calls run in its turn, so the change
+        around its share_prefix is its prefix's cost (harness/rollout.py reads it)."""
+        return self.engine.sampler.stats
+
+    @property
+    def max_context(self) -> int | None:
+        return self.engine.sampler.max_context
+
+
+@contextlib.contextmanager
+def batched():
+    """Inside: make_sampler hands each cell a PackSampler of one PackEngine."""
+    _ENGINE.append(PackEngine())
+    try:
+        yield _ENGINE[-1]
+    finally:
+        _ENGINE.pop()
+
+
+def engine() -> PackEngine | None:
+    return _ENGINE[-1] if _ENGINE else None
