@@ -9,10 +9,8 @@ adapter_config.json and the tensors in adapter_model.safetensors (vllm/lora/
 peft_helper.py and lora/models.py read those two files)."""
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -66,29 +64,3 @@ def json_config(peft_config) -> dict:
             return v.value                # peft's PeftType / TaskType enums
         return v if v is None or isinstance(v, (int, float, str, bool)) else str(v)
     return {k: plain(v) for k, v in peft_config.to_dict().items()}
-
-
-def _adapter_names_hook(module, args, kwargs, names):
-    kwargs["adapter_names"] = names       # peft/tuners/lora/model.py, the same pre-hook
-    return args, kwargs
-
-
-@contextlib.contextmanager
-def adapter_rows(model: torch.nn.Module, names: list[str] | None):
-    """Inside: row i of every batch goes through adapter names[i] (None: nothing
-    changes) by peft's mixed-batch forward (peft/tuners/lora/layer.py
-    `_mixed_batch_forward`: one base matmul over all rows, each row adding its own
-    adapter's delta; a row's gradient reaches only its own adapter). The hooks are those
-    PeftModel registers for `adapter_names`, on every LoRA layer (found by peft's
-    `_mixed_batch_forward`, so peft itself is not imported here)."""
-    if names is None:
-        yield
-        return
-    handles = [m.register_forward_pre_hook(partial(_adapter_names_hook, names=list(names)),
-                                           with_kwargs=True)
-               for m in model.modules() if hasattr(m, "_mixed_batch_forward")]
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()

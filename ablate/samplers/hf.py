@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from ablate.core.adapter import adapter_rows
+from ablate.core.lora_rows import adapter_rows
 from ablate.samplers import cascade as cascade_attn
 from ablate.samplers.base import Completion, Sampler, per_prompt
 
@@ -379,7 +379,7 @@ class HFSampler(Sampler):
                  adapters=None) -> list[Completion]:
         """`adapters`: one LoRA adapter name per prompt (several adapters injected by
         ablate.learners.lora.add_adapter: a batched pack, docs/packs.md): each row is
-        encoded and decoded through its own (ablate.core.adapter.adapter_rows) and
+        encoded and decoded through its own (ablate.core.lora_rows.adapter_rows) and
         reuses only keys and values kept under it; no shared prefix (it is per adapter)."""
         if adapters is not None:
             if not self.kv_reuse or self.legacy:

@@ -1,0 +1,99 @@
+"""Row i of a batch through LoRA adapter names[i], several adapters injected in one module
+tree over one base (a batched pack: docs/packs.md). The base matmul runs once over all
+rows; each row adds its own adapter's delta. A row's gradient reaches its own adapter only.
+
+Grouped, not looped: peft's mixed batch (peft/tuners/lora/layer.py `_mixed_batch_forward`)
+runs each LoRA layer once per adapter in the batch (index, two matmuls, scatter), which at
+8 adapters cost a tiny model's decode step more than its base forward (docs/packs.md). Here
+a layer's adapters are stacked, each row picks its own A and B, and two batched matmuls
+give every row's delta, the grouped LoRA of Punica (Chen et al. 2023, "Punica:
+Multi-Tenant LoRA Serving", its SGMV kernel), as torch.bmm:
+    delta_i = scale_i * (x_i @ A_i^T) @ B_i^T                  (Hu et al. 2021, eq. 3)
+Under no_grad the stacks are kept per layer until a weight changes (a push copies into
+the weights in place: torch's version counter says so). A layer the grouped form does not
+cover (an adapter missing from it, unequal ranks, active dropout, a LoRA variant) takes
+peft's own mixed-batch forward, the same hook PeftModel registers for `adapter_names`.
+peft itself is not imported: its layers are found by their attributes."""
+from __future__ import annotations
+
+import contextlib
+from functools import partial
+
+import torch
+
+
+def _names_hook(module, args, kwargs, names):
+    kwargs["adapter_names"] = names       # peft/tuners/lora/model.py, the same pre-hook
+    return args, kwargs
+
+
+def _lora_layers(model: torch.nn.Module) -> list:
+    return [m for m in model.modules() if hasattr(m, "_mixed_batch_forward")]
+
+
+def _groupable(layer, unique: list[str]) -> bool:
+    """Plain linear LoRA for every adapter named, equal ranks, no dropout in effect."""
+    if not hasattr(layer, "lora_A") or getattr(layer, "merged", False):
+        return False
+    if any(n not in layer.lora_A or n in getattr(layer, "lora_variant", {}) for n in unique):
+        return False
+    if len({layer.lora_A[n].weight.shape for n in unique}) != 1:
+        return False
+    return not (layer.training and any(
+        not isinstance(layer.lora_dropout[n], torch.nn.Identity) for n in unique))
+
+
+def _stacks(layer, unique: list[str]):
+    """(A [U, r, in], B [U, out, r], scale [U]) of the named adapters, kept under no_grad
+    until one of their weights changes in place."""
+    weights = [w for n in unique for w in (layer.lora_A[n].weight, layer.lora_B[n].weight)]
+    key = (tuple(unique), tuple(w._version for w in weights), tuple(map(id, weights)))
+    kept = getattr(layer, "_ablate_stacks", None)
+    if kept is not None and kept[0] == key and not torch.is_grad_enabled():
+        return kept[1]
+    a = torch.stack([layer.lora_A[n].weight for n in unique])
+    b = torch.stack([layer.lora_B[n].weight for n in unique])
+    scale = torch.tensor([float(layer.scaling[n]) for n in unique], dtype=a.dtype,
+                         device=a.device)
+    if not torch.is_grad_enabled():
+        layer._ablate_stacks = (key, (a, b, scale))
+    return a, b, scale
+
+
+def _grouped_hook(layer, args, output, unique, rows):
+    """The base output plus each row's own adapter's delta (two batched matmuls)."""
+    x = args[0]
+    a, b, scale = _stacks(layer, unique)
+    idx = rows.to(x.device)
+    flat = x.to(a.dtype).reshape(x.shape[0], -1, x.shape[-1])          # [B, T, in]
+    h = torch.bmm(flat, a[idx].transpose(1, 2))                        # [B, T, r]
+    delta = torch.bmm(h, b[idx].transpose(1, 2)) * scale[idx].view(-1, 1, 1)
+    return output + delta.reshape(*output.shape).to(output.dtype)
+
+
+@contextlib.contextmanager
+def adapter_rows(model: torch.nn.Module, names: list[str] | None, grouped: bool = True):
+    """Inside: row i of every batch goes through adapter names[i] (None: nothing changes).
+    grouped=False: peft's mixed-batch forward on every layer (the reference)."""
+    if names is None:
+        yield
+        return
+    unique = sorted(set(names))
+    rows = torch.tensor([unique.index(n) for n in names], dtype=torch.long)
+    handles, off = [], []
+    for layer in _lora_layers(model):
+        if grouped and _groupable(layer, unique):
+            off.append((layer, layer._disable_adapters))
+            layer._disable_adapters = True            # peft's forward: the base alone
+            handles.append(layer.register_forward_hook(
+                partial(_grouped_hook, unique=unique, rows=rows)))
+        else:
+            handles.append(layer.register_forward_pre_hook(
+                partial(_names_hook, names=list(names)), with_kwargs=True))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        for layer, was in off:
+            layer._disable_adapters = was
