@@ -232,24 +232,31 @@ def pack_worker_of(sweep: Path) -> int | None:
     return None
 
 
+def several_adapters(n: int):
+    """(tokenizer, a tiny base, n trained adapters, a copy of the base holding them all
+    as cell0..cell{n-1})."""
+    import copy as copy_
+    from test_adapter_sync import trained_lora
+    from ablate.learners.lora import add_adapter
+    import test_harness_util as U
+    tok = U.tokenizer()
+    base = U.tiny_model(tok, seed=2)
+    adapters = [trained_lora(base, seed)[0] for seed in range(n)]
+    multi = copy_.deepcopy(base)
+    for i, a in enumerate(adapters):
+        add_adapter(multi, f"cell{i}", a)
+    return tok, base, adapters, multi.eval()
+
+
 def test_one_batch_over_several_adapters_gives_each_row_its_own_adapter():
     """The batched mode's building block (ablate.core.lora_rows.adapter_rows): 4 cells'
     adapters injected into one tree over one base, their rows in ONE forward: every
     row's logprobs equal its adapter's alone within 1e-5 (float32), and a backward of
     the rows' summed losses gives each adapter the gradient it gets alone."""
     import copy as copy_
-    from test_adapter_sync import trained_lora
     from ablate.core.lora_rows import adapter_rows
-    from ablate.learners.lora import add_adapter
     from ablate.samplers.hf import HFSampler
-    import test_harness_util as U
-    tok = U.tokenizer()
-    base = U.tiny_model(tok, seed=2)
-    adapters = [trained_lora(base, seed)[0] for seed in range(4)]
-    multi = copy_.deepcopy(base)
-    for i, a in enumerate(adapters):
-        add_adapter(multi, f"cell{i}", a)
-    multi.eval()
+    tok, base, adapters, multi = several_adapters(4)
     torch.manual_seed(0)
     ids = torch.randint(3, len(tok), (4, 12))
 
@@ -337,16 +344,8 @@ def test_a_prefix_shared_per_adapter_is_reused_by_that_adapters_rows_only():
     prompt): each adapter's rows copy the prefix's keys and values encoded under their
     own adapter and sample what they sample without it (greedy, within 1e-5); another
     adapter's prefix is never used; a push (clear_cache(adapter=)) drops it."""
-    from test_adapter_sync import trained_lora
-    from ablate.learners.lora import add_adapter
     from ablate.samplers.hf import HFSampler
-    import test_harness_util as U
-    tok = U.tokenizer()
-    base = U.tiny_model(tok, seed=2)
-    adapters = [trained_lora(base, seed)[0] for seed in range(2)]
-    for i, a in enumerate(adapters):
-        add_adapter(base, f"cell{i}", a)
-    base.eval()
+    tok, _, _, base = several_adapters(2)
     prefix = list(range(5, 25))
     prompts = [prefix + [30, 31], prefix + [40], prefix + [30, 31]]
     names = ["cell0", "cell1", "cell1"]
@@ -375,18 +374,8 @@ def test_grouped_adapter_rows_equal_peft_mixed_batch_and_fall_back_where_they_mu
     layer) gives peft's mixed-batch forward's logits within 1e-5 and the same gradient on
     every adapter, in a batch mixing 3 adapters over 5 rows; kept stacks follow a push (an
     in-place copy into the weights); a layer lacking an adapter takes peft's path."""
-    import copy as copy_
-    from test_adapter_sync import trained_lora
     from ablate.core.lora_rows import _groupable, _lora_layers, adapter_rows
-    from ablate.learners.lora import add_adapter
-    import test_harness_util as U
-    tok = U.tokenizer()
-    base = U.tiny_model(tok, seed=2)
-    adapters = [trained_lora(base, seed)[0] for seed in range(3)]
-    multi = copy_.deepcopy(base)
-    for i, a in enumerate(adapters):
-        add_adapter(multi, f"cell{i}", a)
-    multi.eval()
+    tok, _, _, multi = several_adapters(3)
     names = ["cell2", "cell0", "cell1", "cell0", "cell2"]
     ids = torch.randint(3, len(tok), (5, 9), generator=torch.Generator().manual_seed(0))
 
