@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from ablate.apps.pack import shared_base_reason
 from ablate.apps.pack_turns import take_turns
-from ablate.core.turns import step_boundary
+from ablate.core.turns import step_boundary, wait_for
 from ablate.models.loading import load_policy, sampler_copy, shared_bases
 
 from test_pack import FAST, LORA, rows, run_cli, seed_of
@@ -88,6 +88,38 @@ def test_a_failing_cell_ends_alone_and_its_error_is_raised_after_the_others():
     with pytest.raises(RuntimeError, match="reward raised"):
         take_turns([cell(0, 3, log), failing, cell(2, 3, log)])
     assert sorted(log) == [(s, k) for s in (0, 2) for k in range(3)]
+
+
+def test_waiting_cells_are_served_together_and_a_cell_dying_strands_none():
+    """ablate.core.turns.wait_for under take_turns: requests of cells that wait at the
+    same time are served in one call; a cell raising between its requests ends alone and
+    the cells waiting beside it are still served to their end."""
+    pending, calls = [], []
+
+    def serve():
+        calls.append(sorted(name for name, _ in pending))
+        for _, box in pending:
+            box.append("done")
+        pending.clear()
+
+    def request(name):
+        box: list = []
+        pending.append((name, box))
+        wait_for(lambda: bool(box), serve)
+
+    def worker(name, steps, die_at=None):
+        def run():
+            for step in range(steps):
+                step_boundary()
+                if step == die_at:
+                    raise RuntimeError(f"{name} raised")
+                request(name)
+            return name
+        return run
+    with pytest.raises(RuntimeError, match="b raised"):
+        take_turns([worker("a", 3), worker("b", 3, die_at=1), worker("c", 3)])
+    assert calls[0] == ["a", "b", "c"]                # all three waited: one call
+    assert all(c == ["a", "c"] for c in calls[1:]) and len(calls) == 3
 
 
 def test_which_backends_share_a_base():
