@@ -380,7 +380,8 @@ class HFSampler(Sampler):
         """`adapters`: one LoRA adapter name per prompt (several adapters injected by
         ablate.learners.lora.add_adapter: a batched pack, docs/packs.md): each row is
         encoded and decoded through its own (ablate.core.lora_rows.adapter_rows) and
-        reuses only keys and values kept under it; no shared prefix (it is per adapter)."""
+        reuses only keys and values kept under it, its adapter's shared prefix included
+        (share_prefix(ids, adapter=)); no cascade across adapters."""
         if adapters is not None:
             if not self.kv_reuse or self.legacy:
                 raise ValueError("generate(adapters=...) needs the KV-reuse engine")

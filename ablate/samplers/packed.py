@@ -19,7 +19,6 @@ ablate.models.loading.shared_bases)."""
 from __future__ import annotations
 
 import contextlib
-import threading
 import zlib
 from dataclasses import dataclass, field
 
@@ -44,7 +43,7 @@ class PackEngine:
 
     def __init__(self):
         self.sampler = None         # an HFSampler over the first cell's model
-        self.names: dict[int, str] = {}     # thread -> its cell's adapter name
+        self.cells = 0              # cells attached (each names its adapter cell<k>)
         self.pending: list[Ticket] = []
         self.batches = 0            # generate calls made (tests, the pack's log)
         self.requests = 0           # the cells' generate calls they served
@@ -54,9 +53,8 @@ class PackEngine:
         from ablate.samplers.hf import HFSampler   # deferred as in hf_sampler (1.5 s)
         if self.sampler is None:
             self.sampler = HFSampler(model, tokenizer, device=device, cascade=False)
-        name = f"cell{len(self.names)}"
-        self.names[threading.get_ident()] = name
-        return name
+        self.cells += 1
+        return f"cell{self.cells - 1}"
 
     def load_adapter(self, name: str, adapter) -> None:
         # deferred: ablate.learners.lora imports peft (14 s on the 2-core host), which
