@@ -13,7 +13,7 @@ python -m ablate.apps.pack_worker), read as the largest ru_maxrss among the fini
 children of a fresh python process that ran only that variant (getrusage(2),
 RUSAGE_CHILDREN). Prints one JSON object: the rows and, per N and packed variant,
 packed / sequential ratios of cells per hour and of peak memory (docs/packs.md reads
-them). Updates are per cell in both packed variants (docs/packs.md)."""
+them). Updates are per cell in `exact` and joint in `batched` (docs/packs.md)."""
 from __future__ import annotations
 
 import argparse

@@ -38,6 +38,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ablate.apps.pack_turns import take_turns
 from ablate.core.errors import ConfigError
 from ablate.learners import LEARNERS
+from ablate.learners.packed import joint_updates
 from ablate.loop.cell import PACK_ENV
 from ablate.models.loading import shared_bases
 from ablate.samplers import SAMPLERS
@@ -309,12 +310,17 @@ def run_pack(pack: Pack, run_alone: Callable[[PackedCell], JobReturn]) -> list[J
         return run
     if not pack.shared_base:    # only a launcher driven past preflight gets here
         return [job(cell)() for cell in pack.cells]
-    with shared_bases(), (contextlib.nullcontext() if pack.exact else batched()) as engine:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(shared_bases())
+        engine = joint = None
+        if not pack.exact:
+            engine, joint = stack.enter_context(batched()), stack.enter_context(joint_updates())
         out, switches = take_turns([job(cell) for cell in pack.cells])
     log.info("one base model for the %d cells of pack %d: the turn passed %d times%s",
              len(pack.cells), pack.id, switches,
              f"; the cells' {engine.requests} sampler calls ran as {engine.batches} "
-             "batched calls" if engine is not None else "")
+             f"batched calls, their {joint.updates} updates as {joint.passes} joint ones"
+             if engine is not None else "")
     return out
 
 

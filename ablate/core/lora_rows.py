@@ -13,7 +13,11 @@ Under no_grad the stacks are kept per layer until a weight changes (a push copie
 the weights in place: torch's version counter says so). A layer the grouped form does not
 cover (an adapter missing from it, unequal ranks, active dropout, a LoRA variant) takes
 peft's own mixed-batch forward, the same hook PeftModel registers for `adapter_names`.
-peft itself is not imported: its layers are found by their attributes."""
+peft itself is not imported: its layers are found by their attributes.
+
+`model_rows` is the same grouped form over several module trees that share one base,
+each with its own adapter (a batched pack's learners): row i through model rows[i]'s
+adapter, its gradient into that model's parameters."""
 from __future__ import annotations
 
 import contextlib
@@ -60,10 +64,11 @@ def _stacks(layer, unique: list[str]):
     return a, b, scale
 
 
-def _grouped_hook(layer, args, output, unique, rows):
-    """The base output plus each row's own adapter's delta (two batched matmuls)."""
+def _grouped_hook(layer, args, output, stacks, rows):
+    """The base output plus each row's own adapter's delta (two batched matmuls);
+    stacks() gives the adapters' (A [U, r, in], B [U, out, r], scale [U])."""
     x = args[0]
-    a, b, scale = _stacks(layer, unique)
+    a, b, scale = stacks()
     idx = rows.to(x.device)
     flat = x.to(a.dtype).reshape(x.shape[0], -1, x.shape[-1])          # [B, T, in]
     h = torch.bmm(flat, a[idx].transpose(1, 2))                        # [B, T, r]
@@ -86,11 +91,61 @@ def adapter_rows(model: torch.nn.Module, names: list[str] | None, grouped: bool 
             off.append((layer, layer._disable_adapters))
             layer._disable_adapters = True            # peft's forward: the base alone
             handles.append(layer.register_forward_hook(
-                partial(_grouped_hook, unique=unique, rows=rows)))
+                partial(_grouped_hook, stacks=partial(_stacks, layer, unique), rows=rows)))
         else:
             handles.append(layer.register_forward_pre_hook(
                 partial(_names_hook, names=list(names)), with_kwargs=True))
     try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        for layer, was in off:
+            layer._disable_adapters = was
+
+
+def _own_adapter(layer) -> tuple:
+    """(A, B, scale) of a LoRA layer's one active adapter, with their autograd history."""
+    name = layer.active_adapters[0]
+    return layer.lora_A[name].weight, layer.lora_B[name].weight, float(layer.scaling[name])
+
+
+def _model_stacks(layers: list):
+    own = [_own_adapter(layer) for layer in layers]
+    a = torch.stack([o[0] for o in own])
+    return a, torch.stack([o[1] for o in own]), torch.tensor(
+        [o[2] for o in own], dtype=a.dtype, device=a.device)
+
+
+def _check_groupable(path: str, layers: list) -> None:
+    for layer in layers:
+        if len(layer.active_adapters) != 1 or not _groupable(layer, layer.active_adapters):
+            raise ValueError(f"{path}: a LoRA layer the grouped form does not cover (merged, "
+                             "a LoRA variant, active dropout or several active adapters)")
+    if len({_own_adapter(layer)[0].shape for layer in layers}) != 1:
+        raise ValueError(f"{path}: the models' LoRA ranks differ")
+
+
+@contextlib.contextmanager
+def model_rows(models: list[torch.nn.Module], rows: list[int]):
+    """Inside: row i of every batch run through models[0] goes through the own LoRA
+    adapter of models[rows[i]], module trees over ONE base (each a PeftModel with its
+    single adapter: the cells of a batched pack, ablate/learners/packed.py). The base runs
+    once for all rows; the adapters' weights enter with their autograd history, so under
+    grad each row's gradient reaches its own model's adapter only."""
+    lead, idx = models[0], torch.tensor(rows, dtype=torch.long)
+    trees = [dict(m.named_modules()) for m in models[1:]]
+    handles, off = [], []
+    try:
+        for path, layer in lead.named_modules():
+            if not hasattr(layer, "_mixed_batch_forward"):
+                continue
+            layers = [layer] + [tree[path] for tree in trees]
+            _check_groupable(path, layers)
+            off.append((layer, layer._disable_adapters))
+            layer._disable_adapters = True            # peft's forward: the base alone
+            handles.append(layer.register_forward_hook(
+                partial(_grouped_hook, stacks=partial(_model_stacks, layers), rows=idx)))
         yield
     finally:
         for h in handles:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ablate.core.registry import Registry
+from ablate.learners import packed
 from ablate.learners.base import CheckpointError, Learner, LossFn, LossInputs  # noqa: F401
 from ablate.learners.config import (DeepSpeedLearnerConfig, LearnerConfig, check_deepspeed,
                                     check_learner)
@@ -50,8 +51,12 @@ def make_learner(learner_cfg: Any, model: torch.nn.Module, *, lr: float, seed: i
     where the learner trains (the torch learner moves the model and the reference there;
     DeepSpeed's accelerator must be of that type); None leaves the model where it is."""
     factory = LEARNERS.get_checked(learner_cfg.name)
-    return factory(learner_cfg, model, lr=lr, seed=seed, temperature=temperature,
-                   ckpt_dir=ckpt_dir, ref_model=ref_model, device=device)
+    learner = factory(learner_cfg, model, lr=lr, seed=seed, temperature=temperature,
+                      ckpt_dir=ckpt_dir, ref_model=ref_model, device=device)
+    joint = packed.engine()   # a batched pack: the cells' updates run together
+    if joint is not None and LEARNERS.declared(learner_cfg.name).can("shared_base"):
+        joint.attach(learner)
+    return learner
 
 
 OFFLOAD = {"zero_optimization": {"offload_optimizer": {"device": "cpu"},

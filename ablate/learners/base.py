@@ -127,6 +127,11 @@ class Learner:
     # update(): the output head on trained positions only (ablate/learners/head.py);
     # False runs it everywhere, the reference of tests and benchmarks/profile_update.py
     head_on_trained_only: bool = True
+    # a batched pack's joint update (ablate/learners/packed.py) when it took this learner
+    joint: Any = None
+    # the backward is plain autograd on one process (a joint update may run it for
+    # several learners at once); False for an engine with its own (DeepSpeed)
+    plain_backward: bool = False
 
     def __init__(self, cfg: Any, *, lr: float, seed: int, temperature: float,
                  ckpt_dir: str | os.PathLike):
@@ -192,22 +197,24 @@ class Learner:
     def _module(self, ref: bool) -> torch.nn.Module:
         return self.model
 
-    def _prefix(self, ids: list[int], ref: bool = False, entropy: bool = True,
+    def _prefix(self, ids: list, ref: bool = False, entropy: bool = True,
                 trained_only: bool = False) -> Prefix:
         """The prefix's forward, with grad when grad is enabled (outputs still attached).
         `trained_only`: logits at its last position only (nothing trains on a shared
-        prefix), its own logprobs / entropies 0."""
-        x = torch.tensor([ids], dtype=torch.long, device=self.device)
+        prefix), its own logprobs / entropies 0. `ids`: one prefix, or several of equal
+        length as a list of rows (one forward of several rows: Prefix.row splits it)."""
+        rows = ids if ids and isinstance(ids[0], (list, tuple)) else [ids]
+        x = torch.tensor(rows, dtype=torch.long, device=self.device)
         out = self._call(ref, input_ids=x, use_cache=True,
                          **({"logits_to_keep": 1} if trained_only else {}))
         cache = getattr(out, "cache", None)
         cache = out.past_key_values if cache is None else cache
         if trained_only:
             zero = torch.zeros(x.shape, dtype=torch.float32, device=self.device)
-            return Prefix(list(ids), cache_tensors(cache), out.logits[:, -1], zero,
+            return Prefix(list(rows[0]), cache_tensors(cache), out.logits[:, -1], zero,
                           zero.clone() if entropy else None)
         lp, ent = token_stats(out.logits, x, self.temperature, None, entropy)
-        return Prefix(list(ids), cache_tensors(cache), out.logits[:, -1], lp, ent)
+        return Prefix(list(rows[0]), cache_tensors(cache), out.logits[:, -1], lp, ent)
 
     @functools.cached_property
     def _cache_kw(self) -> str:
@@ -275,6 +282,21 @@ class Learner:
                               sum(float((m.mask.sum(1) > 0).sum()) for m in plan.mbs)],
                              dtype=torch.float64)
         num_tokens, num_seqs = (int(x) for x in self._all_reduce(local).tolist())
+        if self.joint is not None:   # a batched pack: ablate/learners/packed.py
+            total_loss, parts = self.joint.run(self, plan, adv, loss_fn,
+                                               (num_tokens, num_seqs))
+        else:
+            total_loss, parts = self._accumulate(plan, adv, loss_fn, num_tokens, num_seqs)
+        grad_norm, lr = self._step()
+        sum_keys = SUM_METRICS | set(getattr(loss_fn, "sum_metrics", ()))
+        return self._update_metrics(batch, plan, parts, sum_keys, total_loss, num_tokens,
+                                    grad_norm, lr, time.perf_counter() - t0)
+
+    def _accumulate(self, plan: _Plan, adv: torch.Tensor, loss_fn: LossFn,
+                    num_tokens: int, num_seqs: int) -> tuple[float, list]:
+        """update()'s gradients: the prefix pass, each micro-batch's forward, loss and
+        backward, then the prefix's backward; (summed loss, [(metrics, tokens)] per
+        micro-batch)."""
         pre = ref_pre = None
         only = self.head_on_trained_only
         if plan.any_prefix:   # every rank runs one prefix pass (a dummy where it has none)
@@ -283,7 +305,6 @@ class Learner:
                 ref_pre = self._prefix(plan.prefix or DUMMY, ref=True, entropy=False,
                                        trained_only=only) if self._has_ref() else None
         use = pre if plan.prefix else None
-        sum_keys = SUM_METRICS | set(getattr(loss_fn, "sum_metrics", ()))
         parts, total_loss = [], 0.0
         for k in range(plan.n_mb):
             last = k == plan.n_mb - 1 and pre is None
@@ -305,9 +326,7 @@ class Learner:
             parts.append((metrics, float(mb.mask.sum())))
         if pre is not None:
             self._backward(pre.vjp_loss(), True, scaled=True)
-        grad_norm, lr = self._step()
-        return self._update_metrics(batch, plan, parts, sum_keys, total_loss, num_tokens,
-                                    grad_norm, lr, time.perf_counter() - t0)
+        return total_loss, parts
 
     def _dummy_pass(self, last: bool) -> None:
         """This rank ran out of micro-batches: a zero-loss pass keeps the collectives

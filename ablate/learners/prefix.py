@@ -49,6 +49,13 @@ class Prefix:
         return Prefix(self.ids, kv, rest[0], rest[1], rest[2] if len(rest) > 2 else None,
                       graph=outs)
 
+    def row(self, j: int) -> "Prefix":
+        """Row j of a prefix forwarded for several rows at once (a batched pack's joint
+        update: ablate/learners/packed.py), still attached to that forward."""
+        kv = [(k[j:j + 1], v[j:j + 1]) for k, v in self.kv]
+        return Prefix(self.ids, kv, self.last[j:j + 1], self.lp[j:j + 1],
+                      None if self.ent is None else self.ent[j:j + 1])
+
     def flush_grads(self) -> None:
         """After each micro-batch's backward: the gradients of bf16 / fp16 leaves (the
         keys and values under autocast or a bf16 engine) move into float32 sums, so the
@@ -71,6 +78,19 @@ class Prefix:
         # a float32 sum meets its low-precision output in one rounding of the product
         terms = [(o * g.to(o.dtype)).sum() for o, g in zip(self.graph, grads) if g is not None]
         return sum(terms) if terms else self.graph[2 * len(self.kv)].sum() * 0.0
+
+
+def stacked(pres: Sequence[Prefix], counts: Sequence[int]) -> Prefix:
+    """One prefix for sum(counts) rows: counts[j] rows of pres[j] (prefixes of equal
+    length, each of one row), so that one micro-batch holds several prefixes' rows; the
+    gradients flow back into each prefix's own tensors."""
+    def cat(ts):
+        return torch.cat([t.expand(n, *t.shape[1:]) for t, n in zip(ts, counts)])
+    kv = [(cat([p.kv[i][0] for p in pres]), cat([p.kv[i][1] for p in pres]))
+          for i in range(len(pres[0].kv))]
+    ent = None if pres[0].ent is None else cat([p.ent for p in pres])
+    return Prefix(pres[0].ids, kv, cat([p.last for p in pres]), cat([p.lp for p in pres]),
+                  ent)
 
 
 def shared_prefix_len(segments: Sequence, min_len: int) -> int:

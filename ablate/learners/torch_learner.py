@@ -16,6 +16,8 @@ from ablate.learners.lora import apply_lora
 
 
 class TorchLearner(Learner):
+    plain_backward = True   # loss.backward() on one process (see Learner.plain_backward)
+
     def __init__(self, cfg: Any, model: torch.nn.Module, *, lr: float, seed: int,
                  temperature: float, ckpt_dir, ref_model: Optional[torch.nn.Module] = None,
                  device: Optional[str] = None):

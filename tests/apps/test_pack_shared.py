@@ -319,7 +319,8 @@ def test_a_batched_pack_decodes_its_cells_together_each_through_its_adapter(tmp_
     decode in shared calls of one sampler, each row through its cell's adapter. The
     learner's recomputed logprobs of every trained token match what the sampler reported
     (|log ratio| < 1e-4 before each update) at steps 2 and 3, when the cells' adapters
-    already differ: a row decoded through another cell's adapter would be off."""
+    already differ: a row decoded through another cell's adapter would be off. The
+    updates run jointly too, each cell's loss on its own rows."""
     import math
     import re
     args = ["-m", "seed=0,1,2", *LORA, "trainer.max_steps=3", *FAST,
@@ -342,6 +343,10 @@ def test_a_batched_pack_decodes_its_cells_together_each_through_its_adapter(tmp_
             assert worst < 1e-4, (cell.name, m["step"], worst)
     # three cells in step: about a third of the calls they would make alone
     assert 0 < int(calls) <= int(asked) / 2, (asked, calls)
+    # and their updates ran jointly (ablate/learners/packed.py), each its own loss: the
+    # log-ratio check above holds on the joint forward's logprobs
+    updates, passes = re.search(r"their (\d+) updates as (\d+) joint ones", out).groups()
+    assert int(updates) == 9 and 0 < int(passes) <= 5, (updates, passes)
 
 
 def test_a_batched_call_that_raises_fails_only_the_request_that_raises():
