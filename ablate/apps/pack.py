@@ -81,6 +81,7 @@ class Pack:
     why: str = ""            # why its cells are not in the pack before it ("" for pack 1)
     size: int = 8            # hydra.launcher.size
     exact: bool = False      # hydra.launcher.exact (false: batched rollouts, docs/packs.md)
+    joint: bool = False      # hydra.launcher.joint_updates, resolved (joint_on)
     shared_base: bool = False   # its cells ran over one base model (run_pack)
 
     def line(self) -> str:
@@ -91,7 +92,8 @@ class Pack:
                 f"cell{'s' if len(self.cells) != 1 else ''}, model={model} "
                 f"lora r{s['learner.lora.rank']} alpha {s['learner.lora.alpha']} "
                 f"[{targets}] sampler={s['sampler.name']} learner={s['learner.name']} "
-                f"device={s['run.device']}" + (" exact" if self.exact else ""))
+                f"device={s['run.device']}"
+                + (" exact" if self.exact else " joint updates" if self.joint else ""))
         return text + (f"; {self.why}" if self.why else "")
 
     def record(self) -> dict:
@@ -101,6 +103,7 @@ class Pack:
         return {"id": self.id, "of": self.of, "cells": [c.dir.name for c in self.cells],
                 "size": self.size, "exact": self.exact, "shared_base": self.shared_base,
                 "batched": self.shared_base and not self.exact,
+                "joint_updates": self.shared_base and not self.exact and self.joint,
                 "shared": {k: list(v) if isinstance(v, tuple) else v
                            for k, v in self.shared.items()}}
 
@@ -182,12 +185,24 @@ def check_job(launcher: dict | None, cfg: DictConfig) -> None:
         check_cell(cfg, launcher.get("size"))
 
 
-def make_packs(cells: list[PackedCell], size: int, exact: bool) -> list[Pack]:
+def make_packs(cells: list[PackedCell], size: int, exact: bool,
+               joint: bool | None = None) -> list[Pack]:
     plan = plan_packs([c.config for c in cells], size)
-    return [Pack(id=n, of=len(plan), cells=[cells[i] for i in members],
-                 shared=dict(zip(SHARED, pack_key(cells[members[0]].config))), why=why,
-                 size=size, exact=bool(exact))
-            for n, (members, why) in enumerate(plan, 1)]
+    packs = [Pack(id=n, of=len(plan), cells=[cells[i] for i in members],
+                  shared=dict(zip(SHARED, pack_key(cells[members[0]].config))), why=why,
+                  size=size, exact=bool(exact))
+             for n, (members, why) in enumerate(plan, 1)]
+    for pack in packs:
+        pack.joint = joint_on(joint, pack.shared["run.device"])
+    return packs
+
+
+def joint_on(joint: bool | None, device: str) -> bool:
+    """hydra.launcher.joint_updates: null means on a CUDA device only. On these CPUs a
+    joint update measured no faster than the cells' own (compute-bound at a cell's
+    batch) and held the joined rows' activations at once
+    (benchmarks/results/bench_joint_update_tiny.json)."""
+    return bool(joint) if joint is not None else str(device).startswith("cuda")
 
 
 # ---------------------------------------------------------------------------------------
@@ -207,7 +222,8 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]],
     sweep_dir.mkdir(parents=True, exist_ok=True)
     cells = [compose_cell(launcher, initial_job_idx + i, overrides, sweep_dir)
              for i, overrides in enumerate(job_overrides)]
-    packs = make_packs(cells, launcher.size, launcher.exact)
+    packs = make_packs(cells, launcher.size, launcher.exact,
+                       getattr(launcher, "joint_updates", None))
     for pack in packs:
         log.info(pack.line())
     returns: dict[int, JobReturn] = {}
@@ -314,13 +330,16 @@ def run_pack(pack: Pack, run_alone: Callable[[PackedCell], JobReturn]) -> list[J
         stack.enter_context(shared_bases())
         engine = joint = None
         if not pack.exact:
-            engine, joint = stack.enter_context(batched()), stack.enter_context(joint_updates())
+            engine = stack.enter_context(batched())
+        if not pack.exact and pack.joint:
+            joint = stack.enter_context(joint_updates())
         out, switches = take_turns([job(cell) for cell in pack.cells])
     log.info("one base model for the %d cells of pack %d: the turn passed %d times%s",
              len(pack.cells), pack.id, switches,
-             f"; the cells' {engine.requests} sampler calls ran as {engine.batches} "
-             f"batched calls, their {joint.updates} updates as {joint.passes} joint ones"
-             if engine is not None else "")
+             (f"; the cells' {engine.requests} sampler calls ran as {engine.batches} "
+              "batched calls" if engine is not None else "")
+             + (f", their {joint.updates} updates as {joint.passes} joint ones"
+                if joint is not None else ""))
     return out
 
 

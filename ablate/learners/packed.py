@@ -65,7 +65,8 @@ class UpdateEngine:
 
     def __init__(self):
         self.pending: list[Request] = []
-        self.passes = 0             # joint forward+backward passes run (the pack's log)
+        self.passes = 0             # joint updates run (the pack's log)
+        self.forwards = 0           # their micro-batch forward+backward passes
         self.updates = 0            # the cells' updates they served
 
     def attach(self, learner) -> None:
@@ -97,9 +98,14 @@ class UpdateEngine:
 
     def _serve_safely(self, reqs: list[Request]) -> None:
         """One joint update; if it raises, each cell's again alone (its gradients reset
-        first), so only the cell that raises fails."""
+        first), so only the cell that raises fails. A cell alone runs its own update."""
         try:
-            self._joint(reqs)
+            if len(reqs) == 1:
+                r = reqs[0]
+                r.result = r.learner._accumulate(r.plan, r.adv, r.loss_fn, *r.counts)
+                r.done = True
+            else:
+                self._joint(reqs)
         except Exception as exc:           # noqa: BLE001 - its cell raises it
             for r in reqs:
                 r.learner.optimizer.zero_grad(set_to_none=True)
@@ -114,22 +120,32 @@ class UpdateEngine:
             raise
 
     def _joint(self, reqs: list[Request]) -> None:
-        P = min(len(r.plan.prefix) for r in reqs)
-        models = [r.learner.model for r in reqs]
-        pres, refs = self._prefixes(reqs, P) if P else ([None] * len(reqs),) * 2
-        totals, parts = [0.0] * len(reqs), [[] for _ in reqs]
+        """The requests' gradients, each forward within the lead learner's
+        micro_batch_tokens (the budget a solo forward keeps: `chunks`)."""
+        P, n = min(len(r.plan.prefix) for r in reqs), len(reqs)
+        budget = int(reqs[0].learner.cfg.micro_batch_tokens)
+        pres, refs = [None] * n, [None] * n
+        for part in chunks([(1, P)] * n, budget) if P else []:
+            got = self._prefixes([reqs[j] for j in part], P)
+            for j, pre, ref in zip(part, *got):
+                pres[j], refs[j] = pre, ref
+        totals, parts = [0.0] * n, [[] for _ in reqs]
         for k in range(max(len(r.plan.mbs) for r in reqs)):
             live = [j for j, r in enumerate(reqs) if k < len(r.plan.mbs)]
-            losses = self._micro([reqs[j] for j in live], [models[j] for j in live], k,
-                                 [pres[j] for j in live], [refs[j] for j in live])
-            _backward(losses)
-            for j, (loss, metrics, tokens) in zip(live, losses):
-                totals[j] += float(loss.detach())
-                parts[j].append((metrics, tokens))
+            shapes = [(reqs[j].plan.mbs[k].ids.shape[0], reqs[j].plan.mbs[k].ids.shape[1] - P)
+                      for j in live]
+            for part in chunks(shapes, budget):
+                js = [live[i] for i in part]
+                losses = self._micro([reqs[j] for j in js], k, [pres[j] for j in js],
+                                     [refs[j] for j in js])
+                _backward(losses)
+                self.forwards += 1
+                for j, (loss, metrics, tokens) in zip(js, losses):
+                    totals[j] += float(loss.detach())
+                    parts[j].append((metrics, tokens))
         if P:
             _backward([(p.vjp_loss(),) for p in pres])
-        self.passes += 1
-        self.updates += len(reqs)
+        self.passes, self.updates = self.passes + 1, self.updates + n
         for j, r in enumerate(reqs):
             r.plan.prefix = r.plan.prefix[:P]   # what the update forwarded once
             r.result, r.done = (totals[j], parts[j]), True
@@ -149,7 +165,7 @@ class UpdateEngine:
                             if r.learner._has_ref() else None)
         return [both.row(j).leaves() for j in range(len(reqs))], refs
 
-    def _micro(self, reqs, models, k, pres, refs) -> list[tuple]:
+    def _micro(self, reqs, k, pres, refs) -> list[tuple]:
         """Micro-batch k of each request: one forward of all their rows; per request
         (loss, metrics, masked tokens) from its own rows."""
         lead = reqs[0].learner
@@ -158,7 +174,7 @@ class UpdateEngine:
         sizes = [mb.ids.shape[0] for mb in mbs]
         pre = stacked(pres, sizes) if pres[0] is not None else None
         rows = [j for j, b in enumerate(sizes) for _ in range(b)]
-        with model_rows(models, rows):
+        with model_rows([r.learner.model for r in reqs], rows):
             lp, ent = lead._stats(concat(mbs), pre, trained_only=only)
         out, at = [], 0
         for r, mb, ref_pre in zip(reqs, mbs, refs):
@@ -175,6 +191,22 @@ class UpdateEngine:
             out.append((loss, metrics, float(mb.mask.sum())))
             at += b
         return out
+
+
+def chunks(shapes: list[tuple[int, int]], budget: int) -> list[list[int]]:
+    """Consecutive groups of the items (rows, tokens per row) whose rows x longest row
+    stays within `budget`, one forward's tokens (learner.micro_batch_tokens, which a solo
+    update's micro-batches keep: batching.pack); an item over it alone."""
+    out: list[list[int]] = []
+    rows = longest = 0
+    for i, (b, t) in enumerate(shapes):
+        if out and (rows + b) * max(longest, t) <= budget:
+            out[-1].append(i)
+            rows, longest = rows + b, max(longest, t)
+        else:
+            out.append([i])
+            rows, longest = b, t
+    return out
 
 
 def _backward(losses: list[tuple]) -> None:

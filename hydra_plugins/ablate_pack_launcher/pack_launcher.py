@@ -23,9 +23,13 @@ class PackLauncherConf:
     _target_: str = TARGET
     # cells per pack at most (a grid of more cells that agree makes several packs)
     size: int = 8
-    # rollouts and updates batched per cell (for checking); today every pack runs its
-    # cells one after another, whole, so both values run the same way (docs/packs.md)
+    # true: rollouts and updates per cell, each cell's rows equal to its solo run's (for
+    # checking); false: the cells' rollouts decode in shared calls (docs/packs.md)
     exact: bool = False
+    # the cells' updates in shared forwards and backwards (ablate/learners/packed.py);
+    # null: on where run.device is cuda, off on cpu, where they measured no faster and
+    # held more memory (benchmarks/results/bench_joint_update_tiny.json)
+    joint_updates: Optional[bool] = None
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="pack", node=PackLauncherConf,
@@ -33,9 +37,10 @@ ConfigStore.instance().store(group="hydra/launcher", name="pack", node=PackLaunc
 
 
 class PackLauncher(Launcher):
-    def __init__(self, size: int = 8, exact: bool = False) -> None:
+    def __init__(self, size: int = 8, exact: bool = False,
+                 joint_updates: Optional[bool] = None) -> None:
         super().__init__()
-        self.size, self.exact = size, exact
+        self.size, self.exact, self.joint_updates = size, exact, joint_updates
         self.config: Optional[DictConfig] = None
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None

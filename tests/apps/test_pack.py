@@ -62,6 +62,20 @@ def test_cells_of_two_lora_ranks_make_two_packs_and_the_size_caps_a_pack():
     assert capped[0].record()["cells"] == ["cell0", "cell1"]
 
 
+def test_joint_updates_default_to_cuda_only_and_follow_the_launcher_key():
+    from ablate.apps.pack import joint_on
+    assert (joint_on(None, "cpu"), joint_on(None, "cuda"), joint_on(None, "cuda:1")) \
+        == (False, True, True)
+    assert (joint_on(True, "cpu"), joint_on(False, "cuda")) == (True, False)
+    cells = [PackedCell(i, [], compose_config([*LORA, f"seed={i}"]), Path(f"c{i}"), f"c{i}")
+             for i in range(2)]
+    on = make_packs(cells, 8, False, True)[0]
+    assert on.line().endswith(" joint updates") and on.record()["joint_updates"] is False
+    on.shared_base = True           # run_pack sets it where the backends share the base
+    assert on.record()["joint_updates"] is True
+    assert make_packs(cells, 8, True, True)[0].record()["joint_updates"] is False   # exact
+
+
 @pytest.mark.parametrize("extra, named", [
     ([], "learner.lora.enable=false is not allowed with hydra/launcher=pack"),
     (["learner.lora.enable=true", "hydra.launcher.size=0"],

@@ -325,7 +325,7 @@ def test_a_batched_pack_decodes_its_cells_together_each_through_its_adapter(tmp_
     import re
     args = ["-m", "seed=0,1,2", *LORA, "trainer.max_steps=3", *FAST,
             f"env.cache_dir={tmp_path / 'cache'}", "hydra/launcher=pack",
-            f"hydra.sweep.dir={tmp_path / 'packed'}"]
+            "hydra.launcher.joint_updates=true", f"hydra.sweep.dir={tmp_path / 'packed'}"]
     packed = run_cli(args, tmp_path)
     assert packed.returncode == 0, packed.stderr[-3000:]
     out = packed.stdout + packed.stderr
@@ -336,6 +336,7 @@ def test_a_batched_pack_decodes_its_cells_together_each_through_its_adapter(tmp_
     for cell in cells:
         pack = json.loads((cell / "environment.json").read_text())["pack"]
         assert pack["batched"] is True and pack["shared_base"] is True
+        assert pack["joint_updates"] is True
         metrics = [json.loads(x) for x in (cell / "metrics.jsonl").read_text().splitlines()]
         assert [m["step"] for m in metrics] == [1, 2, 3]
         for m in metrics:

@@ -23,8 +23,8 @@ CELLS = [dict(batch=(0, (70, 52, 95, 47), 30), agg="token-mean", ref=False),
 SKIP = {"seconds", "tokens_per_s", "forward_tokens", "prefix_tokens", "micro_batches"}
 
 
-def cell_learner(weights_dir, tmp_path, i, base, spec, shared_prefix=True):  # noqa: F811
-    cfg = lcfg("torch", lora=True, micro_batch_tokens=160, shared_prefix=shared_prefix)
+def cell_learner(weights_dir, tmp_path, i, base, spec, shared_prefix, budget):  # noqa: F811
+    cfg = lcfg("torch", lora=True, micro_batch_tokens=budget, shared_prefix=shared_prefix)
     lrn = make_learner(cfg, sharing_copy(base), lr=1e-2, seed=i, temperature=1.0,
                        ckpt_dir=tmp_path / f"c{i}", ref_model=load(weights_dir)
                        if spec["ref"] else None)
@@ -36,12 +36,13 @@ def cell_learner(weights_dir, tmp_path, i, base, spec, shared_prefix=True):  # n
     return lrn
 
 
-def run_cells(weights_dir, tmp_path, joint, raising=None, shared_prefix=True):  # noqa: F811
+def run_cells(weights_dir, tmp_path, joint, raising=None, shared_prefix=True,  # noqa: F811
+              budget=160):
     """Each cell's update (joint: through one engine, the cells taking turns); per cell
     its metrics (or the exception it raised), its gradients and the engine."""
     base = load(weights_dir)
-    learners = [cell_learner(weights_dir, tmp_path / str(joint), i, base, s, shared_prefix)
-                for i, s in enumerate(CELLS)]
+    learners = [cell_learner(weights_dir, tmp_path / str(joint), i, base, s, shared_prefix,
+                             budget) for i, s in enumerate(CELLS)]
     engine = UpdateEngine()
     if joint:
         for lrn in learners:
@@ -86,6 +87,25 @@ def test_joint_update_equals_each_cell_alone(weights_dir, tmp_path, shared_prefi
     if shared_prefix:   # the prefixes, cut to the shortest (24), forwarded once per cell
         assert [m["prefix_tokens"] for m in joint] == [24, 24, 24]
         assert [m["prefix_tokens"] for m in solo] == [30, 24, 30]
+    # each joint forward keeps learner.micro_batch_tokens (160, about one solo
+    # micro-batch): as many forwards as the cells' micro-batches, or fewer
+    assert max(m["micro_batches"] for m in solo) < engine.forwards \
+        <= sum(m["micro_batches"] for m in solo)
+
+
+def test_a_larger_budget_joins_more_rows_per_forward(weights_dir, tmp_path):  # noqa: F811
+    solo, g_solo, _ = run_cells(weights_dir, tmp_path, False, budget=2000)
+    joint, g_joint, engine = run_cells(weights_dir, tmp_path, True, budget=2000)
+    assert engine.forwards == max(m["micro_batches"] for m in solo) == 1
+    for i in range(3):
+        assert_cell_equal(solo[i], joint[i], g_solo[i][0], g_joint[i][0])
+
+
+def test_chunks_keep_the_budget():
+    from ablate.learners.packed import chunks
+    assert chunks([(2, 50), (1, 60), (3, 40), (1, 200)], 200) == [[0, 1], [2], [3]]
+    assert chunks([(1, 30)] * 5, 60) == [[0, 1], [2, 3], [4]]
+    assert chunks([(1, 30)] * 5, 10) == [[0], [1], [2], [3], [4]]   # each alone over it
 
 
 def test_a_cell_whose_loss_raises_fails_alone(weights_dir, tmp_path):  # noqa: F811
