@@ -183,6 +183,41 @@ def permutation_test(a, b) -> dict:
 EXACT_LIMIT = 200_000    # splits enumerated exactly (10 vs 10 seeds: 184,756)
 
 
+def paired_tost(d, margin: float, alpha: float = 0.05) -> dict:
+    """Equivalence of paired differences d within +-margin by two one-sided t tests
+    (Schuirmann 1987, J. Pharmacokin. Biopharm. 15:657): H0- mean <= -margin and
+    H0+ mean >= margin, each at alpha; p = the larger one-sided p; equivalent when
+    p < alpha, i.e. the 1 - 2 alpha interval lies inside (-margin, margin)."""
+    d = np.asarray(d, float)
+    n = d.size
+    m, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
+    df = n - 1
+    p_lo = float(sps.t.sf((m + margin) / se, df))
+    p_hi = float(sps.t.cdf((m - margin) / se, df))
+    lo, hi = interval(m, se, df, 2 * alpha)
+    p = max(p_lo, p_hi)
+    return {"mean": m, "se": se, "df": df, "ci": [float(lo), float(hi)],
+            "ci_level": 1 - 2 * alpha, "p": p, "equivalent": p < alpha}
+
+
+def sign_flip_tost(d, margin: float, alpha: float = 0.05) -> dict:
+    """The exact counterpart of `paired_tost`: each one-sided test is the paired
+    randomization test (Fisher 1935, sec. 21) of d shifted by the margin, every one of
+    the 2^n sign assignments equally likely under its null's boundary; p = the larger
+    one-sided p (min_p = 2^-n, the smallest p the design can give)."""
+    d = np.asarray(d, float)
+    n = d.size
+    signs = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
+    tol = 1e-12
+
+    def one_sided(x, greater):
+        means = (signs * np.abs(x)).mean(axis=1)
+        obs = x.mean()
+        return float(np.mean(means >= obs - tol) if greater else np.mean(means <= obs + tol))
+    p = max(one_sided(d + margin, True), one_sided(d - margin, False))
+    return {"p": p, "min_p": 2.0 ** -n, "equivalent": p < alpha}
+
+
 # ---------------------------------------------------------------- intervals and tests
 def t_quantile(p, df):
     """t_df quantile; the normal one for infinite df."""
