@@ -106,6 +106,8 @@ def write_result(r: dict) -> None:
                                       "not shown equivalent.") + "\n")
     readme = EXP / "README.md"
     body = readme.read_text().split("## Result (written by")[0].rstrip() + "\n\n"
+    body = body.replace("**Status: pre-registered; not yet run.**",
+                        "**Status: pre-registered (be3f9bc), then run; result below.**")
     readme.write_text(body + text)
 
 
