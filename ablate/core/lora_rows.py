@@ -88,20 +88,30 @@ def adapter_rows(model: torch.nn.Module, names: list[str] | None, grouped: bool 
     handles, off = [], []
     for layer in _lora_layers(model):
         if grouped and _groupable(layer, unique):
-            off.append((layer, layer._disable_adapters))
-            layer._disable_adapters = True            # peft's forward: the base alone
-            handles.append(layer.register_forward_hook(
-                partial(_grouped_hook, stacks=partial(_stacks, layer, unique), rows=rows)))
+            _group(layer, partial(_stacks, layer, unique), rows, handles, off)
         else:
             handles.append(layer.register_forward_pre_hook(
                 partial(_names_hook, names=list(names)), with_kwargs=True))
     try:
         yield
     finally:
-        for h in handles:
-            h.remove()
-        for layer, was in off:
-            layer._disable_adapters = was
+        _undo(handles, off)
+
+
+def _group(layer, stacks, rows, handles: list, off: list) -> None:
+    """The layer's own LoRA off (peft's forward: the base alone) and the grouped delta
+    added after it; what to undo goes into handles and off."""
+    off.append((layer, layer._disable_adapters))
+    layer._disable_adapters = True
+    handles.append(layer.register_forward_hook(
+        partial(_grouped_hook, stacks=stacks, rows=rows)))
+
+
+def _undo(handles: list, off: list) -> None:
+    for h in handles:
+        h.remove()
+    for layer, was in off:
+        layer._disable_adapters = was
 
 
 def _own_adapter(layer) -> tuple:
@@ -142,13 +152,7 @@ def model_rows(models: list[torch.nn.Module], rows: list[int]):
                 continue
             layers = [layer] + [tree[path] for tree in trees]
             _check_groupable(path, layers)
-            off.append((layer, layer._disable_adapters))
-            layer._disable_adapters = True            # peft's forward: the base alone
-            handles.append(layer.register_forward_hook(
-                partial(_grouped_hook, stacks=partial(_model_stacks, layers), rows=idx)))
+            _group(layer, partial(_model_stacks, layers), idx, handles, off)
         yield
     finally:
-        for h in handles:
-            h.remove()
-        for layer, was in off:
-            layer._disable_adapters = was
+        _undo(handles, off)
