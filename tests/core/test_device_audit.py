@@ -156,3 +156,40 @@ def test_a_ppo_and_a_dpo_preparation_on_the_device_are_clean():
         pairs = dpo.prepare(eps, [1.0, 0.0, 0.0, 1.0], [0, 0, 1, 1], Learner(STAND_IN))
     assert len(batch.token_advantages) == 4 and pairs.ref_logps.shape == (4,)
     assert a.faults == [], a.report()
+
+
+def test_a_batched_packs_joint_update_on_the_device_is_clean(tmp_path):
+    """Three LoRA cells over one base on the device, their updates joined
+    (ablate/learners/packed.py: the prefixes in one forward, micro-batches concatenated,
+    each row's adapter picked by a row index)."""
+    import transformers
+
+    import test_learners as L
+    from ablate.apps.pack_turns import take_turns
+    from ablate.learners import make_learner
+    from ablate.learners.packed import UpdateEngine
+    from ablate.models.loading import sharing_copy
+    weights = str(tmp_path / "w")
+    transformers.AutoModelForCausalLM.from_config(L.tiny_config()).save_pretrained(weights)
+    batches = []
+    for seed, lengths in ((0, (40, 64, 23)), (1, (57, 31)), (2, (44, 50, 29))):
+        segs, adv = L.make_batch(seed=seed, lengths=lengths)
+        for s in segs:   # a cell's segments share its prompt
+            s.ids[:6] = segs[0].ids[:6]
+        batches.append((segs, adv))
+    with audit() as a:
+        base = L.load(weights).to(STAND_IN)
+        engine = UpdateEngine()
+        cells = []
+        for i in range(3):
+            lrn = make_learner(L.lcfg("torch", lora=True, micro_batch_tokens=128,
+                                      shared_prefix_min_tokens=4), sharing_copy(base),
+                               lr=1e-3, seed=i, temperature=0.8, ckpt_dir=tmp_path / f"c{i}",
+                               device=STAND_IN)
+            engine.attach(lrn)
+            cells.append(lrn)
+        out, _ = take_turns([lambda c=c, b=b: c.update(*b, L.clipped_token_mean)
+                             for c, b in zip(cells, batches)])
+    assert a.faults == [], a.report()
+    assert engine.passes == 1 and engine.updates == 3
+    assert [m["prefix_tokens"] for m in out] == [6, 6, 6]   # the prompt: make_batch's 6
