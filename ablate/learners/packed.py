@@ -17,7 +17,8 @@ is the bit-exact mode.
 
 A cell's `update` hands its plan to the UpdateEngine and waits
 (ablate.core.turns.wait_for); the pack's scheduler serves when every live cell waits.
-Without a scheduler a request is served at once, alone (one cell's update, same code)."""
+A request served alone (no scheduler, or no other cell waiting) is the cell's own
+update (Learner._accumulate), bit for bit."""
 from __future__ import annotations
 
 import contextlib
