@@ -21,6 +21,7 @@ adapter, its gradient into that model's parameters."""
 from __future__ import annotations
 
 import contextlib
+import weakref
 from functools import partial
 
 import torch
@@ -33,6 +34,28 @@ def _names_hook(module, args, kwargs, names):
 
 def _lora_layers(model: torch.nn.Module) -> list:
     return [m for m in model.modules() if hasattr(m, "_mixed_batch_forward")]
+
+
+# Per model: its LoRA layers (kept while its adapters are the same: peft_config's names)
+# and, per set of adapter names and training mode, which layers take the grouped form.
+# adapter_rows runs at every decode step; walking a Qwen3-4B-shaped tree holding 8
+# adapters (5,013 modules) and checking its 144 LoRA layers at every call took 41.8 ms a
+# call against 0.68 ms with the plan kept (benchmarks/results/bench_adapter_rows.json),
+# more than a 4B decode step on a GPU.
+_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _plan(model: torch.nn.Module, unique: list[str], grouped: bool) -> list[tuple]:
+    """[(layer, takes the grouped form)] for these adapter names."""
+    adapters = tuple(getattr(model, "peft_config", None) or ())
+    kept = _PLANS.get(model)
+    if kept is None or kept[0] != adapters:
+        kept = (adapters, _lora_layers(model), {})
+        _PLANS[model] = kept
+    key = (tuple(unique), grouped, model.training)
+    if key not in kept[2]:
+        kept[2][key] = [(layer, grouped and _groupable(layer, unique)) for layer in kept[1]]
+    return kept[2][key]
 
 
 def _groupable(layer, unique: list[str]) -> bool:
@@ -86,8 +109,8 @@ def adapter_rows(model: torch.nn.Module, names: list[str] | None, grouped: bool 
     unique = sorted(set(names))
     rows = torch.tensor([unique.index(n) for n in names], dtype=torch.long)
     handles, off = [], []
-    for layer in _lora_layers(model):
-        if grouped and _groupable(layer, unique):
+    for layer, group in _plan(model, unique, grouped):
+        if group:
             _group(layer, partial(_stacks, layer, unique), rows, handles, off)
         else:
             handles.append(layer.register_forward_pre_hook(
@@ -102,7 +125,9 @@ def _group(layer, stacks, rows, handles: list, off: list) -> None:
     """The layer's own LoRA off (peft's forward: the base alone) and the grouped delta
     added after it; what to undo goes into handles and off."""
     off.append((layer, layer._disable_adapters))
-    layer._disable_adapters = True
+    # a plain bool attribute: nn.Module.__setattr__ would end in object.__setattr__ after
+    # its Parameter / Module / buffer checks, the larger part of this per-step cost
+    object.__setattr__(layer, "_disable_adapters", True)
     handles.append(layer.register_forward_hook(
         partial(_grouped_hook, stacks=stacks, rows=rows)))
 
@@ -111,7 +136,7 @@ def _undo(handles: list, off: list) -> None:
     for h in handles:
         h.remove()
     for layer, was in off:
-        layer._disable_adapters = was
+        object.__setattr__(layer, "_disable_adapters", was)
 
 
 def _own_adapter(layer) -> tuple:

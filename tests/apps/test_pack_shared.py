@@ -443,3 +443,33 @@ def test_grouped_adapter_rows_equal_peft_mixed_batch_and_fall_back_where_they_mu
         _groupable(layer, sorted(set(names))) for layer in _lora_layers(multi))
     layer = _lora_layers(multi)[0]
     assert _groupable(layer, ["cell0", "cell1"]) and not _groupable(layer, ["cell0", "nope"])
+
+
+def test_adapter_rows_keeps_its_plan_until_the_adapters_or_the_mode_change():
+    """adapter_rows's per-model plan (which layers group for which names, kept because
+    the sampler enters it at every decode step) follows an adapter added later and a
+    switch to training mode: each call still equals peft's own mixed-batch forward."""
+    from ablate.core import lora_rows
+    from ablate.learners.lora import add_adapter
+    from test_adapter_sync import trained_lora
+    tok, base, adapters, multi = several_adapters(2)
+    ids = torch.randint(3, len(tok), (3, 7), generator=torch.Generator().manual_seed(1))
+
+    def both(names):
+        with torch.no_grad():
+            with lora_rows.adapter_rows(multi, names):
+                got = multi(ids).logits
+            with lora_rows.adapter_rows(multi, names, grouped=False):
+                ref = multi(ids).logits
+        return float((got - ref).abs().max())
+    assert both(["cell0", "cell1", "cell0"]) < 1e-5
+    first = lora_rows._PLANS[multi]
+    assert all(group for _, group in first[2][(("cell0", "cell1"), True, False)])
+    add_adapter(multi, "cell2", trained_lora(base, 7)[0])   # a third cell's first push
+    multi.eval()
+    assert both(["cell2", "cell1", "cell0"]) < 1e-5        # the new adapter is grouped
+    assert lora_rows._PLANS[multi] is not first
+    multi.train()
+    assert both(["cell2", "cell1", "cell0"]) < 1e-5        # a plan per mode
+    assert (("cell0", "cell1", "cell2"), True, True) in lora_rows._PLANS[multi][2]
+    multi.eval()
