@@ -47,6 +47,7 @@ class PackEngine:
         self.pending: list[Ticket] = []
         self.batches = 0            # generate calls made (tests, the pack's log)
         self.requests = 0           # the cells' generate calls they served
+        self.max_rows = MAX_ROWS
 
     def attach(self, model, tokenizer, device) -> str:
         """The calling cell's adapter name; the first cell's model becomes the engine's."""
@@ -76,14 +77,16 @@ class PackEngine:
 
     def serve(self) -> None:
         """Every waiting request, in calls grouped by what one call shares (stop ids,
-        top_p); each row through its cell's adapter."""
+        top_p); each row through its cell's adapter; a call holds at most MAX_ROWS rows or
+        one request (`calls`)."""
         pending, self.pending = self.pending, []
         groups: dict[tuple, list[Ticket]] = {}
         for t in pending:
             key = (tuple(t.kw.get("stop_token_ids", ())), float(t.kw.get("top_p", 1.0)))
             groups.setdefault(key, []).append(t)
         for (stops, top_p), tickets in groups.items():
-            self._serve_safely(tickets, stops, top_p)
+            for call in calls(tickets, self.max_rows):
+                self._serve_safely(call, stops, top_p)
 
     def _serve_safely(self, tickets: list[Ticket], stops, top_p) -> None:
         """One call for the tickets; if it raises, each ticket again alone, so only the
@@ -122,6 +125,28 @@ class PackEngine:
         for t in tickets:
             t.result, t.done = outs[at:at + len(t.prompts)], True
             at += len(t.prompts)
+
+
+# The most rows one batched generate call holds, unless one request alone holds more: a
+# call's padded keys and values grow with its rows (an evaluation of 300 episodes is 300
+# rows; 8 cells evaluating at once in one call of 2,400 rows were killed for memory on
+# the 24 GiB host where each cell's own call of 300 fits).
+MAX_ROWS = 256
+
+
+def calls(tickets: list[Ticket], max_rows: int) -> list[list[Ticket]]:
+    """The tickets in order, in calls of at most max_rows rows (a larger ticket alone)."""
+    out: list[list[Ticket]] = []
+    rows = 0
+    for t in tickets:
+        n = len(t.prompts)
+        if out and rows + n <= max_rows:
+            out[-1].append(t)
+            rows += n
+        else:
+            out.append([t])
+            rows = n
+    return out
 
 
 class PackSampler(Sampler):

@@ -377,6 +377,17 @@ def test_a_batched_call_that_raises_fails_only_the_request_that_raises():
     assert engine.batches == 1 and engine.requests == 1     # the retry served `good` alone
 
 
+def test_a_batched_call_holds_at_most_max_rows_unless_one_request_does():
+    """ablate.samplers.packed.calls: the waiting requests in order, in calls of at most
+    max_rows rows (8 cells evaluating 300 episodes each in one call of 2,400 rows were
+    killed for memory where each cell's own call fits); a larger request goes alone."""
+    from ablate.samplers.packed import Ticket, calls
+    tickets = [Ticket(f"c{i}", [[1]] * n, {}) for i, n in enumerate([100, 100, 100, 300, 20])]
+    assert [[t.name for t in c] for c in calls(tickets, 256)] == \
+        [["c0", "c1"], ["c2"], ["c3"], ["c4"]]
+    assert [len(c) for c in calls(tickets, 10_000)] == [5]
+
+
 def test_a_prefix_shared_per_adapter_is_reused_by_that_adapters_rows_only():
     """HFSampler.share_prefix(ids, adapter=) (a batched pack's cells announce their system
     prompt): each adapter's rows copy the prefix's keys and values encoded under their
