@@ -158,6 +158,10 @@ class Learner:
         return t
     def _barrier(self) -> None: ...
 
+    def close(self) -> None:
+        """Release what would outlive the learner (an engine's hooks); the cell calls it
+        when it ends, however it ends. Nothing to release here."""
+
     # --- forwards ----------------------------------------------------------------------
     def _forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self._call(False, input_ids=ids, use_cache=False).logits

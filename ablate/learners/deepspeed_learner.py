@@ -110,6 +110,22 @@ def check_device(engine_device: torch.device, device: Optional[str]) -> None:
                          f"choose run.device={have} or install DeepSpeed for {device}")
 
 
+def _cache_clear(fn) -> None:
+    """Clear the lru_cache inside `fn`, found through __wrapped__ or its closure
+    (DeepSpeed's instrument_w_nvtx wraps without functools.wraps); a cache only: every
+    live engine recomputes what it needs."""
+    seen = set()
+    while fn is not None and id(fn) not in seen:
+        seen.add(id(fn))
+        if hasattr(fn, "cache_clear"):
+            fn.cache_clear()
+            return
+        inner = getattr(fn, "__wrapped__", None)
+        cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())
+                 if callable(c.cell_contents)]
+        fn = inner if inner is not None else (cells[0] if cells else None)
+
+
 class DeepSpeedLearner(Learner):
     def __init__(self, cfg: Any, model: torch.nn.Module, *, lr: float, seed: int,
                  temperature: float, ckpt_dir, ref_model: Optional[torch.nn.Module] = None,
@@ -146,6 +162,28 @@ class DeepSpeedLearner(Learner):
             self.ref = deepspeed.initialize(model=ref_model.eval().requires_grad_(False),
                                             config=ref_cfg)[0]
             self.ref.eval()
+
+    def close(self) -> None:
+        """Let the engines go. DeepSpeed 0.19.8 holds every ZeRO-3 engine of a process
+        for good in three places: its hooks (removed by DeepSpeedEngine.destroy), its top
+        module on the module stack (deepspeed/runtime/zero/parameter_offload.py
+        `setup_zero_stage3_hooks` appends it, nothing removes it) and the class-level
+        lru_cache of PartitionedParameterCoordinator.__params_to_release
+        (deepspeed/runtime/zero/partitioned_param_coordinator.py), keyed by each
+        coordinator and submodule. Without all three, every cell of an in-process grid
+        (Hydra's basic launcher) kept its learner's model and optimizer alive, about
+        100 MB a tiny cell (tests/learners/test_learners.py)."""
+        # deferred as at the module's other deepspeed imports: only a DeepSpeed cell
+        from deepspeed.runtime.zero import parameter_offload, partitioned_param_coordinator
+        for engine in (self.engine, self.ref):
+            if engine is None:
+                continue
+            engine.destroy()
+            stack = parameter_offload.FWD_MODULE_STACK
+            stack[:] = [m for m in stack if m is not engine.module]
+        coordinator = partitioned_param_coordinator.PartitionedParameterCoordinator
+        _cache_clear(getattr(coordinator, "_PartitionedParameterCoordinator__params_to_release",
+                             None))
 
     def _call(self, ref, **kw):
         return (self.ref if ref else self.engine)(**kw)

@@ -368,6 +368,8 @@ def _train(cfg, cell: CellDir, policy, env, algorithm, tracker, evaluate, start:
         progress.close()
         if policy.remote is not None:
             policy.remote.close()
+        if getattr(policy, "learner", None) is not None:
+            policy.learner.close()   # the next cell of an in-process grid starts clean
     return last_eval
 
 
