@@ -25,6 +25,19 @@ EXP = ROOT / "experiments" / "pack_equivalence"
 OUT = ROOT / "outputs" / "pack_equivalence"
 SEEDS = list(range(300, 308))
 MARGIN = 5.0          # accuracy points (README, "Hypothesis")
+# what happened between the pre-registration and the result (written after the run)
+DEVIATIONS = (
+    "The packed arm's first run, at the pre-registration's commit, was killed for memory "
+    "in its evaluation (8 cells' 300 episodes each in one sampler call of 2,400 rows); it "
+    "had written no evaluation row. Its directory was removed and the arm run again from "
+    "scratch, with the same command, after four commits to ablate/: a 256-row cap per "
+    "batched sampler call (the fix), the adapter_rows plan kept per model (no numeric "
+    "change: the same layers, the same matmuls), a refactor of lora_rows' hooks and a "
+    "docstring. The solo arm ran in one process started at the pre-registration's commit "
+    "(its modules imported then), while commits landed beside it: its cells' code.json "
+    "name the commit checked out as each began (one with uncommitted edits). None of "
+    "those commits touches a solo cell's path (they change the batched pack's sampler "
+    "and learner paths, benchmarks, tests and docs).")
 CELL = ["learner.lora.enable=true", "learner=torch", "trainer.max_steps=4",
         "env.gen_seed=7", "eval.at_start=false", "eval.every=0", "eval.num_tasks=150",
         "eval.samples=2", "eval.greedy=false", "run.quiet=true", "run.num_threads=1"]
@@ -52,7 +65,7 @@ def copy_cells() -> None:
             cfg = yaml.safe_load((cell.parent / "config.yaml").read_text())
             dst = EXP / "cells" / arm / f"seed={cfg['seed']}"
             dst.mkdir(parents=True, exist_ok=True)
-            for name in ("config.yaml", "eval.jsonl", "COMPLETE"):
+            for name in ("config.yaml", "eval.jsonl", "code.json", "COMPLETE"):
                 shutil.copy2(cell.parent / name, dst / name)
 
 
@@ -75,11 +88,15 @@ def analyse() -> int:
     if missing:
         raise SystemExit(f"pack_equivalence: not run yet: {', '.join(missing)}")
     d = [acc["packed"][s][0] - acc["solo"][s][0] for s in SEEDS]
+    commits = {arm: sorted({json.loads((EXP / "cells" / arm / f"seed={s}" / "code.json")
+                                       .read_text())["commit"][:7] for s in SEEDS})
+               for arm in ARMS}
     result = {"margin_points": MARGIN, "seeds": SEEDS,
               "episodes_per_cell": sorted({n for arm in ARMS for _, n in acc[arm].values()}),
               "accuracy": {arm: {str(s): acc[arm][s][0] for s in SEEDS} for arm in ARMS},
               "difference_packed_minus_solo": d,
-              "t_tost": paired_tost(d, MARGIN), "sign_flip_tost": sign_flip_tost(d, MARGIN)}
+              "t_tost": paired_tost(d, MARGIN), "sign_flip_tost": sign_flip_tost(d, MARGIN),
+              "code_commits": commits, "deviations": DEVIATIONS}
     (EXP / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     write_result(result)
     print(json.dumps(result["t_tost"]))
@@ -103,7 +120,10 @@ def write_result(r: dict) -> None:
             + ("**equivalent**" if t["equivalent"] else "**not shown equivalent**")
             + f". Exact sign-flip TOST p = {e['p']:.3g} (smallest possible "
             f"{e['min_p']:.3g}): " + ("equivalent." if e["equivalent"] else
-                                      "not shown equivalent.") + "\n")
+                                      "not shown equivalent.") + "\n\n"
+            + "Code: " + "; ".join(f"{arm} arm at {', '.join(c)}"
+                                   for arm, c in r["code_commits"].items())
+            + f". Deviations: {r['deviations']}\n")
     readme = EXP / "README.md"
     body = readme.read_text().split("## Result (written by")[0].rstrip() + "\n\n"
     body = body.replace("**Status: pre-registered; not yet run.**",
