@@ -338,7 +338,8 @@ def run_pack(pack: Pack, run_alone: Callable[[PackedCell], JobReturn]) -> list[J
              len(pack.cells), pack.id, switches,
              (f"; the cells' {engine.requests} sampler calls ran as {engine.batches} "
               "batched calls" if engine is not None else "")
-             + (f", their {joint.updates} updates as {joint.passes} joint ones"
+             + (f", their {joint.updates} updates in {joint.passes} joint ones "
+                f"(the rest alone)"
                 if joint is not None else ""))
     return out
 

@@ -66,9 +66,9 @@ class UpdateEngine:
 
     def __init__(self):
         self.pending: list[Request] = []
-        self.passes = 0             # joint updates run (the pack's log)
+        self.updates = 0            # the cells' updates served (the pack's log)
+        self.passes = 0             # joint updates run, of several cells each
         self.forwards = 0           # their micro-batch forward+backward passes
-        self.updates = 0            # the cells' updates they served
 
     def attach(self, learner) -> None:
         why = joint_reason(learner)
@@ -104,7 +104,7 @@ class UpdateEngine:
             if len(reqs) == 1:
                 r = reqs[0]
                 r.result = r.learner._accumulate(r.plan, r.adv, r.loss_fn, *r.counts)
-                r.done = True
+                r.done, self.updates = True, self.updates + 1
             else:
                 self._joint(reqs)
         except Exception as exc:           # noqa: BLE001 - its cell raises it

@@ -346,7 +346,7 @@ def test_a_batched_pack_decodes_its_cells_together_each_through_its_adapter(tmp_
     assert 0 < int(calls) <= int(asked) / 2, (asked, calls)
     # and their updates ran jointly (ablate/learners/packed.py), each its own loss: the
     # log-ratio check above holds on the joint forward's logprobs
-    updates, passes = re.search(r"their (\d+) updates as (\d+) joint ones", out).groups()
+    updates, passes = re.search(r"their (\d+) updates in (\d+) joint ones", out).groups()
     assert int(updates) == 9 and 0 < int(passes) <= 5, (updates, passes)
 
 
