@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -159,9 +160,12 @@ def main(argv=None) -> int:
         row = {"n": n}
         for mode in ("sequential", "joint"):
             args = list(argv if argv is not None else sys.argv[1:])
+            # one malloc arena, as the pack's process has (ablate/apps/pack.py worker_env):
+            # the joint mode's cell threads would each grow an arena of their own
             got = json.loads(subprocess.run(
                 [sys.executable, __file__, *strip_n_out(args), "--n", str(n), "--mode", mode],
-                capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+                capture_output=True, text=True, check=True,
+                env=dict(os.environ, MALLOC_ARENA_MAX="1")).stdout.splitlines()[-1])
             row[f"{mode}_s"], row[f"{mode}_peak_mb"] = got["seconds"], got["peak_mb"]
         row["speedup"] = row["sequential_s"] / row["joint_s"]
         rows.append(row)
