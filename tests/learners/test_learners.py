@@ -446,7 +446,9 @@ def test_a_closed_learner_is_freed(weights_dir, tmp_path, name):
     import weakref
     lrn = learner(weights_dir, tmp_path, name, ref=True)
     lrn.update(*make_batch(), clipped_token_mean)
-    model, opt = weakref.ref(lrn.model), weakref.ref(getattr(lrn, "optimizer", lrn.model))
+    optimizer = lrn.engine.optimizer if name == "deepspeed" else lrn.optimizer
+    model, opt = weakref.ref(lrn.model), weakref.ref(optimizer)
+    del optimizer
     lrn.close()
     del lrn
     gc.collect()
