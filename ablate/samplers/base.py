@@ -55,11 +55,16 @@ class Sampler(ABC):
     def load_weights(self, state_dict) -> None:
         """Replace the policy weights (names as the HF model's state_dict)."""
 
-    def share_prefix(self, ids: Sequence[int]) -> None:
-        """Upcoming prompts start with `ids` (a hint: a back end may encode it once)."""
+    def share_prefix(self, ids: Sequence[int], adapter: str | None = None) -> None:
+        """Upcoming prompts start with `ids` (a hint: a back end may encode it once);
+        `adapter`: those of that named adapter's rows (a batched pack's cell)."""
 
-    def release_episodes(self) -> None:
-        """No earlier prompt will be extended again: per-episode caches may be freed."""
+    def release_episodes(self, adapter: str | None = None) -> None:
+        """No earlier prompt (of that named adapter's rows) will be extended again:
+        per-episode caches may be freed."""
+
+    def clear_cache(self, adapter: str | None = None) -> None:
+        """Drop what is kept of earlier prompts (of that named adapter's rows)."""
 
     def yield_memory(self) -> None:
         """The learner updates next: a sampler sharing its device may free what it holds

@@ -47,6 +47,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 from ablate.core.lora_rows import adapter_rows
 from ablate.samplers import cascade as cascade_attn
 from ablate.samplers.base import Completion, Sampler, per_prompt
+from ablate.samplers.sampling import sample_rows
 
 
 @dataclass
@@ -122,10 +123,18 @@ class HFSampler(Sampler):
         self.clear_cache()                      # kept keys/values are of the old weights
 
     @torch.no_grad()
-    def load_adapter(self, adapter) -> None:
+    def load_adapter(self, adapter, name: str | None = None) -> None:
         """Adapter-native sync: the base stays as loaded and the LoRA layers sit in it
         unmerged (peft `inject_adapter_in_model`, injected at the first push), so a push
-        copies the adapter's tensors only (ablate.core.adapter.LoraAdapter)."""
+        copies the adapter's tensors only (ablate.core.adapter.LoraAdapter). `name`: the
+        adapter sits beside others under that name (a batched pack's cell, for the rows
+        of generate(adapters=)); only its own kept keys and values are dropped."""
+        if name is not None:
+            # deferred: ablate.learners.lora imports peft (14 s on the 2-core host)
+            from ablate.learners.lora import add_adapter
+            add_adapter(self.model, name, adapter)
+            self.clear_cache(adapter=name)
+            return
         import peft   # deferred: peft costs 14 s to import (2-core host); LoRA cells only
         if not self._lora:
             keep = set(peft.LoraConfig.__dataclass_fields__)
@@ -520,7 +529,7 @@ class HFSampler(Sampler):
         order = sorted(range(len(live)), key=lambda r: rank[live[r]])
         proc = torch.stack([procs[live[r]](outs[live[r]].ids, logits[r])
                             if procs[live[r]] is not None else logits[r] for r in order])
-        t, lp = _sample_rows(proc, [sampling["temps"][live[r]] for r in order],
+        t, lp = sample_rows(proc, [sampling["temps"][live[r]] for r in order],
                              gen=sampling["gen"], top_p=sampling["top_p"])
         toks, lps = torch.empty_like(t), torch.empty_like(lp)
         at = torch.tensor(order, device=t.device)
@@ -562,38 +571,3 @@ class _GrowingLayer(DynamicLayer):
             n = self.keys.shape[-2]
             self.buf = (self.buf[0][indices], self.buf[1][indices])
             self.keys, self.values = self.buf[0][..., :n, :], self.buf[1][..., :n, :]
-
-
-def _sample_rows(logits: torch.Tensor, temps: list[float], top_p: float,
-                 gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """_sample with one temperature per row: each group of rows sharing a temperature is
-    drawn as one batch, in row order, so a group's random draws are those of a call with
-    that group alone (greedy rows draw nothing)."""
-    if len(set(temps)) == 1:
-        return _sample(logits, temps[0], top_p, gen)
-    toks = torch.empty(len(temps), dtype=torch.long, device=logits.device)
-    lps = torch.empty(len(temps), dtype=logits.dtype, device=logits.device)
-    for t in sorted(set(temps), key=lambda t: t > 0):   # greedy first: no draws
-        idx = torch.tensor([r for r, x in enumerate(temps) if x == t], device=logits.device)
-        toks[idx], lps[idx] = _sample(logits[idx], t, top_p, gen)
-    return toks, lps
-
-
-def _sample(logits: torch.Tensor, temperature: float, top_p: float,
-            gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sampled ids and their logprobs under softmax(logits / T) (T = 1 when greedy), on
-    the logits' device with `gen` made for it (a CUDA generator draws other numbers than
-    the CPU's for the same seed: a cell is reproducible per device type)."""
-    if temperature <= 0:
-        logp = torch.log_softmax(logits, dim=-1)
-        toks = logits.argmax(dim=-1)
-        return toks, logp.gather(-1, toks.view(-1, 1)).view(-1)
-    logp = torch.log_softmax(logits / temperature, dim=-1)
-    probs = logp.exp()
-    if top_p < 1.0:
-        sp, si = probs.sort(dim=-1, descending=True)
-        drop = (sp.cumsum(-1) - sp) >= top_p        # keep the smallest set reaching top_p
-        sp = sp.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, si, sp)
-    toks = torch.multinomial(probs, 1, generator=gen).view(-1)
-    return toks, logp.gather(-1, toks.view(-1, 1)).view(-1)

@@ -1,21 +1,25 @@
 """The batched pack's sampler (hydra/launcher=pack hydra.launcher.exact=false,
-docs/packs.md): ONE HF sampler over the pack's one base, each cell's LoRA adapter
-injected beside the others under the cell's name, and every cell's generate requests
-that wait at the same time decoded in ONE call, each row through its own adapter
-(HFSampler.generate(adapters=...)).
+docs/packs.md): ONE sampler for the pack, holding each cell's LoRA adapter under the
+cell's name beside the others, and every cell's generate requests that wait at the same
+time decoded in ONE call, each row through its own adapter. sampler=hf: one HFSampler
+over the pack's one in-memory base (peft mixed-adapter rows, ablate.core.lora_rows);
+sampler=vllm: one vLLM engine with the pack's adapters resident, one LoRA request per row
+(SkyRL's and vLLM's multi-LoRA serving).
 
 A cell sees a `PackSampler`: `generate` hands its request to the `PackEngine` and waits
 (ablate.core.turns.wait_for) until a batch has served it; the pack's scheduler
 (ablate/apps/pack_turns.py) serves the batch when every live cell waits, so a batch holds
 the requests of every cell that is rolling out or evaluating at that moment. Without a
 scheduler the request is served at once, alone. `load_adapter` replaces the cell's
-adapter in place (a push moves the adapter's bytes); full weights cannot be pushed (a
-pack trains adapters only).
+adapter (a push moves the adapter's bytes); full weights cannot be pushed (a pack trains
+adapters only).
 
-Inside `batched()`, `make_sampler` for a sampler declaring "shared_base" returns the
-calling cell's PackSampler (ablate/samplers/__init__.py); the engine is built from the
-first cell's model (every cell's model shares the base's tensors:
-ablate.models.loading.shared_bases)."""
+Inside `batched()`, `make_sampler` for a sampler declaring "pack_rows" returns the
+calling cell's PackSampler; the first cell's call builds the engine's sampler (its
+factory with `pack=` the pack's size), from the first cell's model (every cell's model
+shares the base's tensors: ablate.models.loading.shared_bases). The engine's sampler
+takes `load_adapter(adapter, name=)`, `generate(..., adapters=)` and the per-adapter
+`share_prefix` / `release_episodes` / `clear_cache` of ablate.samplers.base.Sampler."""
 from __future__ import annotations
 
 import contextlib
@@ -41,35 +45,22 @@ class Ticket:
 class PackEngine:
     """The one sampler of a batched pack and the requests waiting for it."""
 
-    def __init__(self):
-        self.sampler = None         # an HFSampler over the first cell's model
+    def __init__(self, size: int = 8):
+        self.size = size            # the adapters the sampler holds at once (the pack's cells)
+        self.sampler = None         # built by the first cell's make_sampler (attach)
         self.cells = 0              # cells attached (each names its adapter cell<k>)
         self.pending: list[Ticket] = []
         self.batches = 0            # generate calls made (tests, the pack's log)
         self.requests = 0           # the cells' generate calls they served
         self.max_rows = MAX_ROWS
 
-    def attach(self, model, tokenizer, device) -> str:
-        """The calling cell's adapter name; the first cell's model becomes the engine's."""
-        from ablate.samplers.hf import HFSampler   # deferred as in hf_sampler (1.5 s)
+    def attach(self, build) -> str:
+        """The calling cell's adapter name; the first cell's `build(size)` becomes the
+        engine's sampler."""
         if self.sampler is None:
-            self.sampler = HFSampler(model, tokenizer, device=device, cascade=False)
+            self.sampler = build(self.size)
         self.cells += 1
         return f"cell{self.cells - 1}"
-
-    def load_adapter(self, name: str, adapter) -> None:
-        # deferred: ablate.learners.lora imports peft (14 s on the 2-core host), which
-        # only a batched pack's sampler needs here
-        from ablate.learners.lora import add_adapter
-        params = dict(self.sampler.model.named_parameters())
-        new = adapter.module_keys(name)
-        if not all(k in params for k in new):
-            add_adapter(self.sampler.model, name, adapter)
-            self.sampler.model.eval()
-        else:
-            for key, t in new.items():
-                params[key].data.copy_(t)
-        self.sampler.clear_cache(adapter=name)
 
     def submit(self, ticket: Ticket) -> Ticket:
         self.pending.append(ticket)
@@ -168,7 +159,7 @@ class PackSampler(Sampler):
         return ticket.result
 
     def load_adapter(self, adapter, version=None) -> None:
-        self.engine.load_adapter(self.adapter_name, adapter)
+        self.engine.sampler.load_adapter(adapter, name=self.adapter_name)
 
     def load_weights(self, state_dict) -> None:
         raise ValueError("a batched pack's cells push their LoRA adapters only "
@@ -189,7 +180,7 @@ class PackSampler(Sampler):
     def stats(self) -> dict:
         """The engine's token counts: a cell's own calls run in its turn, so the change
         around its share_prefix is its prefix's cost (harness/rollout.py reads it)."""
-        return self.engine.sampler.stats
+        return getattr(self.engine.sampler, "stats", {})
 
     @property
     def max_context(self) -> int | None:
@@ -197,9 +188,10 @@ class PackSampler(Sampler):
 
 
 @contextlib.contextmanager
-def batched():
-    """Inside: make_sampler hands each cell a PackSampler of one PackEngine."""
-    _ENGINE.append(PackEngine())
+def batched(size: int = 8):
+    """Inside: make_sampler hands each cell a PackSampler of one PackEngine, whose
+    sampler holds `size` cells' adapters."""
+    _ENGINE.append(PackEngine(size))
     try:
         yield _ENGINE[-1]
     finally:

@@ -301,6 +301,15 @@ def _mask_spec(proc):
     return spec()
 
 
+def _completion(comp) -> Completion:
+    """One vLLM CompletionOutput as a Completion (its sampled ids' logprobs)."""
+    ids = [int(t) for t in comp.token_ids]
+    lps = [float(d[t].logprob) for t, d in zip(ids, comp.logprobs or [])]
+    if len(lps) != len(ids):
+        raise RuntimeError(f"vLLM returned {len(lps)} logprobs for {len(ids)} ids")
+    return Completion(ids, lps, "stop" if comp.finish_reason == "stop" else "length")
+
+
 class VLLMSampler(Sampler):
     name = "vllm"
 
@@ -310,7 +319,7 @@ class VLLMSampler(Sampler):
                  seed: int = 0, tie_word_embeddings: bool | None = None,
                  weight_sync: str = "file", timeout_s: float = 600.0,
                  sleep_during_update: bool = False, push_cap_mb: float = 1024.0,
-                 lora_rank: int | None = None):
+                 lora_rank: int | None = None, max_loras: int = 1):
         os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")   # V1 logits-processor API
         vllm = _import_vllm()
         self.tokenizer = tokenizer
@@ -327,8 +336,11 @@ class VLLMSampler(Sampler):
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
         self.lora, self._adapter, self._adapters = bool(lora_rank), None, 0
+        self._named: dict[str, tuple] = {}    # load_adapter(name=): a pack's cells' adapters
         if lora_rank:   # adapter-native sync: the base stays, each push loads an adapter
-            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=lora_slot(lora_rank))
+            # max_loras: the adapters one batch may use at once (a pack's cells)
+            kwargs.update(enable_lora=True, max_loras=int(max_loras),
+                          max_lora_rank=lora_slot(lora_rank))
         # sleep mode exists on CUDA/ROCm only (docs.vllm.ai/en/latest/features/sleep_mode)
         self.sleeps, self.asleep = bool(sleep_during_update and _on_gpu()), False
         if self.sleeps:
@@ -375,28 +387,43 @@ class VLLMSampler(Sampler):
         self._wake(["kv_cache"])
         self.asleep = False
 
-    def load_adapter(self, adapter) -> None:
+    def load_adapter(self, adapter, name: str | None = None) -> None:
         """Adapter-native sync: the adapter (ablate.core.adapter.LoraAdapter) is written as
         a peft folder in shared memory and added under a new adapter id; the previous one
         is removed. The engine's base is never touched; prefix-cache entries are keyed by
         adapter id, so none of the old adapter's is served (vllm/v1/core/kv_cache_utils.py
-        hashes a block with its request's LoRA)."""
+        hashes a block with its request's LoRA). `name`: the adapter replaces only the one
+        of that name, beside the others (a batched pack's cells: generate(adapters=))."""
         if not self.lora:
             raise ValueError("load_adapter: this engine was started without LoRA "
                              "(VLLMSampler(lora_rank=...))")
-        from vllm.lora.request import LoRARequest
         self._wake(["weights"])
+        if name is not None:
+            # the cell's old adapter out first: the engine holds max_loras (the pack's
+            # cells) at once, and adding one more would evict another cell's
+            self._drop(self._named.pop(name, None))
+            self._named[name] = self._add(adapter)
+        else:
+            old, self._adapter = self._adapter, self._add(adapter)
+            self._drop(old)
+            self.llm.reset_prefix_cache()
+        self._wake(["kv_cache"])
+        self.asleep = False
+
+    def _add(self, adapter) -> tuple:
+        """(LoRARequest, folder): the adapter loaded now under a new id, not by the next
+        request."""
+        from vllm.lora.request import LoRARequest
         self._adapters += 1
         folder = adapter.save(Path(tempfile.mkdtemp(prefix="ablate-lora-", dir=_shm())))
         request = LoRARequest(f"ablate-{self._adapters}", self._adapters, str(folder))
-        self.llm.llm_engine.add_lora(request)     # loaded now, not by the next request
-        old, self._adapter = self._adapter, (request, folder)
-        if old is not None:
-            self.llm.llm_engine.remove_lora(old[0].lora_int_id)
-            shutil.rmtree(old[1], ignore_errors=True)
-        self.llm.reset_prefix_cache()
-        self._wake(["kv_cache"])
-        self.asleep = False
+        self.llm.llm_engine.add_lora(request)
+        return request, folder
+
+    def _drop(self, loaded: tuple | None) -> None:
+        if loaded is not None:
+            self.llm.llm_engine.remove_lora(loaded[0].lora_int_id)
+            shutil.rmtree(loaded[1], ignore_errors=True)
 
     def _push_file(self, state) -> None:
         """The state as safetensors: in the utility call's message while it is at most
@@ -446,62 +473,82 @@ class VLLMSampler(Sampler):
                                f"expected {len(state)}")
 
     def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0,
-                 stop_token_ids=(), logits_processors=None, seed=None) -> list[Completion]:
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
+                 stop_token_ids=(), logits_processors=None, seed=None,
+                 adapters=None) -> list[Completion]:
+        """`temperature`: one, or one per prompt. `adapters`: one adapter name per prompt
+        (load_adapter(name=)): each row is a LoRA request of its own adapter, all in one
+        engine call."""
         n = len(prompts)
-        limits = [int(m) for m in per_prompt(max_new_tokens, n, "max_new_tokens")]
-        procs = per_prompt(logits_processors, n, "logits_processors") \
-            if logits_processors is not None else [None] * n
-        specs = [_mask_spec(p) for p in procs]
-        greedy = temperature < 1e-5
+        rows = dict(limit=[int(m) for m in per_prompt(max_new_tokens, n, "max_new_tokens")],
+                    temp=[float(t) for t in per_prompt(temperature, n, "temperature")],
+                    spec=[_mask_spec(p) for p in (
+                        per_prompt(logits_processors, n, "logits_processors")
+                        if logits_processors is not None else [None] * n)],
+                    name=per_prompt(adapters, n, "adapters") if adapters is not None
+                    else [None] * n)
         groups: dict[tuple, list[int]] = {}
         for i in range(n):
-            if limits[i] <= 0:
+            if rows["limit"][i] <= 0:
                 continue
             if not prompts[i]:
                 raise ValueError("empty prompt")
-            key = (tuple(int(t) for t in prompts[i]), limits[i], repr(specs[i]))
+            key = (tuple(int(t) for t in prompts[i]),
+                   *(repr(rows[k][i]) for k in ("limit", "temp", "spec", "name")))
             groups.setdefault(key, []).append(i)
-        reqs, params, order = [], [], []
-        offset = 0
-        for key, idx in groups.items():
-            i = idx[0]
-            extra = {"ablate_mask": specs[i]} if specs[i] is not None else None
-            reqs.append(TokensPrompt(prompt_token_ids=list(key[0])))
-            # greedy: n must be 1 in vLLM, and every copy would be the same anyway.
-            # Seeds: vLLM gives child k of a request seed + k, so the groups start at
-            # disjoint offsets and no two samples share a stream.
-            params.append(SamplingParams(
-                n=1 if greedy else len(idx), temperature=0.0 if greedy else temperature,
-                top_p=top_p, top_k=0, max_tokens=limits[i],
-                stop_token_ids=[int(t) for t in stop_token_ids], ignore_eos=True,
-                logprobs=0, detokenize=False, skip_special_tokens=False, extra_args=extra,
-                seed=None if seed is None else int(seed) + offset))
-            offset += len(idx)
-            order.append(idx)
-        lora = self._adapter[0] if self._adapter is not None else None
+        order = list(groups.values())
+        reqs, params = self._requests_of(prompts, rows, order, top_p, stop_token_ids, seed)
+        lora = self._loras([rows["name"][idx[0]] for idx in order]) if adapters is not None \
+            else self._adapter[0] if self._adapter is not None else None
         outs = self.llm.generate(reqs, params, use_tqdm=False, lora_request=lora) \
             if reqs else []
         result = [Completion([], [], "length") for _ in range(n)]
         for idx, out in zip(order, outs):
-            comps = list(out.outputs) * (len(idx) if greedy else 1)
+            comps = list(out.outputs) * (len(idx) if len(out.outputs) == 1 else 1)
             for i, comp in zip(idx, comps):
-                ids = [int(t) for t in comp.token_ids]
-                lps = [float(d[t].logprob) for t, d in zip(ids, comp.logprobs or [])]
-                if len(lps) != len(ids):
-                    raise RuntimeError(f"vLLM returned {len(lps)} logprobs for {len(ids)} ids")
-                reason = "stop" if comp.finish_reason == "stop" else "length"
-                result[i] = Completion(ids, lps, reason)
+                result[i] = _completion(comp)
         return result
+
+    @staticmethod
+    def _requests_of(prompts, rows, order, top_p, stop_token_ids, seed):
+        """One TokensPrompt and SamplingParams per group of identical rows."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        reqs, params, offset = [], [], 0
+        for idx in order:
+            i = idx[0]
+            greedy = rows["temp"][i] < 1e-5
+            spec = rows["spec"][i]
+            reqs.append(TokensPrompt(prompt_token_ids=[int(t) for t in prompts[i]]))
+            # greedy: n must be 1 in vLLM, and every copy would be the same anyway.
+            # Seeds: vLLM gives child k of a request seed + k, so the groups start at
+            # disjoint offsets and no two samples share a stream.
+            params.append(SamplingParams(
+                n=1 if greedy else len(idx), temperature=0.0 if greedy else rows["temp"][i],
+                top_p=top_p, top_k=0, max_tokens=rows["limit"][i],
+                stop_token_ids=[int(t) for t in stop_token_ids], ignore_eos=True,
+                logprobs=0, detokenize=False, skip_special_tokens=False,
+                extra_args={"ablate_mask": spec} if spec is not None else None,
+                seed=None if seed is None else int(seed) + offset))
+            offset += len(idx)
+        return reqs, params
+
+    def _loras(self, names: list[str]) -> list:
+        """Each named adapter's LoRARequest, in the requests' order."""
+        missing = sorted(set(names) - set(self._named))
+        if missing:
+            raise ValueError(f"generate(adapters=...): no adapter loaded under "
+                             f"{missing[:3]}; loaded: {sorted(self._named)}")
+        return [self._named[name][0] for name in names]
 
     def close(self) -> None:
         sender, self.sender = getattr(self, "sender", None), None
         if sender is not None:
             sender.close()
         adapter, self._adapter = getattr(self, "_adapter", None), None
-        if adapter is not None:
-            shutil.rmtree(adapter[1], ignore_errors=True)
+        named, self._named = getattr(self, "_named", {}), {}
+        for loaded in [adapter, *named.values()]:
+            if loaded is not None:
+                shutil.rmtree(loaded[1], ignore_errors=True)
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             try:

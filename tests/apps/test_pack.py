@@ -85,8 +85,11 @@ def test_joint_updates_default_to_cuda_only_and_follow_the_launcher_key():
     (["learner.lora.enable=true"],           # the default learner: ZeRO-3
      "cannot hold this cell's adapters over one shared base: learner=deepspeed does not "
      "declare shared_base"),
-    (["learner.lora.enable=true", "learner=torch", "sampler=vllm"],
-     "sampler=vllm does not declare shared_base")])
+    (["learner.lora.enable=true", "learner=torch", "sampler=vllm_server"],
+     "sampler=vllm_server does not declare pack_rows: one engine holding every cell's "
+     "adapter (a batched pack); sampler=hf or sampler=vllm can"),
+    (["learner.lora.enable=true", "learner=torch", "sampler=vllm", "hydra.launcher.exact=true"],
+     "sampler=vllm does not declare shared_base: one per cell over the shared base")])
 def test_a_grid_the_launcher_cannot_pack_is_one_line_and_no_directory(
         tmp_path, monkeypatch, capsys, extra, named):
     monkeypatch.chdir(tmp_path)

