@@ -42,6 +42,9 @@ class Completion:
 
 class Sampler(ABC):
     name = "base"
+    # the most rows a batched pack puts in one generate call (ablate.samplers.packed;
+    # a request holding more goes alone); None: the pack's default
+    max_call_rows: int | None = None
 
     @abstractmethod
     def generate(self, prompts: Sequence[Sequence[int]], *,

@@ -77,6 +77,10 @@ def prefix_lengths(pool: list[_Entry], prompts: list[list[int]]) -> torch.Tensor
 class HFSampler(Sampler):
     name = "hf"
     mixed_temperatures = True       # generate() takes one temperature per prompt
+    # a call's padded keys and values grow with its rows: 8 cells evaluating 300 episodes
+    # each in one call of 2,400 rows were killed for memory on the 24 GiB host where each
+    # cell's own call of 300 fits (a batched pack, ablate.samplers.packed)
+    max_call_rows = 256
 
     def __init__(self, model_or_path, tokenizer, device: str = "cpu",
                  dtype: torch.dtype | None = None, kv_reuse: bool = True,

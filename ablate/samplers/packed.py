@@ -52,13 +52,14 @@ class PackEngine:
         self.pending: list[Ticket] = []
         self.batches = 0            # generate calls made (tests, the pack's log)
         self.requests = 0           # the cells' generate calls they served
-        self.max_rows = MAX_ROWS
+        self.max_rows = MAX_ROWS    # the sampler's own cap once built (attach)
 
     def attach(self, build) -> str:
         """The calling cell's adapter name; the first cell's `build(size)` becomes the
         engine's sampler."""
         if self.sampler is None:
             self.sampler = build(self.size)
+            self.max_rows = getattr(self.sampler, "max_call_rows", None) or MAX_ROWS
         self.cells += 1
         return f"cell{self.cells - 1}"
 
@@ -118,10 +119,8 @@ class PackEngine:
             at += len(t.prompts)
 
 
-# The most rows one batched generate call holds, unless one request alone holds more: a
-# call's padded keys and values grow with its rows (an evaluation of 300 episodes is 300
-# rows; 8 cells evaluating at once in one call of 2,400 rows were killed for memory on
-# the 24 GiB host where each cell's own call of 300 fits).
+# The most rows one batched generate call holds (unless one request alone holds more)
+# for a sampler that declares no `max_call_rows` of its own (ablate.samplers.base).
 MAX_ROWS = 256
 
 

@@ -312,6 +312,9 @@ def _completion(comp) -> Completion:
 
 class VLLMSampler(Sampler):
     name = "vllm"
+    # a batched pack's calls are not cut: the engine's scheduler admits what its KV-cache
+    # pool (gpu_memory_utilization) holds and queues the rest
+    max_call_rows = 1 << 30
 
     def __init__(self, model_path: str, tokenizer=None, *, dtype: str = "bfloat16",
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.5,

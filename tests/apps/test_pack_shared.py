@@ -429,6 +429,17 @@ def test_a_batched_call_holds_at_most_max_rows_unless_one_request_does():
     assert [[t.name for t in c] for c in calls(tickets, 256)] == \
         [["c0", "c1"], ["c2"], ["c3"], ["c4"]]
     assert [len(c) for c in calls(tickets, 10_000)] == [5]
+    # the cap is the engine's sampler's own: HF pads a call's keys and values, vLLM's
+    # scheduler bounds its own KV pool (its calls are not cut)
+    from ablate.samplers.hf import HFSampler
+    from ablate.samplers.packed import MAX_ROWS, PackEngine
+    from ablate.samplers.vllm import VLLMSampler
+    assert HFSampler.max_call_rows == 256 and VLLMSampler.max_call_rows > 10**6
+    for sampler, cap in [(HFSampler, 256), (VLLMSampler, VLLMSampler.max_call_rows),
+                         (object, MAX_ROWS)]:
+        engine = PackEngine(size=2)
+        engine.attach(lambda n: sampler.__new__(sampler))
+        assert engine.max_rows == cap
 
 
 def test_a_prefix_shared_per_adapter_is_reused_by_that_adapters_rows_only():
