@@ -82,6 +82,7 @@ class Pack:
     size: int = 8            # hydra.launcher.size
     exact: bool = False      # hydra.launcher.exact (false: batched rollouts, docs/packs.md)
     joint: bool = False      # hydra.launcher.joint_updates, resolved (joint_on)
+    kept_tokens: int | None = None   # hydra.launcher.kept_tokens (batched: Sampler.cap_kept)
     shared_base: bool = False   # its cells ran over one base model (run_pack)
 
     def line(self) -> str:
@@ -104,6 +105,7 @@ class Pack:
                 "size": self.size, "exact": self.exact, "shared_base": self.shared_base,
                 "batched": self.shared_base and not self.exact,
                 "joint_updates": self.shared_base and not self.exact and self.joint,
+                "kept_tokens": self.kept_tokens,
                 "shared": {k: list(v) if isinstance(v, tuple) else v
                            for k, v in self.shared.items()}}
 
@@ -112,6 +114,13 @@ def check_size(size) -> None:
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise ConfigError(f"hydra.launcher.size={size} is not allowed; the most cells a "
                           "pack holds: an integer >= 1 (default 8)")
+
+
+def check_kept(kept) -> None:
+    if kept is not None and (not isinstance(kept, int) or isinstance(kept, bool) or kept < 1):
+        raise ConfigError(f"hydra.launcher.kept_tokens={kept} is not allowed; the most "
+                          "positions of keys and values the pack's sampler keeps: an "
+                          "integer >= 1, or null for no cap (default)")
 
 
 def pack_key(cfg: DictConfig) -> tuple:
@@ -183,6 +192,7 @@ def check_job(launcher: dict | None, cfg: DictConfig) -> None:
     hydra/launcher=pack, a cell it cannot pack is one line (ConfigError) before the
     job's other checks and before any directory exists."""
     if launcher and launcher.get("_target_") == TARGET:
+        check_kept(launcher.get("kept_tokens"))
         check_cell(cfg, launcher.get("size"), bool(launcher.get("exact")))
 
 
@@ -226,6 +236,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]],
     packs = make_packs(cells, launcher.size, launcher.exact,
                        getattr(launcher, "joint_updates", None))
     for pack in packs:
+        pack.kept_tokens = getattr(launcher, "kept_tokens", None)
         log.info(pack.line())
     returns: dict[int, JobReturn] = {}
     died = []
@@ -331,7 +342,7 @@ def run_pack(pack: Pack, run_alone: Callable[[PackedCell], JobReturn]) -> list[J
         stack.enter_context(shared_bases())
         engine = joint = None
         if not pack.exact:
-            engine = stack.enter_context(batched(len(pack.cells)))
+            engine = stack.enter_context(batched(len(pack.cells), pack.kept_tokens))
         if not pack.exact and pack.joint:
             joint = stack.enter_context(joint_updates())
         out, switches = take_turns([job(cell) for cell in pack.cells])

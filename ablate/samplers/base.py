@@ -69,6 +69,12 @@ class Sampler(ABC):
     def clear_cache(self, adapter: str | None = None) -> None:
         """Drop what is kept of earlier prompts (of that named adapter's rows)."""
 
+    def cap_kept(self, tokens: int | None) -> None:
+        """Keep at most `tokens` positions of earlier prompts' keys and values, the
+        oldest dropped first (a batched pack's budget, hydra.launcher.kept_tokens); None:
+        no cap. A sampler without such a store ignores it (vLLM's KV pool has its own
+        bound, gpu_memory_utilization)."""
+
     def yield_memory(self) -> None:
         """The learner updates next: a sampler sharing its device may free what it holds
         there until the next `load_weights` (vLLM's sleep mode); others keep it."""

@@ -101,13 +101,15 @@ class HFSampler(Sampler):
         self.cascade = bool(cascade and kv_reuse and cascade_attn.register())
         self._cascade_on = False                  # inside _cascading
         self._dtype = next(self.model.parameters()).dtype
-        self._entries: list[_Entry] = []        # rows of the last call
+        self._entries: list[_Entry] = []        # rows of the last call (oldest first)
+        self.kept_tokens: int | None = None     # cap_kept: most positions _entries hold
         self._pinned: _Entry | None = None      # the shared prefix (share_prefix)
         self._prefixes: dict[str, _Entry] = {}   # share_prefix(ids, adapter=): per adapter
         self._lora: dict[str, torch.Tensor] = {}   # injected LoRA weights (load_adapter)
         self._names = self._fwd_names = None     # generate(adapters=): rows', a forward's
         self.stats = {"encoded_tokens": 0, "reused_tokens": 0, "prompt_tokens": 0,
-                      "cascade_rows": 0}      # rows that read the prefix from one copy
+                      "cascade_rows": 0,      # rows that read the prefix from one copy
+                      "evicted_tokens": 0}    # kept positions dropped past kept_tokens
 
     @property
     def max_context(self) -> int | None:
@@ -525,6 +527,23 @@ class HFSampler(Sampler):
                                           next_pos.view(-1, 1), cache)
             next_pos = next_pos + 1
         self._entries += kept
+        self._evict()
+
+    def cap_kept(self, tokens: int | None) -> None:
+        self.kept_tokens = tokens
+        self._evict()
+
+    def _evict(self) -> None:
+        """The oldest kept rows dropped while the kept keys and values pass `kept_tokens`
+        positions: a row asked again is encoded anew (cost, not results)."""
+        if self.kept_tokens is None:
+            return
+        sizes = [len(e.ids) - e.offset for e in self._entries]
+        total, drop = sum(sizes), 0
+        while total > self.kept_tokens:
+            total, drop = total - sizes[drop], drop + 1
+        self.stats["evicted_tokens"] += sum(sizes[:drop])
+        self._entries = self._entries[drop:]
 
     @staticmethod
     def _sample_in_call_order(logits, live, outs, procs, sampling, rank):
@@ -534,7 +553,7 @@ class HFSampler(Sampler):
         proc = torch.stack([procs[live[r]](outs[live[r]].ids, logits[r])
                             if procs[live[r]] is not None else logits[r] for r in order])
         t, lp = sample_rows(proc, [sampling["temps"][live[r]] for r in order],
-                             gen=sampling["gen"], top_p=sampling["top_p"])
+                            gen=sampling["gen"], top_p=sampling["top_p"])
         toks, lps = torch.empty_like(t), torch.empty_like(lp)
         at = torch.tensor(order, device=t.device)
         toks[at], lps[at] = t, lp

@@ -45,8 +45,9 @@ class Ticket:
 class PackEngine:
     """The one sampler of a batched pack and the requests waiting for it."""
 
-    def __init__(self, size: int = 8):
+    def __init__(self, size: int = 8, kept_tokens: int | None = None):
         self.size = size            # the adapters the sampler holds at once (the pack's cells)
+        self.kept_tokens = kept_tokens   # hydra.launcher.kept_tokens (Sampler.cap_kept)
         self.sampler = None         # built by the first cell's make_sampler (attach)
         self.cells = 0              # cells attached (each names its adapter cell<k>)
         self.pending: list[Ticket] = []
@@ -59,6 +60,7 @@ class PackEngine:
         engine's sampler."""
         if self.sampler is None:
             self.sampler = build(self.size)
+            self.sampler.cap_kept(self.kept_tokens)
             self.max_rows = getattr(self.sampler, "max_call_rows", None) or MAX_ROWS
         self.cells += 1
         return f"cell{self.cells - 1}"
@@ -187,10 +189,10 @@ class PackSampler(Sampler):
 
 
 @contextlib.contextmanager
-def batched(size: int = 8):
+def batched(size: int = 8, kept_tokens: int | None = None):
     """Inside: make_sampler hands each cell a PackSampler of one PackEngine, whose
-    sampler holds `size` cells' adapters."""
-    _ENGINE.append(PackEngine(size))
+    sampler holds `size` cells' adapters and at most `kept_tokens` kept positions."""
+    _ENGINE.append(PackEngine(size, kept_tokens))
     try:
         yield _ENGINE[-1]
     finally:

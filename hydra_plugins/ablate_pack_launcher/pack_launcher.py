@@ -30,6 +30,10 @@ class PackLauncherConf:
     # null: on where run.device is cuda, off on cpu, where they measured no faster and
     # held more memory (benchmarks/results/bench_joint_update_tiny.json)
     joint_updates: Optional[bool] = None
+    # batched: the most positions of keys and values the pack's HF sampler keeps between
+    # calls over all cells (episodes to extend), the oldest dropped first and encoded anew
+    # if extended (cost, not results); null: no cap (a pack keeps N cells' at once)
+    kept_tokens: Optional[int] = None
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="pack", node=PackLauncherConf,
@@ -38,9 +42,11 @@ ConfigStore.instance().store(group="hydra/launcher", name="pack", node=PackLaunc
 
 class PackLauncher(Launcher):
     def __init__(self, size: int = 8, exact: bool = False,
-                 joint_updates: Optional[bool] = None) -> None:
+                 joint_updates: Optional[bool] = None,
+                 kept_tokens: Optional[int] = None) -> None:
         super().__init__()
         self.size, self.exact, self.joint_updates = size, exact, joint_updates
+        self.kept_tokens = kept_tokens
         self.config: Optional[DictConfig] = None
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None

@@ -80,6 +80,8 @@ def test_joint_updates_default_to_cuda_only_and_follow_the_launcher_key():
     ([], "learner.lora.enable=false is not allowed with hydra/launcher=pack"),
     (["learner.lora.enable=true", "hydra.launcher.size=0"],
      "hydra.launcher.size=0 is not allowed"),
+    (["learner.lora.enable=true", "hydra.launcher.kept_tokens=0"],
+     "hydra.launcher.kept_tokens=0 is not allowed"),
     (["learner.lora.enable=true", "run.devices_per_cell=1"],
      "run.devices_per_cell=1 is not allowed with hydra/launcher=pack"),
     (["learner.lora.enable=true"],           # the default learner: ZeRO-3

@@ -435,10 +435,13 @@ def test_a_batched_call_holds_at_most_max_rows_unless_one_request_does():
     from ablate.samplers.packed import MAX_ROWS, PackEngine
     from ablate.samplers.vllm import VLLMSampler
     assert HFSampler.max_call_rows == 256 and VLLMSampler.max_call_rows > 10**6
-    for sampler, cap in [(HFSampler, 256), (VLLMSampler, VLLMSampler.max_call_rows),
-                         (object, MAX_ROWS)]:
+    from types import SimpleNamespace
+    plain = SimpleNamespace(cap_kept=lambda tokens: None)     # declares no cap of its own
+    for sampler, cap in [(HFSampler.__new__(HFSampler), 256),
+                         (VLLMSampler.__new__(VLLMSampler), VLLMSampler.max_call_rows),
+                         (plain, MAX_ROWS)]:
         engine = PackEngine(size=2)
-        engine.attach(lambda n: sampler.__new__(sampler))
+        engine.attach(lambda n: sampler)
         assert engine.max_rows == cap
 
 
@@ -538,3 +541,35 @@ def test_adapter_rows_keeps_its_plan_until_the_adapters_or_the_mode_change():
     assert both(["cell2", "cell1", "cell0"]) < 1e-5        # a plan per mode
     assert (("cell0", "cell1", "cell2"), True, True) in lora_rows._PLANS[multi][2]
     multi.eval()
+
+
+def test_a_kept_tokens_cap_drops_the_oldest_rows_and_changes_no_sample():
+    """hydra.launcher.kept_tokens (HFSampler.cap_kept): two cells' multi-turn calls over
+    one sampler keep at most the cap's positions between calls, the oldest rows dropped
+    first; a dropped row asked again is encoded anew, so every id and logprob equals the
+    uncapped sampler's (greedy; logprobs within 1e-5) while fewer tokens are reused."""
+    from ablate.samplers.hf import HFSampler
+    tok, _, _, base = several_adapters(2)
+    turns = [[[5, 6, 7, 8, 9], [10, 11, 12]], [[13, 14], [15, 16, 17, 18]]]   # per cell
+
+    def run(cap):
+        s = HFSampler(base, tok, cascade=False)
+        s.cap_kept(cap)
+        prompts, outs, kept = {0: turns[0], 1: turns[1]}, [], []
+        for _turn in range(3):
+            for cell in (0, 1):
+                got = s.generate(prompts[cell], max_new_tokens=4, temperature=0.0,
+                                 adapters=[f"cell{cell}"] * 2)
+                outs.append(got)
+                prompts[cell] = [p + o.ids + [20] for p, o in zip(prompts[cell], got)]
+                kept.append(sum(len(e.ids) - e.offset for e in s._entries))
+        return s, outs, kept
+    free, expect, free_kept = run(None)
+    capped, got, kept = run(40)
+    for a_call, b_call in zip(expect, got):
+        for a, b in zip(a_call, b_call):
+            assert a.ids == b.ids
+            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-5
+    assert max(kept) <= 40 < max(free_kept)
+    assert capped.stats["evicted_tokens"] > 0 and free.stats["evicted_tokens"] == 0
+    assert capped.stats["reused_tokens"] < free.stats["reused_tokens"]
