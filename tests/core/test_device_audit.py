@@ -14,7 +14,7 @@ import torch
 from ablate.core.device_audit import STAND_IN, audit
 from ablate.harness.config import HarnessConfig, ModeConfig
 from ablate.harness.rollout import rollout
-from ablate.samplers import hf
+from ablate.samplers import sampling
 from ablate.samplers.hf import HFSampler
 
 
@@ -103,7 +103,7 @@ def _host_side_sample(logits, temperature, top_p, gen):
 
 
 def test_reverting_device_side_sampling_fails_the_audit(tiny, env, monkeypatch):
-    monkeypatch.setattr(hf, "_sample", _host_side_sample)
+    monkeypatch.setattr(sampling, "sample", _host_side_sample)
     a, _, _ = _audited_rollout(tiny, env, cascade=False)
     assert any(f.kind == "mix" and f.where.startswith("ablate/samplers/hf.py:")
                for f in a.faults), a.report()
