@@ -71,8 +71,8 @@ class PackEngine:
 
     def serve(self) -> None:
         """Every waiting request, in calls grouped by what one call shares (stop ids,
-        top_p); each row through its cell's adapter; a call holds at most MAX_ROWS rows or
-        one request (`calls`)."""
+        top_p); each row through its cell's adapter; a call holds at most max_rows rows (the
+        sampler's max_call_rows) or one request (`calls`)."""
         pending, self.pending = self.pending, []
         groups: dict[tuple, list[Ticket]] = {}
         for t in pending:
