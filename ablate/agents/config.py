@@ -85,7 +85,7 @@ def check(cfg, need) -> None:
     need(t.train_episodes in ("best", "siblings"), "agent.lats.train_episodes",
          t.train_episodes, "choose best or siblings")
     if t.train_episodes == "siblings" and a.train and a.name == "lats":
-        able = [n for n in ALGORITHMS if ALGORITHMS.declared(n).can("unequal_groups")]
+        able = ALGORITHMS.declaring("unequal_groups")
         need(cfg.algo.algorithm in able, "agent.lats.train_episodes", t.train_episodes,
              "groups of siblings vary in size: use an algorithm that trains on groups of "
              f"any size ({' or '.join(f'+algo={n}' for n in able)})")

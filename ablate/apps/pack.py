@@ -380,8 +380,7 @@ def shared_base_reason(shared: dict, exact: bool = False) -> str | None:
 
 def _who(registry, capability: str, key: str) -> str:
     """`sampler=hf or sampler=vllm`: the registered names that declare the capability."""
-    return " or ".join(f"{key}={n}" for n in registry.names()
-                       if registry.declared(n).can(capability)) or f"no {key}"
+    return " or ".join(f"{key}={n}" for n in registry.declaring(capability)) or f"no {key}"
 
 
 def job_runner(hydra_context, task_function, logging_cfg) -> Callable[[PackedCell], JobReturn]:

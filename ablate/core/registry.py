@@ -133,6 +133,10 @@ class Registry(dict):
         """The entries whose schema holds `key`."""
         return [n for n in self if key in self.schema_keys(n)]
 
+    def declaring(self, capability: str) -> list[str]:
+        """The entries that declare `capability`, in registration order."""
+        return [n for n in self if self.declared(n).can(capability)]
+
     def __delitem__(self, name: str) -> None:
         super().__delitem__(name)
         self.docs.pop(name, None)

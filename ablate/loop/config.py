@@ -298,7 +298,7 @@ def _validate_async(cfg) -> None:
     need(k >= 0, "trainer.max_async_level", k, "must be >= 0 (0 = synchronous)")
     if k == 0 or cfg.model.name == "scripted":
         return
-    able = [n for n in SAMPLERS if SAMPLERS.declared(n).can("async_producer")]
+    able = SAMPLERS.declaring("async_producer")
     need(cfg.sampler.name in able, "trainer.max_async_level", k,
          f"needs {' or '.join(f'sampler={n}' for n in able)} (a sampler the producer "
          f"process can own), not {cfg.sampler.name}")
@@ -419,7 +419,7 @@ def _check_ranks(cfg) -> None:
     need(r.dist_timeout_s > 0, "run.dist_timeout_s", r.dist_timeout_s, "must be > 0")
     need(r.devices_per_cell >= 0, "run.devices_per_cell", r.devices_per_cell, "must be >= 0")
     if launched > 1:
-        able = [n for n in LEARNERS if LEARNERS.declared(n).can("multi_rank")]
+        able = LEARNERS.declaring("multi_rank")
         need(cfg.learner.name in able, "learner.name", cfg.learner.name,
              f"must be one of {able} with {launched} ranks (one engine over the ranks)")
         need(cfg.trainer.max_async_level == 0, "trainer.max_async_level",

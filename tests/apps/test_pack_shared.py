@@ -124,6 +124,11 @@ def test_waiting_cells_are_served_together_and_a_cell_dying_strands_none():
 
 
 def test_which_backends_share_a_base():
+    from ablate.learners import LEARNERS
+    from ablate.samplers import SAMPLERS
+    assert SAMPLERS.declaring("pack_rows") == ["hf", "vllm"]
+    assert SAMPLERS.declaring("shared_base") == ["hf"]
+    assert LEARNERS.declaring("shared_base") == ["torch"]
     shared = {"learner.name": "torch", "sampler.name": "hf", "model.dtype": "float32"}
     assert shared_base_reason(shared) is None
     assert "ZeRO-3" in shared_base_reason({**shared, "learner.name": "deepspeed"})
