@@ -26,7 +26,7 @@ from ablate.learners import CheckpointError
 from ablate.envs import config_keys, env_class, option_keys
 from ablate.loop.config import BACKENDS, ConfigError, register
 from ablate.loop.distributed import RankDied
-from ablate.loop.outputs import (COMPLETE, CellBusy, CellDir, busy_message, has_work,
+from ablate.loop.outputs import (COMPLETE, FAILED, CellBusy, CellDir, busy_message, has_work,
                                  lock_holder)
 from ablate.loop.resume import check_resume
 from ablate.loop.ranks import CellOutcome
@@ -412,16 +412,17 @@ def run_grid(args: list[str], relaunches: int = 3) -> int:
     report = sweep / f".grid-{os.getpid()}.tsv"
     report.unlink(missing_ok=True)
     os.environ[GRID_REPORT] = str(report)
+    since = time.time() - 1.0    # 1 s of slack for coarse file-system timestamps
     try:
         for _ in range(relaunches + 1):
             sys.argv = [sys.argv[0]] + args
             try:
                 _hydra_main()
             except SystemExit as exc:
-                if exc.code not in (0, None) and not _mark_dead(report):
+                if exc.code not in (0, None) and not _mark_dead(report, since):
                     raise
                 continue
-            if not _mark_dead(report):
+            if not _mark_dead(report, since):
                 break
         return _summarise(grid_report(), PLANNED.get("jobs") or 0)
     finally:
@@ -429,15 +430,20 @@ def run_grid(args: list[str], relaunches: int = 3) -> int:
         report.unlink(missing_ok=True)
 
 
-def _mark_dead(report: Path) -> bool:
-    """Cells started but never finished: their worker died. FAILED, skipped next launch."""
+def _mark_dead(report: Path, since: float) -> bool:
+    """Cells started but never finished: their worker died. FAILED, skipped next launch.
+    A cell that wrote its own FAILED during this grid keeps it: its worker was stopped
+    (a dying joblib pool stops them all) after the error, before reporting it."""
     dead = grid_report().get("start", set())
     for cell in sorted(dead):
-        CellDir(cell).mark_failed("its worker process died (killed, e.g. by the OOM "
-                                  "killer?); re-run the grid to retry it", "")
+        own = Path(cell, FAILED)
+        state = "failed" if own.exists() and own.stat().st_mtime >= since else "dead"
+        if state == "dead":
+            CellDir(cell).mark_failed("its worker process died (killed, e.g. by the OOM "
+                                      "killer?); re-run the grid to retry it", "")
         log.error("cell %s FAILED: its worker process died; the grid goes on", cell)
         with report.open("a", encoding="utf-8") as fh:
-            fh.write(f"dead\t{cell}\n")
+            fh.write(f"{state}\t{cell}\n")
     return bool(dead)
 
 

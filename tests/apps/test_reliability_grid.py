@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,24 @@ def test_progress_finds_nested_cells_and_survives_bad_ones(tmp_path):
     assert any(l.startswith("unreadable   seed=2: ") and "metrics.jsonl:2" in l for l in lines)
     assert any(l.startswith("unreadable   seed=3: ") and "config.yaml" in l for l in lines)
     assert len(lines) == 5
+
+
+def test_a_cell_whose_own_error_was_written_before_its_pool_died_keeps_it(tmp_path, monkeypatch):
+    """A dying joblib pool stops every worker: one stopped between writing its FAILED and
+    reporting it keeps its own error; a FAILED left by an earlier grid does not count."""
+    report = tmp_path / "report.tsv"
+    monkeypatch.setenv(cli.GRID_REPORT, str(report))
+    own, silent, stale = (tmp_path / n for n in ("own", "silent", "stale"))
+    for cell in (own, silent, stale):
+        cell.mkdir()
+    report.write_text("".join(f"start\t{c}\n" for c in (own, silent, stale)))
+    (stale / FAILED).write_text("an earlier grid's error\n\n")
+    os.utime(stale / FAILED, (1.0, 1.0))
+    since = time.time() - 1.0
+    (own / FAILED).write_text("worker died: out of memory\n\n")
+    assert cli._mark_dead(report, since)
+    assert (own / FAILED).read_text().startswith("worker died: out of memory")
+    for cell in (silent, stale):
+        assert (cell / FAILED).read_text().startswith("its worker process died")
+    states = cli.grid_report()
+    assert states == {"failed": {str(own)}, "dead": {str(silent), str(stale)}}

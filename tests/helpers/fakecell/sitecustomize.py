@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 
@@ -16,6 +17,7 @@ def fake_run_cell(cfg, out_dir, on_eval=None):
     if cfg.seed == 1:
         raise RuntimeError("worker died: out of memory")
     if cfg.seed == 2 and os.environ.get("FAKE_KILL") == "1":
+        time.sleep(1.0)   # seed 1, on the other worker, has raised and reported by then
         os.kill(os.getpid(), signal.SIGKILL)
     (out / "config.yaml").write_text("trainer:\n  max_steps: 2\n")
     (out / "eval.jsonl").write_text(json.dumps({"step": 2, "task_id": "t", "correct": True})
