@@ -491,7 +491,8 @@ def _figures_line(summary: dict) -> list[str]:
         + ["learning_curves"] * has_curves(summary) + ["change"] * has_change(summary) + [
         "forest", "seeds"] + [breakdown_file(summary)] * bool(summary.get("hops")) + [
         "behaviour"] * bool(behaviour_panels(summary)[0]) + ["factor_intervals"] + [
-        "training"] * has_training(summary) + ["lifelong"] * has_lifelong(summary)
+        "training"] * has_training(summary) + ["lifelong"] * has_lifelong(summary) \
+        + ["endpoint"] * bool((summary.get("endpoint") or {}).get("cells"))
     L = [f"Figures: {', '.join(f for f in figs if f not in skip)} (.png, .pdf; captions "
          "and LaTeX snippets: captions.md, figure_<name>.tex). Tables: results, "
          "comparisons, " + f"{breakdown_file(summary)}, " * bool(summary.get("hops"))

@@ -212,3 +212,21 @@ def test_a_change_interval_holds_only_values_the_change_can_take():
     for c in json.loads(path.read_text())["cells"]:
         lo, hi = c["change"]["idk_rate"]["ci"]
         assert lo >= -0.02 and (hi < 0.05 or c["factors"]["reward.name"] == "naive")
+
+
+def test_the_endpoint_figure_draws_each_cells_rate_interval_and_p(tmp_path):
+    """penalty_dose's collapse endpoint: each cell's rate, exact interval and Fisher p as
+    its summary holds them, a paper-ready figure with a caption; none without an endpoint."""
+    path = REPO / "experiments" / "penalty_dose" / "results" / "report" / "summary.json"
+    summary = json.loads(path.read_text())
+    e = summary["endpoint"]
+    drawn = figures.endpoint(summary, tmp_path)
+    assert drawn["rate"] == [c["rate"] for c in e["cells"]]
+    assert drawn["ci"] == [c["ci"] for c in e["cells"]]
+    p = {c["label"]: c["p_quoted"] for c in e["comparisons"]}
+    assert drawn["p"] == [p.get(c["label"]) for c in e["cells"]]
+    assert drawn["p"][0] is None and sum(c["k"] for c in e["cells"]) >= 1
+    assert check(summary, {"endpoint": drawn}) == []
+    assert e["words"] in figures.caption(summary, "endpoint")
+    assert figures.endpoint({**summary, "endpoint": None}, tmp_path) == {}
+    assert not (tmp_path / "endpoint.png").exists()
