@@ -14,7 +14,9 @@ Per N and variant: wall seconds, cells per hour, and the peak resident memory of
 process that ran the cells (the basic launcher's grid process; the pack's own process,
 python -m ablate.apps.pack_worker), read as the largest ru_maxrss among the finished
 children of a fresh python process that ran only that variant (getrusage(2),
-RUSAGE_CHILDREN). Prints one JSON object: the rows and, per N and packed variant,
+RUSAGE_CHILDREN), and the peak of the summed resident memory of the process tree
+(sampled every 0.25 s: a vLLM engine runs in a process of its own, so the largest single
+process understates a vLLM cell). Prints one JSON object: the rows and, per N and packed variant,
 packed / sequential ratios of cells per hour and of peak memory (docs/packs.md reads
 them). Updates are per cell in `exact` and joint in `batched` (docs/packs.md)."""
 from __future__ import annotations
@@ -36,10 +38,32 @@ CELL = ["env.num_inboxes=4", "env.emails_per_inbox=30", "env.train_tasks=20",
         "harness.max_tokens_per_episode=96", "env.max_turns=2", "run.num_trajectories=1",
         "run.quiet=true", "run.num_threads=1", "learner.lora.enable=true", "learner=torch"]
 RUNNER = """
-import resource, subprocess, sys, time
+import resource, subprocess, sys, threading, time
+import psutil
 t0 = time.perf_counter()
-rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).returncode
-print(rc, time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+tree, done = [0], threading.Event()
+def watch():   # the summed RSS of the grid's process tree (a vLLM engine is its own process)
+    root = psutil.Process(proc.pid)
+    while not done.wait(0.25):
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        total = 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+        tree[0] = max(tree[0], total)
+threading.Thread(target=watch, daemon=True).start()
+err = proc.communicate()[1]
+done.set()
+if proc.returncode:
+    sys.stderr.write(err.decode(errors="replace")[-4000:])
+print(proc.returncode, time.perf_counter() - t0,
+      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, tree[0] // 1024)
 """
 
 
@@ -60,13 +84,16 @@ def run_variant(n: int, variant: str, model: str, steps: int, work: Path,
     if variant != "sequential":
         args += [*VARIANTS[variant], f"hydra.launcher.size={n}"]
     env = dict(os.environ, WANDB_MODE="disabled", PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", RUNNER, *args], cwd=work, env=env,
-                         capture_output=True, text=True, check=True).stdout.split()
-    rc, seconds, maxrss_kb = int(out[0]), float(out[1]), int(out[2])
+    ran = subprocess.run([sys.executable, "-c", RUNNER, *args], cwd=work, env=env,
+                         capture_output=True, text=True, check=True)
+    out = ran.stdout.split()
+    rc, seconds, maxrss_kb, tree_kb = int(out[0]), float(out[1]), int(out[2]), int(out[3])
     if rc != 0:
-        raise SystemExit(f"bench_pack: the {variant} grid of {n} exited {rc}")
+        raise SystemExit(f"bench_pack: the {variant} grid of {n} exited {rc}:\n"
+                         f"{ran.stderr[-4000:]}")
     return {"n": n, "variant": variant, "seconds": seconds,
-            "cells_per_hour": n * 3600 / seconds, "peak_rss_mb": maxrss_kb / 1024}
+            "cells_per_hour": n * 3600 / seconds, "peak_rss_mb": maxrss_kb / 1024,
+            "peak_tree_rss_mb": tree_kb / 1024}
 
 
 def main(argv=None) -> int:
@@ -91,7 +118,8 @@ def main(argv=None) -> int:
                 rows.append(pack)
                 ratios.setdefault(variant, {})[n] = {
                     "cells_per_hour": pack["cells_per_hour"] / seq["cells_per_hour"],
-                    "peak_rss": pack["peak_rss_mb"] / seq["peak_rss_mb"]}
+                    "peak_rss": pack["peak_rss_mb"] / seq["peak_rss_mb"],
+                    "peak_tree_rss": pack["peak_tree_rss_mb"] / seq["peak_tree_rss_mb"]}
                 print(json.dumps({"n": n, variant: ratios[variant][n]}), file=sys.stderr,
                       flush=True)
     report = {"model": a.model, "sampler": a.sampler, "steps": a.steps, "rows": rows, "packed_over_sequential": ratios,

