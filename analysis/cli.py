@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from analysis import endpoint, figures as figs, hypotheses, objective, report, tables, trend
-from analysis import trend_figure
+from analysis import endpoint_figure, trend_figure
 from analysis import labels as lb
 from analysis.deviations import deviations
 from analysis.collect import (REPO, AnalysisError, collect, parse_assignments, read_config,
@@ -170,6 +170,7 @@ def write_outputs(summary: dict, out: Path, figures: bool = True) -> None:
     if figures:
         figs.write_all(summary, out)
         trend_figure.write(summary, out)    # the `trend:` test's figure (issue 65)
+        endpoint_figure.write(summary, out)  # the `endpoint:` rates' figure (issue 65)
 
 
 def main(argv=None) -> int:

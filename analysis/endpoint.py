@@ -126,6 +126,8 @@ def _versus(cells: list[dict], summary: dict, side: str) -> list[dict]:
         return []
     rows = [{"label": c["label"], "vs": base["label"], "diff": c["rate"] - base["rate"],
              "side": side, "p": fisher(c["k"], c["n"], base["k"], base["n"], side),
+             # either direction (a one-sided endpoint's split may go the other way)
+             "p_two_sided": fisher(c["k"], c["n"], base["k"], base["n"], "two-sided"),
              "ranks": {"all seeds": _ranks(summary, c, base, keep_outcome=True),
                        "seeds without the outcome":
                        _ranks(summary, c, base, keep_outcome=False)}}

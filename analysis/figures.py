@@ -737,65 +737,6 @@ def seeds(summary: dict, out: Path) -> dict:
     return plotted
 
 
-SIDES = {"two-sided": "two-sided", "less": "one-sided, lower than the baseline's",
-         "greater": "one-sided, higher than the baseline's"}
-
-
-def endpoint(summary: dict, out: Path) -> dict:
-    """The binary per-seed endpoint (analysis.endpoint): left, each cell's rate of seeds
-    with the outcome and its exact interval, "k of n" and Fisher's p against the baseline;
-    right, each seed's metric, crosses for the seeds with the outcome."""
-    e = summary.get("endpoint")
-    if not e or not e["cells"]:
-        return _nothing_to_draw(out, "endpoint")
-    k, cells = _scale(summary), e["cells"]
-    by = {c["label"]: c for c in summary["cells"]}
-    vs = {c["label"]: c for c in e["comparisons"]}
-    plotted = {"labels": [], "rate": [], "ci": [], "p": []}
-    with plt.rc_context(STYLE):
-        fig, (left, right) = plt.subplots(1, 2, figsize=(DOUBLE, 0.32 * len(cells) + 1.2),
-                                          sharey=True)
-        for y, c in enumerate(reversed(cells)):
-            lo, hi = (100 * v for v in c["ci"])
-            left.plot([lo, hi], [y, y], color=colour(0), lw=1.8)
-            left.plot([100 * c["rate"]], [y], "o", color=colour(0), ms=4)
-            cmp = vs.get(c["label"])
-            left.annotate(f"{c['k']} of {c['n']}" + (f", {p_is(cmp['p_quoted'])}" if cmp
-                                                      else ", baseline"),
-                          (hi, y), xytext=(4, 0), textcoords="offset points", va="center",
-                          fontsize=7)
-            _endpoint_seeds(right, by[c["label"]], set(c["seeds"]), y, k)
-            plotted["labels"].insert(0, cell_words(summary, c))
-            plotted["rate"].insert(0, c["rate"])
-            plotted["ci"].insert(0, c["ci"])
-            plotted["p"].insert(0, cmp["p_quoted"] if cmp else None)
-        note(left, "rate", [c["ci"][0] for c in cells], [c["ci"][1] for c in cells], axis="x")
-        left.set_xlim(0, 100)
-        left.set_yticks(range(len(cells)))
-        left.set_yticklabels([cell_words(summary, c) for c in reversed(cells)])
-        left.set_xlabel(f"seeds {e['name']} (%)")
-        left.set_title(f"exact (Clopper-Pearson) {level(summary['alpha'])} intervals;\n"
-                       f"Fisher's exact p vs the baseline ({SIDES[e['expect']]})", loc="left")
-        seeds = [m for c in cells for m in by[c["label"]]["seed_means"]]
-        note(right, _kind(summary), min(seeds), max(seeds), interval=False,
-             unit=one_unit(summary, is_pct(summary)), axis="x")
-        right.set_xlabel(_ylabel(summary))
-        right.set_title(f"one mark per seed; crosses: {e['name']}", loc="left")
-        for ax in (left, right):
-            ax.grid(True, axis="x")
-        plotted["_axes"] = _save(fig, out, "endpoint")
-    return plotted
-
-
-def _endpoint_seeds(ax, cell: dict, hit: set, y: float, k: float) -> None:
-    """One cell's seeds at height y: crosses for those with the outcome, circles else."""
-    pairs = list(zip(cell["seeds"], cell["seed_means"]))
-    yes = [m * k for sd, m in pairs if sd in hit]
-    no = [m * k for sd, m in pairs if sd not in hit]
-    ax.plot(no, [y] * len(no), "o", color=colour(0), ms=3.5, mfc="none", alpha=0.75)
-    ax.plot(yes, [y] * len(yes), "x", color=colour(3), ms=4.5)
-
-
 MARKERS = "osD^v<>p"
 
 
@@ -894,7 +835,7 @@ def write_all(summary: dict, out: Path, workers: int | None = None) -> dict:
     figs = {"finding": finding, "learning_curves": learning_curves, "change": change, "forest": forest,
             "seeds": seeds, "hops": hops, "behaviour": behaviour,
             "factor_intervals": factor_intervals, "training": training,
-            "lifelong": lifelong, "endpoint": endpoint}
+            "lifelong": lifelong}
     skip = not_drawn(summary)       # the report says why (analysis.tables.not_drawn)
     figs = {name: (_skipped(name) if name in skip else fn) for name, fn in figs.items()}
     if workers is None:
@@ -976,22 +917,8 @@ def caption(summary: dict, name: str) -> str:
                     "questions, no test.",
         "lifelong": "Skill-library quantities over training steps: thin lines one seed "
                     "each, thick the mean over seeds; descriptive, no interval.",
-        "endpoint": _endpoint_caption(summary, words),
     }[name]
     return f"{text} {design[:1].upper()}{design[1:]}."
-
-
-def _endpoint_caption(summary: dict, words: str) -> str:
-    e = summary.get("endpoint")
-    if not e:
-        return ""
-    when = (f" Added {e['added']}." if e.get("added")
-            else " Pre-registered.")
-    return (f"The binary per-seed endpoint: a seed counts as {e['name']} when "
-            f"{e['words']}. Left: the share of seeds that did per cell, with its exact "
-            f"(Clopper-Pearson) {level(summary['alpha'])} interval, the count and Fisher's "
-            f"exact p against the baseline ({SIDES[e['expect']]}; Holm over the cells). "
-            f"Right: {words} of each seed, crosses for the seeds {e['name']}.{when}")
 
 
 BUILTIN = ("finding", "learning_curves", "change", "forest", "seeds", "hops", "behaviour",

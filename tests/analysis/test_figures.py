@@ -51,10 +51,11 @@ def check(summary: dict, drawn: dict) -> list[str]:
 
 @pytest.mark.parametrize("path", PUBLISHED, ids=[p.parents[2].name for p in PUBLISHED])
 def test_published_figures_are_paper_ready(path, tmp_path):
-    from analysis import trend_figure
+    from analysis import endpoint_figure, trend_figure
     summary = json.loads(path.read_text())
     drawn = figures.write_all(summary, tmp_path, workers=1)
-    drawn["trend"] = trend_figure.write(summary, tmp_path)    # analysis.cli draws it too
+    drawn["trend"] = trend_figure.write(summary, tmp_path)    # analysis.cli draws them too
+    drawn["endpoint"] = endpoint_figure.write(summary, tmp_path)
     assert check(summary, drawn) == []
     made = {p.stem for p in tmp_path.glob("*.png")}
     assert made == {p.stem for p in tmp_path.glob("*.pdf")}          # PDF beside PNG
@@ -217,16 +218,17 @@ def test_a_change_interval_holds_only_values_the_change_can_take():
 def test_the_endpoint_figure_draws_each_cells_rate_interval_and_p(tmp_path):
     """penalty_dose's collapse endpoint: each cell's rate, exact interval and Fisher p as
     its summary holds them, a paper-ready figure with a caption; none without an endpoint."""
+    from analysis import endpoint_figure
     path = REPO / "experiments" / "penalty_dose" / "results" / "report" / "summary.json"
     summary = json.loads(path.read_text())
     e = summary["endpoint"]
-    drawn = figures.endpoint(summary, tmp_path)
+    drawn = endpoint_figure.endpoint(summary, tmp_path)
     assert drawn["rate"] == [c["rate"] for c in e["cells"]]
     assert drawn["ci"] == [c["ci"] for c in e["cells"]]
     p = {c["label"]: c["p_quoted"] for c in e["comparisons"]}
     assert drawn["p"] == [p.get(c["label"]) for c in e["cells"]]
     assert drawn["p"][0] is None and sum(c["k"] for c in e["cells"]) >= 1
     assert check(summary, {"endpoint": drawn}) == []
-    assert e["words"] in figures.caption(summary, "endpoint")
-    assert figures.endpoint({**summary, "endpoint": None}, tmp_path) == {}
+    assert e["words"] in endpoint_figure.caption(summary)
+    assert endpoint_figure.endpoint({**summary, "endpoint": None}, tmp_path) == {}
     assert not (tmp_path / "endpoint.png").exists()

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from analysis import cli
+from analysis.collect import read_config
 from analysis.synthetic import write_sweep
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,9 +119,11 @@ def test_penalty_dose_quotes_h1_once():
 
 # the names templates may quote a raw .p of: not comparisons (probabilities of the
 # sizing, secondary per-class trend tests, a change's paired test, hk2's own summary, the
-# endpoint's rank test of the seeds without the outcome: a comparison of its own)
+# endpoint's rank test of the seeds without the outcome: a comparison of its own;
+# collapse_rate's pre-registered secondary rank tests, named as such beside the t test)
 NOT_COMPARISONS = {"hops1", "hops2", "accuracy_hops1", "accuracy_hops2", "submitted",
-                   "submitted_hops1", "submitted_hops2", "dG", "Kv", "Km", "kS", "subset"}
+                   "submitted_hops1", "submitted_hops2", "dG", "Kv", "Km", "kS", "subset",
+                   "ranks_all", "ranks_kept"}
 
 
 def test_templates_quote_comparisons_only_through_p_quoted():
@@ -336,3 +339,36 @@ def test_published_endpoint_tables_are_marked_added_after_the_results():
             __import__("analysis.endpoint", fromlist=["x"]).clopper_pearson(k0, base["n"]))
         readme = (exp / "README.md").read_text()
         assert "Added after the results (issue 65" in readme
+
+
+def test_collapse_rate_is_published_as_pre_registered():
+    """Issue 65: 30 seeds per arm; per arm the collapse count, rate and exact interval;
+    the pre-registered one-sided Fisher test is the p quoted; the pre-registration commit
+    precedes the code the rows ran (and, where the history is there, the first row)."""
+    from analysis.endpoint import clopper_pearson, fisher
+    exp = REPO / "experiments" / "collapse_rate"
+    s = _summary(exp / "results" / "report")
+    e = s["endpoint"]
+    assert e.get("added") is None and e["expect"] == "less" and e["name"] == "collapsed"
+    cells = {c["label"]: c for c in e["cells"]}
+    base, pen = cells["reward.weights.wrong=0"], cells["reward.weights.wrong=0.25"]
+    for c in (base, pen):
+        assert c["n"] == 30 and c["rate"] == c["k"] / 30
+        assert c["ci"] == pytest.approx(clopper_pearson(c["k"], 30))
+        assert len(c["seeds"]) == c["k"]
+    (cmp,) = e["comparisons"]
+    assert cmp["p_quoted"] == pytest.approx(fisher(pen["k"], 30, base["k"], 30, "less"))
+    spec = read_config(exp / "analysis.yaml")
+    codes = {json.loads(p.read_text())["commit"][:7]
+             for p in (exp / "results" / "runs").rglob("code.json")}
+    assert codes == {"7e3e9d0"}
+    git = ["git", "-C", str(REPO)]
+    if subprocess.run([*git, "cat-file", "-e", f"{spec['preregistration']}^{{commit}}"],
+                      capture_output=True).returncode:
+        pytest.skip("no git history here")
+    ancestor = [*git, "merge-base", "--is-ancestor", str(spec["preregistration"])]
+    assert subprocess.run([*ancestor, "7e3e9d0"]).returncode == 0
+    first_rows = subprocess.run([*git, "log", "--format=%h", "--diff-filter=A", "--",
+                                 "experiments/collapse_rate/grid_partial"],
+                                capture_output=True, text=True).stdout.split()
+    assert first_rows and subprocess.run([*ancestor, first_rows[-1]]).returncode == 0
