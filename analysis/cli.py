@@ -149,7 +149,8 @@ def run(argv=None) -> Path:
     summary["endpoint"] = endpoint.from_spec(spec.get("endpoint"), sweep, summary,
                                              str(spec_path), args.step)
     summary["primary"] = hypotheses.primary(spec.get("primary"), summary, str(spec_path))
-    summary["deviations"] = deviations(spec, str(spec_path))
+    summary["deviations"] = deviations(spec, str(spec_path), ran=[
+        v.get("commit") for row in summary.get("code") or [] for v in row["versions"]])
     try:
         write_outputs(summary, out, figures=not args.no_figures)
     except OSError as e:     # a read-only file system, a file in the way (issue 64 item 12)

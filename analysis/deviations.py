@@ -22,9 +22,11 @@ def _git(*args: str) -> str:
     return done.stdout
 
 
-def deviations(spec: dict, where: str) -> dict | None:
-    """{preregistration, results_commit, commits: [{commit, subject}], unrun: [...]}, or
-    None when analysis.yaml names no pre-registration commit."""
+def deviations(spec: dict, where: str, ran=()) -> dict | None:
+    """{preregistration, results_commit, commits: [{commit, subject, in_runs}], unrun:
+    [...]}, or None when analysis.yaml names no pre-registration commit. `ran`: the commits
+    the runs' code.json name; a commit is `in_runs` when one of them contains it (so it
+    could change what was measured; the others can change only the analysis)."""
     pre, post = spec.get("preregistration"), spec.get("results_commit")
     unrun = [str(u) for u in spec.get("unrun") or []]
     if pre is None:
@@ -40,7 +42,18 @@ def deviations(spec: dict, where: str) -> dict | None:
     except AnalysisError as e:
         raise AnalysisError(f"{where}: preregistration/results_commit: {e}") from None
     log = _git("log", "--format=%H%x09%s", f"{ends[0]}..{ends[1]}", "--", *CODE)
-    commits = [{"commit": h[:10], "subject": s[:160]}
+    ran = sorted({str(r) for r in ran if r})
+    commits = [{"commit": h[:10], "subject": s[:160], "in_runs": _in_any(h, ran)}
                for h, s in (line.split("\t", 1) for line in log.splitlines() if line)]
     return {"preregistration": ends[0][:10], "results_commit": ends[1][:10],
             "paths": list(CODE), "commits": commits, "unrun": unrun}
+
+
+def _in_any(commit: str, heads: list[str]) -> bool:
+    """`commit` is an ancestor of (or is) one of `heads` (a head git does not know: no)."""
+    for head in heads:
+        done = subprocess.run(["git", "merge-base", "--is-ancestor", commit, head], cwd=ROOT,
+                              capture_output=True)
+        if done.returncode == 0:
+            return True
+    return False

@@ -399,14 +399,20 @@ def _deviations(summary: dict) -> list[str]:
     if not d:
         return []
     what = ", ".join(f"{p}/" for p in d["paths"])
+    ran = [c for c in d["commits"] if c.get("in_runs", True)]
+    later = [c for c in d["commits"] if not c.get("in_runs", True)]
     L = ["## Deviations from the pre-registration", "",
          f"Pre-registered at commit {d['preregistration']}, results committed at "
          f"{d['results_commit']}. "
-         + (f"{len(d['commits'])} commit(s) in between changed {what} (the code that ran "
-            "or that analyses the runs); whether each changed what was measured is for "
-            "the reader to judge from its diff:" if d["commits"] else
-            f"No commit in between changed {what}.")]
-    L += [f"- {c['commit']} {c['subject']}" for c in d["commits"]]
+         + (f"{len(d['commits'])} commit(s) in between changed {what}." if d["commits"]
+            else f"No commit in between changed {what}.")]
+    if ran:
+        L += ["", f"{len(ran)} of them are in the code the runs ran (their code.json): "
+              "whether each changed what was measured is for the reader to judge from its "
+              "diff:"] + [f"- {c['commit']} {c['subject']}" for c in ran]
+    if later:
+        L += ["", f"{len(later)} are in no run's code: only those that changed analysis/ "
+              "can change these results:"] + [f"- {c['commit']} {c['subject']}" for c in later]
     L += ["", "Pre-registered but not run: " + "; ".join(d["unrun"]) + "."] if d["unrun"] \
         else ["", "Every pre-registered arm ran."]
     return L + [""]
