@@ -42,18 +42,20 @@ def deviations(spec: dict, where: str, ran=()) -> dict | None:
     except AnalysisError as e:
         raise AnalysisError(f"{where}: preregistration/results_commit: {e}") from None
     log = _git("log", "--format=%H%x09%s", f"{ends[0]}..{ends[1]}", "--", *CODE)
-    ran = sorted({str(r) for r in ran if r})
-    commits = [{"commit": h[:10], "subject": s[:160], "in_runs": _in_any(h, ran)}
+    inside = _reachable(ends[0], {str(r) for r in ran if r})
+    commits = [{"commit": h[:10], "subject": s[:160], "in_runs": h in inside}
                for h, s in (line.split("\t", 1) for line in log.splitlines() if line)]
     return {"preregistration": ends[0][:10], "results_commit": ends[1][:10],
             "paths": list(CODE), "commits": commits, "unrun": unrun}
 
 
-def _in_any(commit: str, heads: list[str]) -> bool:
-    """`commit` is an ancestor of (or is) one of `heads` (a head git does not know: no)."""
-    for head in heads:
-        done = subprocess.run(["git", "merge-base", "--is-ancestor", commit, head], cwd=ROOT,
-                              capture_output=True)
-        if done.returncode == 0:
-            return True
-    return False
+def _reachable(since: str, heads: set[str]) -> set[str]:
+    """The commits after `since` that some head contains (one git call per head; a head
+    git does not know contains none)."""
+    out: set[str] = set()
+    for head in sorted(heads):
+        try:
+            out.update(_git("rev-list", f"{since}..{head}").split())
+        except AnalysisError:
+            continue
+    return out

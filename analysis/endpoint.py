@@ -31,6 +31,9 @@ from analysis.errors import AnalysisError
 from analysis.stats import holm
 
 SIDES = {"less": "less", "greater": "greater", "two-sided": "two-sided"}
+# the test's side in words (the report's endpoint table and the endpoint figure)
+SIDE_WORDS = {"two-sided": "two-sided", "less": "one-sided, rate below the baseline's",
+              "greater": "one-sided, rate above the baseline's"}
 
 
 def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> list[float]:
@@ -170,8 +173,7 @@ def endpoint_table(summary: dict) -> list[str]:
     lv = level(summary["alpha"])
     vs = {c["label"]: c for c in e["comparisons"]}
     added = f" Added {e['added']}." if e.get("added") else " Pre-registered."
-    side = {"two-sided": "two-sided", "less": "one-sided, rate below the baseline's",
-            "greater": "one-sided, rate above the baseline's"}[e["expect"]]
+    side = SIDE_WORDS[e["expect"]]
     L = ["", f"A seed counts as **{e['name']}** when {e['words']}. Per cell: the seeds "
          f"that did, their rate with its exact (Clopper-Pearson) {lv} interval, and "
          f"Fisher's exact test against the baseline ({side}; Holm over the cells)."

@@ -9,12 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis import figures as F
+from analysis.endpoint import SIDE_WORDS
 from analysis.labels import cell_words, level
 from analysis.tables import p_is
-SIDES = {"two-sided": "two-sided", "less": "one-sided, lower than the baseline's",
-         "greater": "one-sided, higher than the baseline's"}
-
-
 def endpoint(summary: dict, out: Path) -> dict:
     """The binary per-seed endpoint (analysis.endpoint): left, each cell's rate of seeds
     with the outcome and its exact interval, "k of n" and Fisher's p against the baseline;
@@ -49,7 +46,8 @@ def endpoint(summary: dict, out: Path) -> dict:
         left.set_yticklabels([cell_words(summary, c) for c in reversed(cells)])
         left.set_xlabel(f"seeds {e['name']} (%)")
         left.set_title(f"exact (Clopper-Pearson) {level(summary['alpha'])} intervals;\n"
-                       f"Fisher's exact p vs the baseline\n({SIDES[e['expect']]})", loc="left")
+                       f"Fisher's exact p vs the baseline\n({SIDE_WORDS[e['expect']]})",
+                       loc="left")
         seeds = [m for c in cells for m in by[c["label"]]["seed_means"]]
         F.note(right, F._kind(summary), min(seeds), max(seeds), interval=False,
                unit=F.one_unit(summary, F.is_pct(summary)), axis="x")
@@ -77,7 +75,7 @@ def caption(summary: dict) -> str:
     return (f"The binary per-seed endpoint: a seed counts as {e['name']} when "
             f"{e['words']}. Left: the share of seeds that did per cell, with its exact "
             f"(Clopper-Pearson) {level(summary['alpha'])} interval, the count and Fisher's "
-            f"exact p against the baseline ({SIDES[e['expect']]}; Holm over the cells). "
+            f"exact p against the baseline ({SIDE_WORDS[e['expect']]}; Holm over the cells). "
             f"Right: {words} of each seed, crosses for the seeds {e['name']}.{when}")
 
 
